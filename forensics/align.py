@@ -1,0 +1,47 @@
+"""One axis for every source: each step gets the wall-clock time of its header, each timed
+record gets the step it fell in (the step in progress when it was written).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def step_clock(steps: pl.DataFrame) -> pl.DataFrame:
+    """``(time, step)`` of every step header, all copies kept, sorted by time.
+
+    Every copy of a re-logged step is kept: a record written during the first attempt of a
+    step belongs to that attempt's step, even though the metrics come from the later copy.
+    """
+    return steps.filter(pl.col("time").is_not_null()).select("time", "step").sort("time")
+
+
+def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
+    """Fill ``frame``'s null ``step`` from its ``time``: the first step whose header is at or
+    after that time; after the last header, the step that never finished (last + 1).
+    """
+    if frame.is_empty() or clock.is_empty():
+        return frame
+    last = int(clock["step"].max())
+    order = "__order"
+    indexed = frame.with_row_index(order)
+    timed = indexed.filter(pl.col("step").is_null() & pl.col("time").is_not_null()).sort("time")
+    placed = timed.drop("step").join_asof(
+        clock.rename({"time": "__header_time"}), left_on="time", right_on="__header_time", strategy="forward"
+    )
+    placed = placed.with_columns(pl.col("step").fill_null(last + 1)).drop("__header_time")
+    rest = indexed.filter(~pl.col(order).is_in(placed[order].implode()))
+    return pl.concat([rest, placed.select(rest.columns)]).sort(order).drop(order)
+
+
+def step_durations(steps: pl.DataFrame) -> pl.DataFrame:
+    """``(step, seconds)``: wall-clock time from the previous step's header to this one's."""
+    return (
+        steps.filter(pl.col("time").is_not_null())
+        .sort("step")
+        .select(
+            "step",
+            (pl.col("time").diff().dt.total_milliseconds() / 1000.0).alias("seconds"),
+        )
+        .filter(pl.col("seconds").is_not_null() & (pl.col("seconds") >= 0))
+    )

@@ -1,0 +1,134 @@
+"""``analyze(paths)``: files → frames → incidents, causes and a checkpoint recommendation.
+
+Example:
+    >>> from pathlib import Path
+    >>> result = analyze([Path("tests/fixtures/areal_seed000/outputs")])  # doctest: +SKIP
+    >>> result.runs[0].incidents[0].onset_step  # doctest: +SKIP
+    940
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from forensics.align import step_durations
+from forensics.causes import explain
+from forensics.checkpoints import recommend, to_checkpoints
+from forensics.detect import Finding, Thresholds, choose_primary, dead_batches, non_finite, reward_collapses, series, stall
+from forensics.discover import find_runs
+from forensics.model import EVENT_SCHEMA, Analysis, Evidence, Incident, RunAnalysis
+from forensics.run import RunData, load_run
+from parsers.schema import conform
+
+
+def analyze(paths: Sequence[Path], *, thresholds: Thresholds | None = None) -> Analysis:
+    """Analyze every run found under ``paths``.
+
+    Raises:
+        PathNotFound, NoRunsFound: nothing usable at ``paths``.
+    """
+    t = thresholds or Thresholds()
+    return Analysis([analyze_run(load_run(location), t) for location in find_runs(paths)])
+
+
+def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
+    """Detect, explain and recommend for one loaded run."""
+    primary, why_primary = choose_primary(run.metrics)
+    events = pl.concat([run.events, _metric_events(run.metrics, primary)]).sort("time", "file", "line", nulls_last=True)
+    findings = _findings(run, primary, events, t)
+    incidents = [_incident(i, f, run, events) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
+    checkpoints = to_checkpoints(run.checkpoints)
+    notes = [f"primary metric: {why_primary}"]
+    if run.steps.is_empty():
+        notes.append("no training steps found: events are reported, no metric could be judged")
+    return RunAnalysis(
+        run_id=run.location.run_id,
+        framework=run.location.framework,  # type: ignore[arg-type]
+        root=str(run.location.root),
+        sources=run.sources,
+        primary_metric=primary,
+        incidents=incidents,
+        checkpoints=checkpoints,
+        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root),
+        metrics=run.metrics,
+        events=events,
+        steps=run.steps,
+        notes=notes,
+        thresholds=t.to_dict(),
+    )
+
+
+def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
+    found: list[Finding] = []
+    if primary:
+        found += reward_collapses(series(run.metrics, primary), primary, t)
+    last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
+    spans = [(f.onset_step, f.end_step or last + 1) for f in found]
+    found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
+    found += non_finite(run.metrics, primary, t)
+    stalled = stall(run.steps, events, step_durations(run.steps), t)
+    if stalled:
+        found.append(stalled)
+    return found
+
+
+def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
+    verdict = explain(finding, events)
+    onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
+    onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time
+    last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
+    end = finding.end_step if finding.end_step is not None else last + 1
+    wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height
+    return Incident(
+        id=f"incident-{number}",
+        kind=finding.kind,  # type: ignore[arg-type]
+        metric=finding.metric,
+        onset_step=finding.onset_step,
+        onset_time=onset_time,
+        end_step=finding.end_step,
+        recovered=finding.end_step is not None,
+        cause=verdict.cause,
+        confidence=verdict.confidence,
+        evidence=verdict.evidence,
+        wasted_steps=wasted,
+        summary=f"{finding.summary}. {verdict.explanation}",
+        onset_evidence=_onset_evidence(finding, run),
+    )
+
+
+def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
+    """The line that shows the onset itself: the metric's row at the onset step."""
+    if finding.metric is None:
+        last = run.steps.filter(pl.col("step") == finding.onset_step - 1)
+        if last.is_empty():
+            return None
+        row = last.row(0, named=True)
+        return Evidence("last_step", row["time"], row["step"], row["file"], row["line"], f"last step logged: {row['step']}")
+    hit = run.metrics.filter((pl.col("key") == finding.metric) & (pl.col("step") == finding.onset_step))
+    if hit.is_empty():
+        return None
+    row = hit.row(0, named=True)
+    text = f"Train step {row['step']} done: {row['key']} = {row['value']:.4e}"
+    return Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)
+
+
+def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
+    """Events the numbers themselves show: non-finite values, skipped optimizer steps."""
+    watched = pl.col("key").str.contains(r"grad_norm$|actor_loss/avg$|pg_loss$|/loss$")
+    if primary:
+        watched = watched | (pl.col("key") == primary)
+    tables = metrics.filter(pl.col("step").is_not_null())
+    bad = tables.filter(watched & ~pl.col("value").is_finite()).with_columns(
+        pl.lit("nan_inf").alias("kind"), pl.lit("warning").alias("severity")
+    )
+    skipped = tables.filter(pl.col("key").str.ends_with("update_successful") & (pl.col("value") == 0)).with_columns(
+        pl.lit("overflow_skip").alias("kind"), pl.lit("warning").alias("severity")
+    )
+    rows = pl.concat([bad, skipped]).with_columns(
+        pl.lit("areal").alias("source"),
+        pl.format("step {}: {} = {}", pl.col("step"), pl.col("key"), pl.col("value")).alias("message"),
+    )
+    return conform(rows, EVENT_SCHEMA)

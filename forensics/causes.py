@@ -1,0 +1,222 @@
+"""Why a finding happened: compare what the logs said around its onset with what they said
+before, and name the first kind of failure that stands out.
+
+The comparison is a log-rate test per event kind: events in a window of steps around the
+onset against a baseline window before it, scored with a Poisson tail probability.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from forensics.detect import Finding
+from forensics.model import Cause, Evidence
+
+#: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
+CAUSE_OF_KIND: dict[str, Cause] = {
+    "kv_cache_oom": "inference_server_oom",
+    "kv_cache_retract": "inference_server_oom",
+    "server_exit": "inference_server_crash",
+    "connection_refused": "inference_server_crash",
+    "connection_reset": "inference_server_crash",
+    "child_crash": "inference_server_crash",
+    "scheduler_exception": "inference_server_crash",
+    "server_launch_failed": "inference_server_crash",
+    "request_timeout": "inference_server_unresponsive",
+    "watchdog_timeout": "inference_server_unresponsive",
+    "health_check_failed": "inference_server_unresponsive",
+    "nccl_timeout": "nccl_timeout",
+    "nccl_error": "nccl_timeout",
+    "actor_died": "training_worker_crash",
+    "worker_died": "training_worker_crash",
+    "node_dead": "training_worker_crash",
+    "raylet_died": "training_worker_crash",
+    "segfault": "training_worker_crash",
+    "illegal_memory_access": "training_worker_crash",
+    "fatal_check": "training_worker_crash",
+    "host_oom_kill": "training_worker_crash",
+    "job_exit": "training_worker_crash",
+    "cuda_oom": "training_worker_crash",
+    "nan_inf": "numerical_divergence",
+}
+#: Failures whose cause is in their text: a rollout gave up after a timeout, or a refusal.
+_CAUSE_IN_MESSAGE: tuple[tuple[str, Cause], ...] = (
+    (r"Connect call failed|Cannot connect|ConnectionRefused|Connection refused", "inference_server_crash"),
+    (r"ServerDisconnected|Server disconnected|Connection reset", "inference_server_crash"),
+    (r"TimeoutError|timed out", "inference_server_unresponsive"),
+)
+_AMBIGUOUS = {"workflow_failed", "retries_exhausted", "traceback", "log_error"}
+_SERVER_FILES = ("llm_server", "sglang", "vllm")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cause: Cause
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    explanation: str
+
+
+@dataclass(frozen=True)
+class _Windows:
+    window: tuple[int, int]
+    baseline: tuple[int, int]
+
+
+def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, window_after: int = 2, baseline: int = 50) -> Verdict:
+    """Name the cause of ``finding`` from ``events`` (steps already assigned)."""
+    onset = finding.onset_step
+    if finding.kind == "stall":
+        spans = _Windows((onset, onset), (onset - baseline, onset - 1))
+    else:
+        spans = _Windows((onset - window_before, onset + window_after), (onset - window_before - baseline, onset - window_before - 1))
+    attributed = _attribute(events)
+    in_window = attributed.filter(pl.col("step").is_between(*spans.window))
+    in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
+    scores = _rate_test(in_window, in_baseline, spans)
+    standing_out = scores.filter(pl.col("p_value") < 0.01)
+
+    if finding.kind == "nan_inf":
+        return Verdict(
+            "numerical_divergence",
+            0.85,
+            _evidence(in_window, "numerical_divergence"),
+            "The training numbers themselves went non-finite; the optimizer cannot recover from that on its own.",
+        )
+    deciding = in_window.filter(pl.col("cause").is_not_null() & pl.col("kind").is_in(standing_out["kind"].implode()))
+    if deciding.is_empty():
+        deciding = in_window.filter(pl.col("cause").is_not_null())
+    if deciding.is_empty():
+        return _no_fault(finding, attributed, spans)
+
+    first = deciding.sort("time", "line", nulls_last=True).row(0, named=True)
+    cause: Cause = first["cause"]
+    if cause == "inference_server_crash" and _memory_first(in_window, first):
+        cause = "inference_server_oom"
+    kinds = scores.filter(pl.col("cause") == cause)
+    best_p = float(kinds["p_value"].min()) if not kinds.is_empty() else 1.0
+    rivals = standing_out.filter(pl.col("cause").is_not_null() & (pl.col("cause") != cause) & (pl.col("cause") != "inference_server_oom"))
+    confidence = 0.9 if best_p < 1e-3 else 0.75 if best_p < 0.01 else 0.55
+    if cause == "inference_server_unresponsive" and not rivals.is_empty():
+        confidence -= 0.1
+    explanation = _explain_rates(kinds, spans, first)
+    later = _escalation(attributed, spans, cause)
+    if later:
+        explanation += f" {later}"
+    evidence = _evidence(in_window, cause) + _later_evidence(attributed, spans, cause)
+    return Verdict(cause, round(confidence, 2), evidence[:20], explanation)
+
+
+def _attribute(events: pl.DataFrame) -> pl.DataFrame:
+    """Events with the cause each points to (null for bookkeeping)."""
+    by_kind = pl.col("kind").replace_strict(CAUSE_OF_KIND, default=None, return_dtype=pl.String)
+    by_text: pl.Expr = pl.lit(None, dtype=pl.String)
+    for regex, cause in reversed(_CAUSE_IN_MESSAGE):
+        by_text = pl.when(pl.col("message").str.contains(regex)).then(pl.lit(cause)).otherwise(by_text)
+    from_server = pl.col("file").str.contains("|".join(_SERVER_FILES)) | (pl.col("source") == "sglang")
+    cause = (
+        pl.when((pl.col("kind") == "cuda_oom") & from_server)
+        .then(pl.lit("inference_server_oom"))
+        .when(pl.col("kind").is_in(list(_AMBIGUOUS)))
+        .then(by_text)
+        .otherwise(by_kind)
+    )
+    return events.filter(pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
+
+
+def _rate_test(window: pl.DataFrame, baseline: pl.DataFrame, spans: _Windows) -> pl.DataFrame:
+    """Per kind: counts in both windows and the chance of the window count under the baseline rate."""
+    w_len = spans.window[1] - spans.window[0] + 1
+    b_len = max(spans.baseline[1] - spans.baseline[0] + 1, 1)
+    counts = window.group_by("kind", "cause").agg(pl.len().alias("in_window"))
+    base = baseline.group_by("kind").agg(pl.len().alias("in_baseline"))
+    rows = counts.join(base, on="kind", how="left").with_columns(pl.col("in_baseline").fill_null(0))
+    p_values = [
+        _poisson_tail(k, (b + 0.5) / b_len * w_len) for k, b in zip(rows["in_window"], rows["in_baseline"], strict=True)
+    ]
+    return rows.with_columns(pl.Series("p_value", p_values, dtype=pl.Float64))
+
+
+def _poisson_tail(k: int, lam: float) -> float:
+    """P(X ≥ k) for X ~ Poisson(lam)."""
+    if k <= 0:
+        return 1.0
+    term = math.exp(-lam)
+    below = term
+    for i in range(1, k):
+        term *= lam / i
+        below += term
+    return max(0.0, 1.0 - below)
+
+
+def _memory_first(window: pl.DataFrame, first: dict) -> bool:
+    """The server ran out of memory at or before its first crash sign."""
+    oom = window.filter(pl.col("cause") == "inference_server_oom")
+    return not oom.is_empty() and oom["time"].min() <= first["time"]
+
+
+def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
+    parts = []
+    for row in kinds.sort("p_value").iter_rows(named=True):
+        p = row["p_value"]
+        parts.append(
+            f"{row['in_window']} {row['kind']} in steps {spans.window[0]}–{spans.window[1]} vs "
+            f"{row['in_baseline']} in the {spans.baseline[1] - spans.baseline[0] + 1} steps before (p={p:.1g})"
+        )
+    when = first["time"].isoformat(sep=" ", timespec="seconds") if first["time"] else "?"
+    return "; ".join(parts) + f"; first: {first['kind']} at {when} (step {first['step']})."
+
+
+def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
+    """What the same failure turned into later (a hang that ended in a crash)."""
+    if cause != "inference_server_unresponsive":
+        return ""
+    crash = events.filter((pl.col("step") > spans.window[1]) & (pl.col("cause") == "inference_server_crash"))
+    if crash.is_empty():
+        return "No refused connection or server exit followed: the server stayed up but stopped answering."
+    row = crash.sort("time", nulls_last=True).row(0, named=True)
+    return f"The server was seen down only later: {row['kind']} at {row['time']} (step {row['step']})."
+
+
+def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
+    """The deciding lines first (earliest of each kind, then more of them), then the rest."""
+    ordered = window.sort("time", "line", nulls_last=True).with_columns(
+        (pl.col("cause") == cause).fill_null(False).alias("deciding"),
+        pl.col("kind").cum_count().over("kind").alias("nth"),
+    )
+    ranked = ordered.sort(
+        pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), "time", nulls_last=True
+    )
+    return tuple(_to_evidence(r) for r in ranked.head(16).iter_rows(named=True))
+
+
+def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
+    later = events.filter((pl.col("step") > spans.window[1]) & pl.col("cause").is_not_null())
+    firsts = later.sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True)
+    return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
+
+
+def _no_fault(finding: Finding, events: pl.DataFrame, spans: _Windows) -> Verdict:
+    if finding.kind in ("reward_collapse", "zero_variance"):
+        return Verdict(
+            "reward_pipeline",
+            0.6,
+            (),
+            f"No failure of any kind was logged in steps {spans.window[0]}–{spans.window[1]}: the rewards "
+            "themselves went constant (reward function, parser or data), not the infrastructure.",
+        )
+    return Verdict("unknown", 0.3, (), "Nothing in the logs explains it.")
+
+
+def _to_evidence(row: dict) -> Evidence:
+    return Evidence(
+        kind=row["kind"],
+        time=row["time"],
+        step=row["step"],
+        file=row["file"],
+        line=row["line"],
+        text=(row["message"] or "")[:300],
+    )

@@ -1,0 +1,112 @@
+"""Which checkpoint to go back to: the newest complete one strictly before the first
+incident, with what a user needs to know before resuming from it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import polars as pl
+
+from forensics.model import Checkpoint, Incident, Recommendation
+
+_HF_WARNING = (
+    "HF exports hold model weights only: resuming from one starts a fresh optimizer (Adam moments "
+    "reset), a new step counter and LR schedule, and the dataloader from its beginning."
+)
+
+
+def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
+    """Checkpoint records from a parser's checkpoint frame (actor/default role only)."""
+    rows = frame.filter(pl.col("step").is_not_null() & pl.col("role").is_in(["default", "actor"]))
+    return [
+        Checkpoint(
+            path=r["path"],
+            step=int(r["step"]),
+            kind=r["kind"],
+            complete=bool(r["complete"]),
+            resumable=bool(r["resumable"]),
+            time=r["time"],
+            problems=tuple(r["problems"] or ()),
+        )
+        for r in rows.sort("step", "path").iter_rows(named=True)
+    ]
+
+
+def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path) -> Recommendation:
+    """The checkpoint to resume from, or ``None`` with the reason."""
+    complete = [c for c in checkpoints if c.complete]
+    skipped = [c for c in checkpoints if not c.complete]
+    warnings = [f"skipped incomplete checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
+    if not incidents:
+        if not complete:
+            reason = "The run looks healthy, but no complete checkpoint was found."
+            return Recommendation(None, None, reason, None, tuple(warnings))
+        best = max(complete, key=lambda c: (c.step, c.resumable))
+        reason = f"No incident found; step {best.step} is the newest complete checkpoint."
+        return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
+
+    first = min(incidents, key=lambda i: i.onset_step)
+    before = [c for c in complete if c.step < first.onset_step]
+    overwritten = [c for c in checkpoints if c.kind == "recover" and c.step >= first.onset_step]
+    for c in overwritten:
+        warnings.append(
+            f"The recover checkpoint {c.path} was overwritten at step {c.step}, after the onset at step "
+            f"{first.onset_step}: an automatic resume (recover.mode) would continue from the broken state."
+        )
+    if not before:
+        reason = f"No complete checkpoint was saved before the first incident's onset at step {first.onset_step}."
+        if complete:
+            reason += f" The oldest one (step {min(c.step for c in complete)}) is already after it."
+        return Recommendation(None, None, reason, None, tuple(warnings))
+    best = max(before, key=lambda c: (c.step, c.resumable))
+    lost = first.onset_step - best.step - 1
+    reason = (
+        f"Step {best.step} is the newest complete checkpoint before the {first.kind.replace('_', ' ')} "
+        f"at step {first.onset_step}; resuming from it redoes {lost} healthy step{'s' if lost != 1 else ''}."
+    )
+    return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
+
+
+def _kind_warnings(chosen: Checkpoint) -> list[str]:
+    return [_HF_WARNING] if chosen.kind == "hf_export" else []
+
+
+def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) -> str | None:
+    """An AReaL launch line that starts from ``chosen``, when the log says how the run was started."""
+    script = _trainer_script(facts.get("launch_command", ""))
+    if script is None:
+        return None
+    config = log_dir / "config.yaml"
+    config_arg = str(config) if config.is_file() else script[1]
+    if config_arg is None:
+        return None
+    experiment = facts.get("experiment_name")
+    trial = facts.get("trial_name")
+    args = ["python3", "-m", "areal.launcher.local", script[0], "--config", config_arg]
+    if experiment:
+        args.append(f"experiment_name={experiment}")
+    if chosen.kind == "recover":
+        if trial:
+            args.append(f"trial_name={trial}")
+        args.append("recover.mode=resume")
+    else:
+        args.append(f"trial_name={trial or 'trial'}-from-step{chosen.step}")
+        args.append(f"actor.path={chosen.path}")
+    return shlex.join(args)
+
+
+def _trainer_script(command: str) -> tuple[str, str | None] | None:
+    """The training script and its ``--config`` from the launcher's ``Starting local process`` line."""
+    try:
+        words = shlex.split(command.split(" 2>&1")[0])
+    except ValueError:
+        return None
+    scripts = [w for w in words if w.endswith(".py")]
+    if not scripts:
+        return None
+    config = None
+    if "--config" in words[:-1]:
+        config = words[words.index("--config") + 1]
+    return scripts[-1], config

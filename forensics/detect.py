@@ -1,0 +1,260 @@
+"""Detectors: where a run's numbers stopped meaning anything.
+
+Each detector returns :class:`Finding` s — what happened and over which steps — and leaves
+the *why* to :mod:`forensics.causes`. Judgements are made against the run's own healthy
+behaviour: a value that was common before (zero reward in a sparse-reward task) has to
+repeat for much longer before it counts as a collapse than one never seen before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+#: Keys tried in order for the primary metric, then any key that ends like them.
+PRIMARY_CANDIDATES = (
+    "grpo_actor/task_reward/avg",
+    "ppo_actor/task_reward/avg",
+    "actor/task_reward/avg",
+    "critic/score/mean",
+    "critic/rewards/mean",
+    "rollout/reward",
+)
+PRIMARY_SUFFIXES = ("task_reward/avg", "score/mean", "reward/avg", "reward/mean", "reward")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every knob the detectors use, reported in the output so a verdict can be reproduced."""
+
+    min_run: int = 5
+    """A collapse needs at least this many steps in a row at the collapsed value."""
+    chance: float = 1e-4
+    """...and that run must be this unlikely under the run's healthy behaviour."""
+    recovery_window: int = 10
+    """Steps that must look healthy again, in a row, for a recovery."""
+    recovery_level: float = 0.5
+    """Recovered values must reach this share of the healthy median."""
+    stall_factor: float = 5.0
+    """Silence after the last step longer than this many median step times is a stall..."""
+    stall_min_seconds: float = 600.0
+    """...and never shorter than this."""
+    nan_run: int = 3
+    """Non-finite loss or gradient for this many steps in a row is a divergence."""
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A detected stretch: what, where it began and ended, and a one-line description."""
+
+    kind: str
+    metric: str | None
+    onset_step: int
+    end_step: int | None
+    summary: str
+    value: float | None = None
+    last_step_time: datetime | None = None
+
+
+def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
+    """The metric to judge the run by, and a sentence saying why it was chosen."""
+    keys = set(metrics.filter(pl.col("step").is_not_null())["key"].unique().to_list())
+    for key in PRIMARY_CANDIDATES:
+        if key in keys:
+            return key, f"{key} is the run's task reward"
+    for suffix in PRIMARY_SUFFIXES:
+        found = sorted(k for k in keys if k.endswith(suffix) and not k.startswith("eval"))
+        if found:
+            return found[0], f"no standard task reward key; {found[0]} is the closest reward series"
+    return None, "no reward metric in the logs"
+
+
+def series(metrics: pl.DataFrame, key: str) -> pl.DataFrame:
+    """``(step, value)`` of one table metric, one row per step."""
+    return (
+        metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("value").last())
+        .sort("step")
+    )
+
+
+def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
+    """Sustained runs of one exact value (zero, or any constant) that the healthy history
+    makes improbable; each lasts until the metric looks healthy again for a whole window.
+    """
+    steps = frame["step"].to_list()
+    values = frame["value"].to_list()
+    findings: list[Finding] = []
+    i = 0
+    while i < len(values):
+        run = _run_length(values, i)
+        value = values[i]
+        history = values[:i] if not findings else values[_healthy_start(findings, steps) : i]
+        if _finite(value) and run >= t.min_run and _improbable(history, value, run, t):
+            end = _recovery(values, i + run, value, history, t)
+            onset, end_step = steps[i], (steps[end] if end is not None else None)
+            described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
+            span = f"until step {end_step}" if end_step is not None else "and never recovered"
+            findings.append(
+                Finding("reward_collapse", key, onset, end_step, f"{key} {described} from step {onset} {span}", value)
+            )
+            if end is None:
+                break
+            i = end
+            continue
+        i += run
+    return findings
+
+
+def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
+    """Steps where loss, gradient norm and advantages are all exactly zero: nothing was learned.
+    A zero loss with a live gradient is cosmetic and not reported.
+    """
+    keys = set(metrics["key"].unique().to_list())
+    loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
+    grad = _first_key(keys, ("grad_norm",))
+    adv = [k for k in keys if "advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"}]
+    if not (loss and grad and adv):
+        return []
+    wide = (
+        metrics.filter(pl.col("key").is_in([loss, grad, *adv]) & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg((pl.col("value") == 0).all().alias("dead"), pl.col("key").n_unique().alias("n"))
+        .filter(pl.col("n") == 2 + len(adv))
+        .sort("step")
+    )
+    flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
+    steps = wide["step"].to_list()
+    findings = []
+    i = 0
+    while i < len(flags):
+        run = _run_length(flags, i)
+        if flags[i] == 1.0 and run >= t.min_run and _improbable(flags[:i], 1.0, run, t):
+            findings.append(
+                Finding(
+                    "zero_variance",
+                    loss,
+                    steps[i],
+                    steps[i + run] if i + run < len(steps) else None,
+                    f"{run} steps in a row with {loss}, {grad} and advantages all exactly 0 (dead batches)",
+                )
+            )
+        i += run
+    return findings
+
+
+def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> list[Finding]:
+    """Loss, gradient norm or reward non-finite for several steps in a row."""
+    keys = [k for k in metrics["key"].unique().to_list() if k == primary or k.endswith(("grad_norm", "actor_loss/avg", "pg_loss", "/loss"))]
+    if not keys:
+        return []
+    flags_frame = (
+        metrics.filter(pl.col("key").is_in(keys) & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg((~pl.col("value").is_finite()).any().alias("bad"))
+        .sort("step")
+    )
+    flags = [1.0 if b else 0.0 for b in flags_frame["bad"].to_list()]
+    steps = flags_frame["step"].to_list()
+    i = 0
+    while i < len(flags):
+        run = _run_length(flags, i)
+        if flags[i] == 1.0 and run >= t.nan_run:
+            end = steps[i + run] if i + run < len(steps) else None
+            return [Finding("nan_inf", primary, steps[i], end, f"non-finite loss/gradient/reward for {run} steps from step {steps[i]}")]
+        i += run
+    return []
+
+
+def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t: Thresholds) -> Finding | None:
+    """The step log stopped while other logs went on: the silence after the last step is far
+    longer than the run's own step time, and something was logged in it.
+    """
+    if steps.is_empty() or steps["time"].null_count() == steps.height:
+        return None
+    last = steps.filter(pl.col("time").is_not_null()).sort("step").row(-1, named=True)
+    typical = float(durations["seconds"].median()) if not durations.is_empty() else 0.0
+    limit = max(t.stall_factor * typical, t.stall_min_seconds)
+    after = events.filter(pl.col("time") > last["time"])
+    if after.is_empty():
+        return None
+    silence = (after["time"].max() - last["time"]).total_seconds()
+    failures = after.filter(pl.col("severity").is_in(["warning", "error", "fatal"]))
+    if silence <= limit or failures.is_empty():
+        return None
+    hours = silence / 3600
+    return Finding(
+        "stall",
+        None,
+        int(last["step"]) + 1,
+        None,
+        f"no step after step {last['step']} for {hours:.1f} h while {failures.height} warnings/errors were logged",
+        last_step_time=last["time"],
+    )
+
+
+def _run_length(values: list[float], i: int) -> int:
+    n = 1
+    while i + n < len(values) and _same(values[i + n], values[i]):
+        n += 1
+    return n
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _improbable(history: list[float], value: float, run: int, t: Thresholds) -> bool:
+    """Would ``run`` consecutive ``value`` s be rarer than ``t.chance`` given the history?
+
+    The healthy frequency of ``value`` is smoothed (one pseudo-observation each way) so a
+    short history cannot make a value look impossible or certain.
+    """
+    seen = sum(1 for v in history if _same(v, value))
+    p = (seen + 0.5) / (len(history) + 1.0)
+    return p**run < t.chance
+
+
+def _recovery(values: list[float], start: int, value: float, history: list[float], t: Thresholds) -> int | None:
+    """Index of the first step of a full window that looks like the healthy history again."""
+    healthy = [v for v in history if _finite(v) and not _same(v, value)]
+    if not healthy:
+        return None
+    level = sorted(healthy)[len(healthy) // 2] * t.recovery_level
+    p = sum(1 for v in history if _same(v, value)) / max(len(history), 1)
+    allowed = math.floor(p * t.recovery_window + 2 * math.sqrt(max(p * (1 - p) * t.recovery_window, 0.0)))
+    for j in range(start, len(values) - t.recovery_window + 1):
+        window = values[j : j + t.recovery_window]
+        if _same(window[0], value) or not all(_finite(v) for v in window):
+            continue
+        stuck = sum(1 for v in window if _same(v, value))
+        others = [v for v in window if not _same(v, value)]
+        if stuck <= allowed and sum(others) / len(others) >= level:
+            return j
+    return None
+
+
+def _healthy_start(findings: list[Finding], steps: list[int]) -> int:
+    last_end = findings[-1].end_step
+    return steps.index(last_end) if last_end in steps else 0
+
+
+def _first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
+    for suffix in suffixes:
+        found = sorted(k for k in keys if k.endswith(suffix))
+        if found:
+            return found[0]
+    return None

@@ -1,0 +1,223 @@
+"""The results of an analysis, as small immutable records.
+
+Frames (metrics, events, step times) stay Polars frames; everything the tool *claims*
+(incidents, checkpoints, the recommendation) is a frozen dataclass that turns into the
+CONTRACT's JSON document with :func:`Analysis.to_document`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import polars as pl
+
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
+
+
+SCHEMA = "grpo-forensics/analysis/v1"
+TOOL_VERSION = "0.1.0"
+
+Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
+IncidentKind = Literal["reward_collapse", "zero_variance", "stall", "crash", "nan_inf"]
+Cause = Literal[
+    "inference_server_unresponsive",
+    "inference_server_crash",
+    "inference_server_oom",
+    "training_worker_crash",
+    "nccl_timeout",
+    "reward_pipeline",
+    "numerical_divergence",
+    "unknown",
+]
+CheckpointKind = Literal["hf_export", "recover", "verl", "trl"]
+
+def iso(t: datetime | None) -> str | None:
+    """ISO 8601 local wall-clock text, milliseconds kept only when present."""
+    if t is None:
+        return None
+    text = t.isoformat(timespec="milliseconds")
+    return text[:-4] if text.endswith(".000") else text
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One log line that supports a claim."""
+
+    kind: str
+    time: datetime | None
+    step: int | None
+    file: str
+    line: int
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "time": iso(self.time),
+            "step": self.step,
+            "file": self.file,
+            "line": self.line,
+            "text": self.text[:300],
+        }
+
+
+@dataclass(frozen=True)
+class Incident:
+    """A stretch of a run that went wrong, with its cause and the lines that show it."""
+
+    id: str
+    kind: IncidentKind
+    metric: str | None
+    onset_step: int
+    onset_time: datetime | None
+    end_step: int | None
+    recovered: bool
+    cause: Cause
+    confidence: float
+    evidence: tuple[Evidence, ...]
+    wasted_steps: int
+    summary: str = ""
+    onset_evidence: Evidence | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "metric": self.metric,
+            "onset_step": self.onset_step,
+            "onset_time": iso(self.onset_time),
+            "end_step": self.end_step,
+            "recovered": self.recovered,
+            "cause": self.cause,
+            "confidence": round(self.confidence, 2),
+            "evidence": [e.to_dict() for e in self.evidence[:20]],
+            "wasted_steps": self.wasted_steps,
+            "summary": self.summary,
+            "onset_evidence": self.onset_evidence.to_dict() if self.onset_evidence else None,
+        }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved model state, with its step in log units and whether it can be used."""
+
+    path: str
+    step: int
+    kind: CheckpointKind
+    complete: bool
+    resumable: bool
+    time: datetime | None = None
+    problems: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "step": self.step,
+            "kind": self.kind,
+            "complete": self.complete,
+            "resumable": self.resumable,
+            "time": iso(self.time),
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Which checkpoint to go back to, and why."""
+
+    checkpoint: str | None
+    step: int | None
+    reason: str
+    resume_command: str | None
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "step": self.step,
+            "reason": self.reason,
+            "resume_command": self.resume_command,
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class SourceReport:
+    """One file the tool read, how much of it it understood, and what it noticed missing."""
+
+    path: str
+    kind: str
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "lines": self.lines,
+            "unparsed_lines": self.unparsed_lines,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass
+class RunAnalysis:
+    """Everything found about one run: its frames and the claims made from them."""
+
+    run_id: str
+    framework: Framework
+    root: str
+    sources: list[SourceReport]
+    primary_metric: str | None
+    incidents: list[Incident]
+    checkpoints: list[Checkpoint]
+    recommendation: Recommendation
+    metrics: pl.DataFrame = field(repr=False)
+    events: pl.DataFrame = field(repr=False)
+    steps: pl.DataFrame = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+
+    def step_range(self) -> dict[str, int | None]:
+        if self.steps.is_empty():
+            return {"first": None, "last": None, "count": 0}
+        col = self.steps["step"]
+        return {"first": int(col.min()), "last": int(col.max()), "count": col.n_unique()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "framework": self.framework,
+            "root": self.root,
+            "sources": [s.to_dict() for s in self.sources],
+            "steps": self.step_range(),
+            "primary_metric": self.primary_metric,
+            "incidents": [i.to_dict() for i in self.incidents],
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
+            "recommendation": self.recommendation.to_dict(),
+            "notes": list(self.notes),
+            "thresholds": dict(self.thresholds),
+        }
+
+
+@dataclass
+class Analysis:
+    """The result of ``analyze``: one entry per run found under the given paths."""
+
+    runs: list[RunAnalysis]
+    tool_version: str = TOOL_VERSION
+
+    def to_document(self) -> dict[str, Any]:
+        """The CONTRACT's ``grpo-forensics/analysis/v1`` document."""
+        return {
+            "schema": SCHEMA,
+            "tool_version": self.tool_version,
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+    @property
+    def has_incident(self) -> bool:
+        return any(r.incidents for r in self.runs)

@@ -1,0 +1,151 @@
+"""Log formats declared as data: ``parsers/formats/<name>.json``.
+
+A format names its line regex, the prefixes other tools add, the events it recognises
+(kind, severity, regex over the message) and the metrics some lines carry, each with
+verbatim samples that the tests replay. Adding a recognised line is an edit to JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import polars as pl
+
+
+class FormatDefinitionError(ValueError):
+    """A format file is malformed (bad JSON, bad regex, missing samples)."""
+
+
+@dataclass(frozen=True)
+class EventPattern:
+    kind: str
+    severity: str
+    regex: str
+    samples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MetricPattern:
+    name: str
+    regex: str
+    keys: dict[str, str]
+    samples: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    name: str
+    title: str
+    source: str
+    line_regex: str
+    timestamp_format: str
+    levels: dict[str, str]
+    prefixes: dict[str, str]
+    events: tuple[EventPattern, ...]
+    metrics: tuple[MetricPattern, ...]
+    traceback_start: str
+    traceback_exception: str
+    traceback_kinds: tuple[tuple[str, str], ...]
+
+    def classify(self, message: pl.Expr) -> pl.Expr:
+        """The event kind of each message (first matching pattern wins), else null."""
+        expr: Any = pl.lit(None, dtype=pl.String)
+        for pattern in reversed(self.events):
+            expr = pl.when(message.str.contains(pattern.regex)).then(pl.lit(pattern.kind)).otherwise(expr)
+        return expr
+
+    def severity_of(self, kind: pl.Expr, level: pl.Expr) -> pl.Expr:
+        """Severity from the pattern where it sets one, else from the logger level."""
+        by_level = level.replace_strict(self.levels, default="info")
+        by_kind = kind.replace_strict({p.kind: p.severity for p in self.events}, default=None)
+        return pl.coalesce(by_kind, by_level)
+
+    def traceback_kind(self, exception_line: pl.Expr) -> pl.Expr:
+        expr: Any = pl.lit("traceback")
+        for kind, regex in reversed(self.traceback_kinds):
+            expr = pl.when(exception_line.str.contains(regex)).then(pl.lit(kind)).otherwise(expr)
+        return expr
+
+
+def _require(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise FormatDefinitionError(f"{where}: missing '{key}'")
+    return data[key]
+
+
+def _compiled(regex: str, where: str) -> str:
+    try:
+        re.compile(regex)
+    except re.error as exc:
+        raise FormatDefinitionError(f"{where}: invalid regex {regex!r}: {exc}") from exc
+    return regex
+
+
+def parse_format(data: dict[str, Any], where: str) -> LogFormat:
+    """Build a :class:`LogFormat` from its JSON object, checking what can be checked."""
+    line = _require(data, "line", where)
+    events = []
+    for i, item in enumerate(data.get("events", [])):
+        here = f"{where}: events[{i}]"
+        samples = tuple(_require(item, "samples", here))
+        if not samples:
+            raise FormatDefinitionError(f"{here}: a pattern needs at least one sample")
+        events.append(
+            EventPattern(
+                kind=_require(item, "kind", here),
+                severity=_require(item, "severity", here),
+                regex=_compiled(_require(item, "regex", here), here),
+                samples=samples,
+            )
+        )
+    metrics = []
+    for i, item in enumerate(data.get("metrics", [])):
+        here = f"{where}: metrics[{i}]"
+        samples = tuple(_require(item, "samples", here))
+        if not samples:
+            raise FormatDefinitionError(f"{here}: a pattern needs at least one sample")
+        metrics.append(
+            MetricPattern(
+                name=_require(item, "name", here),
+                regex=_compiled(_require(item, "regex", here), here),
+                keys=dict(_require(item, "keys", here)),
+                samples=samples,
+            )
+        )
+    tracebacks = data.get("tracebacks", {})
+    return LogFormat(
+        name=_require(data, "name", where),
+        title=_require(data, "title", where),
+        source=_require(data, "source", where),
+        line_regex=_compiled(_require(line, "regex", where), where),
+        timestamp_format=_require(line, "timestamp_format", where),
+        levels=dict(line.get("levels", {})),
+        prefixes={k: _compiled(v, where) for k, v in data.get("prefixes", {}).items()},
+        events=tuple(events),
+        metrics=tuple(metrics),
+        traceback_start=_compiled(tracebacks.get("start", "^Traceback \\(most recent call last\\):"), where),
+        traceback_exception=_compiled(tracebacks.get("exception", "^$^"), where),
+        traceback_kinds=tuple((k["kind"], _compiled(k["regex"], where)) for k in tracebacks.get("kinds", [])),
+    )
+
+
+@cache
+def load_format(name: str) -> LogFormat:
+    """The bundled format ``name`` (``parsers/formats/<name>.json``)."""
+    path = resources.files("parsers") / "formats" / f"{name}.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise FormatDefinitionError(f"formats/{name}.json: {exc}") from exc
+    return parse_format(data, f"formats/{name}.json")
+
+
+def format_names() -> list[str]:
+    """Every bundled format, found by glob (there is no hand-kept list)."""
+    folder = resources.files("parsers") / "formats"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))

@@ -1,0 +1,392 @@
+"""The checkpoints an AReaL (or legacy realhf) trial left on disk, and whether each is usable.
+
+Layouts (``shared/formats/areal.md`` §3), under ``<fileroot>/checkpoints/<user>/<exp>/<trial>``:
+
+* AReaL-lite (v0.3-lite … HEAD): ``<role>/epoch{E}epochstep{S}globalstep{G}/`` are HF exports with
+  0-based counters, so their log step is ``G + 1``. ``<role>/recover_checkpoint/`` is the recover
+  checkpoint (DCP since v0.4, HF weights + optimizer shards before), overwritten at every save; its
+  step is the 0-based ``global_step`` of ``recover_info/step_info.json``, plus one.
+* realhf (≤ v0.3): the same folder names counted from 1 (log step ``G`` as printed). A
+  recover-only save is ``<role>/recover_checkpoint/`` plus a step-named symlink to it, and the
+  run's recover info is ``<fileroot>/recover/<user>/<exp>/<trial>/recover_info.pkl``.
+
+Everything is judged from names, sizes and file headers: no weights are loaded, nothing is
+unpickled, nothing is written, and unreadable or junk files become ``problems``, never exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import struct
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from parsers.schema import CHECKPOINT_SCHEMA
+
+__all__ = ["read_areal_checkpoints"]
+
+
+_STEP_FOLDER = re.compile(r"epoch(\d+)epochstep(\d+)globalstep(\d+)")
+_WEIGHTS = re.compile(r".+\.safetensors|(pytorch_model|adapter_model).*\.bin")
+_SHARD = re.compile(r"(.+)-\d+-of-(\d+)\.(safetensors|bin)")
+_OPTIMIZER_SHARD = re.compile(r"optim_world_size_\d+_rank_\d+\.pt")
+_MAX_HEADER = 100_000_000  # the safetensors format's own limit on header size
+_MAX_JSON = 100_000_000
+
+_Check = Callable[[dict[str, Path]], list[str]]
+
+
+class _Checkpoint(NamedTuple):
+    path: str
+    step: int | None
+    kind: str
+    role: str
+    complete: bool
+    resumable: bool
+    time: datetime | None
+    problems: list[str]
+
+
+def read_areal_checkpoints(trial_dir: Path) -> pl.DataFrame:
+    """One row per checkpoint folder of an AReaL or realhf trial, sorted by step then path.
+
+    Args:
+        trial_dir: ``<fileroot>/checkpoints/<user>/<exp>/<trial>``.
+
+    Returns:
+        Columns ``path, step, kind, role, complete, resumable, time, problems``; ``step`` is in log
+        units (``…globalstep899`` of AReaL-lite is step 900). Empty when nothing is found, also
+        when ``trial_dir`` does not exist.
+    """
+    trial_dir = Path(trial_dir)
+    roles = {
+        folder.name: _entries(folder)
+        for folder in _entries(trial_dir)
+        if folder.name != "recover_info" and _is_dir(folder)
+    }
+    rows_of = _realhf_rows if _is_realhf(trial_dir, roles) else _areal_rows
+    rows = [row for role, entries in roles.items() for row in rows_of(trial_dir, role, entries)]
+    frame = pl.DataFrame(rows, schema=CHECKPOINT_SCHEMA, orient="row")
+    return frame.sort("step", "path", nulls_last=True)
+
+
+def _areal_rows(trial_dir: Path, role: str, entries: list[Path]) -> list[_Checkpoint]:
+    rows: list[_Checkpoint] = []
+    for entry in entries:
+        if match := _STEP_FOLDER.fullmatch(entry.name):
+            problems = _inspect(entry, _check_hf_export)
+            rows.append(_row(entry, int(match[3]) + 1, "hf_export", role, problems, False))
+        elif entry.name == "recover_checkpoint":
+            problems = _inspect(entry, _check_recover)
+            step, info_problems = _recover_step(trial_dir)
+            resumable = step is not None
+            rows.append(_row(entry, step, "recover", role, problems, resumable, info_problems))
+    return rows
+
+
+def _realhf_rows(trial_dir: Path, role: str, entries: list[Path]) -> list[_Checkpoint]:
+    rows: list[_Checkpoint] = []
+    linked = False
+    for entry in entries:
+        if not (match := _STEP_FOLDER.fullmatch(entry.name)):
+            continue
+        step = int(match[3])
+        if _links_to_recover_checkpoint(entry):
+            linked = True
+            # The link target is absolute, so in a copied tree it points elsewhere; the sibling
+            # recover_checkpoint is the folder the link meant.
+            problems = _inspect(entry.parent / "recover_checkpoint", _check_hf_export)
+            info_problem = _realhf_recover_info_problem(trial_dir)
+            info_problems = [info_problem] if info_problem else []
+            resumable = not info_problems
+            rows.append(_row(entry, step, "recover", role, problems, resumable, info_problems))
+        else:
+            problems = _inspect(entry, _check_hf_export)
+            rows.append(_row(entry, step, "hf_export", role, problems, False))
+    recover = [entry for entry in entries if entry.name == "recover_checkpoint"]
+    if recover and not linked:
+        problems = _inspect(recover[0], _check_hf_export)
+        unknown = "step unknown: no step-named link points here, and recover_info.pkl is not read"
+        rows.append(_row(recover[0], None, "recover", role, problems, False, [unknown]))
+    return rows
+
+
+def _row(
+    folder: Path,
+    step: int | None,
+    kind: str,
+    role: str,
+    problems: list[str],
+    resumable_if_complete: bool,
+    notes: list[str] | None = None,
+) -> _Checkpoint:
+    """A row; ``problems`` decide completeness, ``notes`` (recover info) only resumability."""
+    complete = not problems
+    return _Checkpoint(
+        str(folder),
+        step,
+        kind,
+        role,
+        complete,
+        complete and resumable_if_complete,
+        _mtime(folder),
+        problems + (notes or []),
+    )
+
+
+def _is_realhf(trial_dir: Path, roles: dict[str, list[Path]]) -> bool:
+    """Whether folder names count from 1 (realhf ≤ v0.3) rather than from 0 (AReaL-lite)."""
+    counters = [
+        (int(m[1]), int(m[2]), int(m[3]))
+        for entries in roles.values()
+        for entry in entries
+        if (m := _STEP_FOLDER.fullmatch(entry.name))
+    ]
+    if any(epoch == 0 or epoch_step == 0 for epoch, epoch_step, _ in counters):
+        return False
+    # In AReaL-lite epoch1 starts after a whole epoch, so globalstep > epochstep there.
+    if any(epoch == 1 and epoch_step == global_step for epoch, epoch_step, global_step in counters):
+        return True
+    if _is_dir(trial_dir / "recover_info"):
+        return False
+    info = _realhf_recover_info(trial_dir)
+    return "actor" in roles or (info is not None and os.path.lexists(info))
+
+
+def _realhf_recover_info(trial_dir: Path) -> Path | None:
+    trial_dir = trial_dir.absolute()
+    if len(trial_dir.parents) < 4:
+        return None
+    return trial_dir.parents[3].joinpath("recover", *trial_dir.parts[-3:], "recover_info.pkl")
+
+
+def _realhf_recover_info_problem(trial_dir: Path) -> str | None:
+    path = _realhf_recover_info(trial_dir)
+    if path is None:
+        return "recover_info.pkl cannot be located: trial_dir is not <fileroot>/checkpoints/…"
+    if not os.path.lexists(path):
+        return f"recover_info.pkl missing ({path}), so realhf cannot resume"
+    return _check_file(path)
+
+
+def _recover_step(trial_dir: Path) -> tuple[int | None, list[str]]:
+    """Log step of the AReaL-lite recover checkpoint: step_info.json's 0-based global_step + 1."""
+    path = trial_dir / "recover_info" / "step_info.json"
+    if not os.path.lexists(path):
+        return None, ["recover_info/step_info.json missing"]
+    data, problem = _read_json(path)
+    if problem:
+        return None, [problem]
+    global_step = data.get("global_step") if isinstance(data, dict) else None
+    if not isinstance(global_step, int) or isinstance(global_step, bool):
+        return None, ["step_info.json has no integer global_step"]
+    if global_step < 0:
+        return None, [f"step_info.json records no finished step (global_step {global_step})"]
+    return global_step + 1, []
+
+
+def _inspect(folder: Path, check: _Check) -> list[str]:
+    """The problems of one checkpoint folder; an unlistable folder is a problem, not an error."""
+    try:
+        names = {entry.name: Path(entry.path) for entry in os.scandir(folder)}
+    except OSError as error:
+        return [f"{folder.name} cannot be listed: {_why(error)}"]
+    return check(names) if names else ["folder is empty"]
+
+
+def _check_hf_export(names: dict[str, Path]) -> list[str]:
+    """config, weights with readable headers, and a complete shard set (LoRA adapters count)."""
+    lora = "adapter_config.json" in names and any(n.startswith("adapter_model.") for n in names)
+    problems = _check_config(names, "adapter_config.json" if lora else "config.json")
+    weights = {path for name, path in names.items() if _WEIGHTS.fullmatch(name)}
+    for name in sorted(names):
+        if name.endswith(".index.json"):
+            index_problems, shards = _check_index(names[name])
+            problems += index_problems
+            weights |= set(shards)
+    if not weights:
+        problems.append("no weight files (*.safetensors or pytorch_model*.bin)")
+    for path in sorted(weights):
+        check = _check_safetensors if path.name.endswith(".safetensors") else _check_file
+        if problem := check(path):
+            problems.append(problem)
+    return problems + _check_shard_set(names)
+
+
+def _check_recover(names: dict[str, Path]) -> list[str]:
+    """DCP (``.metadata`` + ``*.distcp``), or the older HF weights + ``optim_world_size_*``."""
+    if ".metadata" in names or any(name.endswith(".distcp") for name in names):
+        return _check_dcp(names)
+    optimizer = [path for name, path in names.items() if _OPTIMIZER_SHARD.fullmatch(name)]
+    problems = _check_hf_export(names) + [p for p in map(_check_file, sorted(optimizer)) if p]
+    if not optimizer:
+        problems.append(
+            "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"
+        )
+    return problems
+
+
+def _check_dcp(names: dict[str, Path]) -> list[str]:
+    # DCP writes .metadata last, after every rank's shards: without it the save did not finish.
+    problems: list[str] = []
+    if ".metadata" not in names:
+        problems.append(".metadata missing: the DCP save did not finish")
+    elif problem := _check_file(names[".metadata"]):
+        problems.append(problem)
+    shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
+    if not shards:
+        problems.append("no *.distcp shard files")
+    return problems + [p for p in map(_check_file, shards) if p]
+
+
+def _check_config(names: dict[str, Path], config: str) -> list[str]:
+    if config not in names:
+        return [f"{config} missing"]
+    _, problem = _read_json(names[config])
+    return [problem] if problem else []
+
+
+def _check_index(index: Path) -> tuple[list[str], list[Path]]:
+    """Every shard in the index's weight_map must exist; returns the problems and those shards."""
+    data, problem = _read_json(index)
+    if problem:
+        return [problem], []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        return [f"{index.name} has no weight_map"], []
+    problems: list[str] = []
+    shards: list[Path] = []
+    for shard in sorted({str(value) for value in weight_map.values()}):
+        relative = Path(shard)
+        if relative.is_absolute() or ".." in relative.parts:
+            problems.append(f"{shard} listed in {index.name} points outside the checkpoint")
+        elif os.path.lexists(index.parent / relative):
+            shards.append(index.parent / relative)
+        else:
+            problems.append(f"{shard} listed in {index.name} is missing")
+    return problems, shards
+
+
+def _check_shard_set(names: dict[str, Path]) -> list[str]:
+    """Numbered shards need their index: without it nothing can load them."""
+    groups: dict[str, tuple[int, int]] = {}
+    for name in names:
+        if match := _SHARD.fullmatch(name):
+            index = f"{match[1]}.{match[3]}.index.json"
+            total = int(match[2])
+            groups[index] = (total, groups.get(index, (total, 0))[1] + 1)
+    return [
+        f"{index} missing ({found} of {total} shards present)"
+        for index, (total, found) in sorted(groups.items())
+        if index not in names
+    ]
+
+
+def _check_safetensors(path: Path) -> str | None:
+    """A u64 little-endian header length N, N bytes of JSON, then the tensor data it describes."""
+    name = path.name
+    if problem := _check_file(path):
+        return problem
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            head = file.read(8)
+            if len(head) < 8:
+                return f"{name} is too short for a safetensors header ({_size(size)} file)"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8 or length > _MAX_HEADER:
+                declared = f"declared {_size(length)} header in a {_size(size)} file"
+                return f"{name} header is unreadable ({declared})"
+            header = json.loads(file.read(length))
+    except OSError as error:
+        return f"{name} cannot be read: {_why(error)}"
+    except (ValueError, RecursionError):
+        return f"{name} header is unreadable (not valid JSON)"
+    if not isinstance(header, dict):
+        return f"{name} header is unreadable (not a JSON object)"
+    try:
+        tensors = [entry for key, entry in header.items() if key != "__metadata__"]
+        end = max((int(entry["data_offsets"][1]) for entry in tensors), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        return f"{name} header is unreadable (malformed tensor entries)"
+    present = size - 8 - length
+    if end > present:
+        return f"{name} is truncated ({present:,} of the {end:,} data bytes its header describes)"
+    return None
+
+
+def _check_file(path: Path) -> str | None:
+    """A non-empty regular file that can be opened (opening a FIFO would block, hence the stat)."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path.name} is not a regular file"
+        if info.st_size == 0:
+            return f"{path.name} is empty (0 bytes)"
+        with path.open("rb"):
+            return None
+    except OSError as error:
+        return f"{path.name} cannot be read: {_why(error)}"
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """The parsed file, or why it could not be had."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{path.name} is not a regular file"
+        if info.st_size > _MAX_JSON:
+            return None, f"{path.name} is implausibly large ({_size(info.st_size)} file)"
+        return json.loads(path.read_bytes()), None
+    except OSError as error:
+        return None, f"{path.name} cannot be read: {_why(error)}"
+    except (ValueError, RecursionError) as error:
+        return None, f"{path.name} does not parse: {error}"
+
+
+def _links_to_recover_checkpoint(entry: Path) -> bool:
+    try:
+        return entry.is_symlink() and Path(os.readlink(entry)).name == "recover_checkpoint"
+    except OSError:
+        return False
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return sorted(Path(entry.path) for entry in os.scandir(folder))
+    except OSError:
+        return []
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # is_dir() itself swallows only "not found"-like errors, not EACCES
+        return False
+
+
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(os.lstat(path).st_mtime)
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
+def _size(n: int) -> str:
+    """Sizes as they read in a sentence: ``312-byte``, ``9 GB``."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{n}-byte"
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or type(error).__name__

@@ -1,0 +1,65 @@
+"""The frames every parser returns: their columns and dtypes.
+
+These schemas are the seam between ``parsers`` (files → frames) and ``forensics``
+(frames → analysis). Times are naive local wall-clock datetimes, as the logs print them.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: One row per event (a failure or a bookkeeping line that matters for the timeline).
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "time": pl.Datetime("ms"),
+    "step": pl.Int64(),
+    "source": pl.String(),
+    "kind": pl.String(),
+    "severity": pl.String(),
+    "file": pl.String(),
+    "line": pl.Int64(),
+    "message": pl.String(),
+}
+
+#: Long form, one row per value. NaN and ±Inf are kept as such.
+METRIC_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "time": pl.Datetime("ms"),
+    "key": pl.String(),
+    "value": pl.Float64(),
+    "file": pl.String(),
+    "line": pl.Int64(),
+}
+
+#: One row per logged training step: when its header was written, and where.
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "time": pl.Datetime("ms"),
+    "file": pl.String(),
+    "line": pl.Int64(),
+}
+
+
+#: One row per saved checkpoint folder, its step in log units.
+CHECKPOINT_SCHEMA: dict[str, pl.DataType] = {
+    "path": pl.String(),
+    "step": pl.Int64(),
+    "kind": pl.String(),
+    "role": pl.String(),
+    "complete": pl.Boolean(),
+    "resumable": pl.Boolean(),
+    "time": pl.Datetime("ms"),
+    "problems": pl.List(pl.String()),
+}
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """An empty frame with ``schema``."""
+    return pl.DataFrame(schema=schema)
+
+
+def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``frame`` with exactly the columns of ``schema``, in order, cast; missing ones null."""
+    return frame.select(
+        (pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
+        for name, dtype in schema.items()
+    )

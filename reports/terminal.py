@@ -1,0 +1,121 @@
+"""A compact rich summary of an analysis: one header per run, one panel per incident, the checkpoint.
+
+Log text is only ever put into ``rich.text.Text`` objects, so ``[bold]`` or ``:smile:`` in a log
+line prints literally.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from forensics.model import Analysis, Incident, RunAnalysis, iso
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+MAX_SOURCES = 6
+
+
+def _short(path: str, root: str) -> str:
+    root = root.rstrip("/")
+    return path[len(root) + 1 :] if root and path.startswith(root + "/") else path
+
+
+def render_summary(analysis: Analysis, console: Console) -> None:
+    """Print a compact summary of every run in ``analysis`` to ``console``."""
+    if not analysis.runs:
+        console.print("No runs found.", markup=False, highlight=False)
+    for k, run in enumerate(analysis.runs):
+        if k:
+            console.print()
+        _run(run, console)
+
+
+def _run(run: RunAnalysis, console: Console) -> None:
+    from rich.text import Text
+
+    rng = run.step_range()
+    steps = f"steps {rng['first']}-{rng['last']} ({rng['count']})" if rng["count"] else "no steps logged"
+    header = Text.assemble(("run ", "bold"), (run.run_id, "bold cyan"), f"  {run.framework}  {steps}")
+    if run.primary_metric:
+        header.append(f"  metric {run.primary_metric}", style="dim")
+    console.print(header, highlight=False)
+
+    lines = sum(s.lines for s in run.sources)
+    unparsed = sum(s.unparsed_lines for s in run.sources)
+    console.print(
+        Text(f"sources: {len(run.sources)} file(s), {lines:,} lines, {unparsed:,} unparsed", style="dim"),
+        highlight=False,
+    )
+    for s in run.sources[:MAX_SOURCES]:
+        console.print(
+            Text(f"  {_short(s.path, run.root)}  {s.kind}  {s.lines:,} lines, {s.unparsed_lines:,} unparsed",
+                 style="dim", no_wrap=True, overflow="ellipsis"),
+            highlight=False,
+        )
+    if len(run.sources) > MAX_SOURCES:
+        console.print(Text(f"  ... and {len(run.sources) - MAX_SOURCES} more", style="dim"), highlight=False)
+
+    if not run.incidents:
+        console.print(Text("No incident found: the run looks healthy.", style="bold green"), highlight=False)
+    for inc in run.incidents:
+        console.print(_incident(run, inc))
+    _recommendation(run, console)
+
+
+def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    from reports.html import wasted_hours
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column()
+    if inc.metric:
+        grid.add_row("metric", Text(inc.metric))
+    grid.add_row("onset", Text(f"step {inc.onset_step} at {iso(inc.onset_time) or 'unknown time'}"))
+    if inc.end_step is not None:
+        grid.add_row("end", Text(f"step {inc.end_step}" + (" (recovered)" if inc.recovered else "")))
+    else:
+        grid.add_row("end", Text("NOT RECOVERED", style="bold red"))
+    hours = wasted_hours(run, inc)
+    grid.add_row("wasted", Text(f"{inc.wasted_steps} steps" + (f" ({hours:.2f} h)" if hours is not None else "")))
+    grid.add_row("cause", Text.assemble((inc.cause, "bold"), f" (confidence {inc.confidence:.2f})"))
+    if inc.summary:
+        grid.add_row("summary", Text(inc.summary))
+    parts = [grid]
+    if inc.evidence:
+        parts.append(Text("evidence", style="dim"))
+        for ev in inc.evidence[:3]:
+            text = " ".join(ev.text.split())
+            parts.append(Text.assemble(
+                (f"  {_short(ev.file, run.root)}:{ev.line}", "cyan"), "  ", text,
+                no_wrap=True, overflow="ellipsis",
+            ))
+        if len(inc.evidence) > 3:
+            parts.append(Text(f"  ... {len(inc.evidence) - 3} more in the HTML report", style="dim"))
+    title = Text.assemble((inc.id, "bold"), "  ", (inc.kind, "bold red"))
+    return Panel(Group(*parts), title=title, title_align="left", border_style="red")
+
+
+def _recommendation(run: RunAnalysis, console: Console) -> None:
+    from rich.text import Text
+
+    rec = run.recommendation
+    console.print(Text("Recommendation", style="bold"), highlight=False)
+    # Path and command are printed unwrapped so they stay copy-pasteable.
+    if rec.checkpoint:
+        console.print(Text.assemble(("  checkpoint  ", "dim"), (rec.checkpoint, "bold green")),
+                      soft_wrap=True, highlight=False)
+    else:
+        console.print(Text.assemble(("  checkpoint  ", "dim"), ("none", "bold yellow")), highlight=False)
+    if rec.step is not None:
+        console.print(Text.assemble(("  step        ", "dim"), str(rec.step)), highlight=False)
+    console.print(Text.assemble(("  reason      ", "dim"), rec.reason), highlight=False)
+    if rec.resume_command:
+        console.print(Text.assemble(("  resume      ", "dim"), rec.resume_command), soft_wrap=True, highlight=False)
+    for w in rec.warnings:
+        console.print(Text(f"  warning: {w}", style="yellow"), highlight=False)

@@ -1,0 +1,397 @@
+"""read_areal_checkpoints on real checkpoint trees built in tmp_path (hand-written safetensors)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from parsers.areal_checkpoints import read_areal_checkpoints
+
+SCHEMA = {
+    "path": pl.String(),
+    "step": pl.Int64(),
+    "kind": pl.String(),
+    "role": pl.String(),
+    "complete": pl.Boolean(),
+    "resumable": pl.Boolean(),
+    "time": pl.Datetime("ms"),
+    "problems": pl.List(pl.String()),
+}
+
+
+def safetensors_bytes(tensors: int = 1) -> bytes:
+    """A valid safetensors file: ``tensors`` float32 scalars."""
+    header = {
+        f"w{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+        for i in range(tensors)
+    }
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + b"\0" * (4 * tensors)
+
+
+def hf_export(folder: Path, shards: int = 1) -> Path:
+    """What HF ``save_pretrained`` leaves: config and weights (sharded + index if shards > 1)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (folder / "tokenizer.json").write_text("{}")
+    if shards == 1:
+        (folder / "model.safetensors").write_bytes(safetensors_bytes())
+        return folder
+    names = [f"model-{k:05d}-of-{shards:05d}.safetensors" for k in range(1, shards + 1)]
+    for name in names:
+        (folder / name).write_bytes(safetensors_bytes())
+    weight_map = {f"layer{k}.w": name for k, name in enumerate(names)}
+    index = {"metadata": {}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.fixture
+def trial(tmp_path: Path) -> Path:
+    path = tmp_path / "fileroot" / "checkpoints" / "alice" / "gsm8k-grpo" / "trial0"
+    path.mkdir(parents=True)
+    return path
+
+
+def step_info(trial: Path, text: str) -> None:
+    (trial / "recover_info").mkdir()
+    (trial / "recover_info" / "step_info.json").write_text(text)
+
+
+def dcp(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / ".metadata").write_bytes(b"\x80\x04 pickled metadata, never unpickled")
+    (folder / "__0_0.distcp").write_bytes(b"tensor bytes")
+    (folder / "__1_0.distcp").write_bytes(b"tensor bytes")
+    return folder
+
+
+def only(frame: pl.DataFrame) -> dict:
+    assert frame.height == 1, frame
+    return frame.row(0, named=True)
+
+
+def test_areal_folder_names_are_zero_based(trial: Path) -> None:
+    first = hf_export(trial / "default" / "epoch0epochstep899globalstep899")
+    hf_export(trial / "default" / "epoch1epochstep934globalstep1869", shards=3)
+    hf_export(trial / "critic" / "epoch0epochstep899globalstep899")
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame.schema == pl.Schema(SCHEMA)
+    assert frame.select("step", "role", "kind").rows() == [
+        (900, "critic", "hf_export"),
+        (900, "default", "hf_export"),
+        (1870, "default", "hf_export"),
+    ]
+    assert frame["complete"].all() and not frame["resumable"].any()
+    assert frame["problems"].to_list() == [[], [], []]
+    row = frame.row(1, named=True)
+    assert row["path"] == str(first)
+    expected = datetime.fromtimestamp(first.stat().st_mtime)
+    assert row["time"] == expected.replace(microsecond=expected.microsecond // 1000 * 1000)
+
+
+def test_realhf_folder_names_are_one_based(trial: Path) -> None:
+    hf_export(trial / "actor" / "epoch1epochstep900globalstep900")
+    hf_export(trial / "actor" / "epoch2epochstep935globalstep1870")
+    hf_export(trial / "critic" / "epoch2epochstep935globalstep1870")
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame.select("step", "role").rows() == [
+        (900, "actor"),
+        (1870, "actor"),
+        (1870, "critic"),
+    ]
+    assert frame["complete"].all()
+
+
+def test_realhf_layout_decides_ambiguous_names(trial: Path) -> None:
+    # epoch2epochstep935globalstep1870 reads as either convention; the recover root says realhf.
+    hf_export(trial / "actor" / "epoch2epochstep935globalstep1870")
+    recover = trial.parents[3] / "recover" / "alice" / "gsm8k-grpo" / "trial0"
+    recover.mkdir(parents=True)
+    (recover / "recover_info.pkl").write_bytes(b"junk: it is never unpickled")
+
+    assert read_areal_checkpoints(trial)["step"].to_list() == [1870]
+
+
+def test_realhf_recover_link_is_a_resumable_recover_checkpoint(trial: Path) -> None:
+    role = trial / "actor"
+    hf_export(role / "epoch1epochstep10globalstep10")
+    target = hf_export(role / "recover_checkpoint")
+    (role / "epoch1epochstep20globalstep20").symlink_to(target.absolute(), target_is_directory=True)
+    recover = trial.parents[3] / "recover" / "alice" / "gsm8k-grpo" / "trial0"
+    recover.mkdir(parents=True)
+    (recover / "recover_info.pkl").write_bytes(b"junk: it is never unpickled")
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame.select("step", "kind", "complete", "resumable").rows() == [
+        (10, "hf_export", True, False),
+        (20, "recover", True, True),
+    ]
+    assert frame["path"][1] == str(role / "epoch1epochstep20globalstep20")
+
+
+def test_realhf_recover_link_without_recover_info_is_not_resumable(trial: Path) -> None:
+    role = trial / "actor"
+    target = hf_export(role / "recover_checkpoint")
+    (role / "epoch1epochstep20globalstep20").symlink_to(target.absolute())
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["step"], row["complete"], row["resumable"]) == (20, True, False)
+    assert row["problems"][0].startswith("recover_info.pkl missing")
+
+
+def test_realhf_recover_checkpoint_without_link_has_no_step(trial: Path) -> None:
+    hf_export(trial / "actor" / "epoch1epochstep10globalstep10")
+    hf_export(trial / "actor" / "recover_checkpoint")
+
+    row = read_areal_checkpoints(trial).row(1, named=True)
+
+    assert (row["step"], row["kind"]) == (None, "recover")
+    assert (row["complete"], row["resumable"]) == (True, False)
+    assert row["problems"][0].startswith("step unknown")
+
+
+def test_recover_checkpoint_step_comes_from_step_info(trial: Path) -> None:
+    hf_export(trial / "default" / "epoch1epochstep934globalstep1869")
+    dcp(trial / "default" / "recover_checkpoint")
+    info = {"epoch": 1, "epoch_step": 934, "global_step": 1869, "steps_per_epoch": 935}
+    step_info(trial, json.dumps(info, indent=4))
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame.select("step", "kind", "complete", "resumable").rows() == [
+        (1870, "hf_export", True, False),
+        (1870, "recover", True, True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"epoch": 1, "global_', "step_info.json does not parse: "),
+        ('{"epoch": 1}', "step_info.json has no integer global_step"),
+        (None, "recover_info/step_info.json missing"),
+    ],
+)
+def test_broken_step_info_leaves_step_unknown(trial: Path, text: str | None, problem: str) -> None:
+    dcp(trial / "default" / "recover_checkpoint")
+    if text is not None:
+        step_info(trial, text)
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["step"], row["complete"], row["resumable"]) == (None, True, False)
+    assert len(row["problems"]) == 1 and row["problems"][0].startswith(problem)
+
+
+def test_unfinished_dcp_save_is_incomplete(trial: Path) -> None:
+    folder = dcp(trial / "default" / "recover_checkpoint")
+    (folder / ".metadata").unlink()
+    (folder / "__1_0.distcp").write_bytes(b"")
+    step_info(trial, '{"global_step": 4}')
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["step"], row["complete"], row["resumable"]) == (5, False, False)
+    assert row["problems"] == [
+        ".metadata missing: the DCP save did not finish",
+        "__1_0.distcp is empty (0 bytes)",
+    ]
+
+
+def test_older_recover_layout_needs_optimizer_shards(trial: Path) -> None:
+    folder = hf_export(trial / "default" / "recover_checkpoint")
+    step_info(trial, '{"global_step": 9}')
+    assert only(read_areal_checkpoints(trial))["problems"] == [
+        "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"
+    ]
+
+    (folder / "optim_world_size_2_rank_0.pt").write_bytes(b"x")
+    (folder / "optim_world_size_2_rank_1.pt").write_bytes(b"x")
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["step"], row["complete"], row["resumable"], row["problems"]) == (10, True, True, [])
+
+
+def test_missing_shard(trial: Path) -> None:
+    folder = hf_export(trial / "default" / "epoch0epochstep99globalstep99", shards=3)
+    (folder / "model-00002-of-00003.safetensors").unlink()
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["step"], row["complete"]) == (100, False)
+    assert row["problems"] == [
+        "model-00002-of-00003.safetensors listed in model.safetensors.index.json is missing"
+    ]
+
+
+def test_shards_without_their_index(trial: Path) -> None:
+    folder = hf_export(trial / "default" / "epoch0epochstep99globalstep99", shards=3)
+    (folder / "model.safetensors.index.json").unlink()
+
+    assert only(read_areal_checkpoints(trial))["problems"] == [
+        "model.safetensors.index.json missing (3 of 3 shards present)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            struct.pack("<Q", 9 * 10**9) + b"\0" * 304,
+            "model.safetensors header is unreadable (declared 9 GB header in a 312-byte file)",
+        ),
+        (b"<html>garbage</html>", "model.safetensors header is unreadable (declared"),
+        (
+            struct.pack("<Q", 6) + b"{nope}",
+            "model.safetensors header is unreadable (not valid JSON)",
+        ),
+        (
+            struct.pack("<Q", 2) + b"[]",
+            "model.safetensors header is unreadable (not a JSON object)",
+        ),
+        (
+            safetensors_bytes(tensors=4)[:-5],
+            "model.safetensors is truncated (11 of the 16 data bytes its header describes)",
+        ),
+        (b"\x01\x02\x03", "model.safetensors is too short for a safetensors header (3-byte file)"),
+        (b"", "model.safetensors is empty (0 bytes)"),
+    ],
+    ids=["huge-length", "garbage", "not-json", "not-object", "truncated", "too-short", "empty"],
+)
+def test_unreadable_safetensors(trial: Path, content: bytes, problem: str) -> None:
+    folder = hf_export(trial / "default" / "epoch0epochstep9globalstep9")
+    (folder / "model.safetensors").write_bytes(content)
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert row["complete"] is False
+    assert len(row["problems"]) == 1 and row["problems"][0].startswith(problem), row["problems"]
+
+
+def test_config_json_missing(trial: Path) -> None:
+    folder = hf_export(trial / "default" / "epoch0epochstep9globalstep9")
+    (folder / "config.json").unlink()
+
+    assert only(read_areal_checkpoints(trial))["problems"] == ["config.json missing"]
+
+
+def test_lora_adapter_is_a_complete_export(trial: Path) -> None:
+    folder = trial / "default" / "epoch0epochstep9globalstep9"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"r": 8}')
+    (folder / "adapter_model.safetensors").write_bytes(safetensors_bytes())
+
+    row = only(read_areal_checkpoints(trial))
+
+    assert (row["complete"], row["problems"]) == (True, [])
+
+
+def test_junk_never_raises(trial: Path) -> None:
+    role = trial / "default"
+    hf_export(role / "weight_update")  # disk-mode weight sync, not a checkpoint
+    loop = role / "epoch0epochstep1globalstep1"
+    loop.symlink_to(loop)
+    (role / "epoch0epochstep2globalstep2").write_text("a file where a folder belongs")
+    (role / "epoch0epochstep3globalstep3").mkdir()
+    fifo = hf_export(role / "epoch0epochstep4globalstep4")
+    (fifo / "model.safetensors").unlink()
+    os.mkfifo(fifo / "model.safetensors")  # opening it would block forever
+    dangling = hf_export(role / "epoch0epochstep5globalstep5")
+    (dangling / "model.safetensors").unlink()
+    (dangling / "model.safetensors").symlink_to(dangling / "gone.safetensors")
+    (dangling / "config.json").write_text("{")
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame["step"].to_list() == [2, 3, 4, 5, 6]
+    assert not frame["complete"].any()
+    assert frame["problems"].to_list() == [
+        ["epoch0epochstep1globalstep1 cannot be listed: Too many levels of symbolic links"],
+        ["epoch0epochstep2globalstep2 cannot be listed: Not a directory"],
+        ["folder is empty"],
+        ["model.safetensors is not a regular file"],
+        [
+            "config.json does not parse: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)",
+            "model.safetensors cannot be read: No such file or directory",
+        ],
+    ]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_permission_denied_is_a_problem(trial: Path) -> None:
+    folder = hf_export(trial / "default" / "epoch0epochstep9globalstep9")
+    (folder / "model.safetensors").chmod(0)
+    try:
+        row = only(read_areal_checkpoints(trial))
+    finally:
+        (folder / "model.safetensors").chmod(0o644)
+    assert row["problems"] == ["model.safetensors cannot be read: Permission denied"]
+
+
+def test_sorted_by_step_then_path_with_unknown_steps_last(trial: Path) -> None:
+    dcp(trial / "default" / "recover_checkpoint")
+    hf_export(trial / "default" / "epoch0epochstep19globalstep19")
+    hf_export(trial / "critic" / "epoch0epochstep9globalstep9")
+    hf_export(trial / "critic" / "epoch0epochstep19globalstep19")
+
+    frame = read_areal_checkpoints(trial)
+
+    assert frame.select("step", "role").rows() == [
+        (10, "critic"),
+        (20, "critic"),
+        (20, "default"),
+        (None, "default"),
+    ]
+
+
+def test_empty_trial_dir(trial: Path) -> None:
+    frame = read_areal_checkpoints(trial)
+    assert frame.is_empty() and frame.schema == pl.Schema(SCHEMA)
+
+
+def test_nonexistent_path(tmp_path: Path) -> None:
+    frame = read_areal_checkpoints(tmp_path / "no" / "such" / "trial")
+    assert frame.is_empty() and frame.schema == pl.Schema(SCHEMA)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under root, without following links: mode, mtime_ns and content hash."""
+    seen = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            info = path.lstat()
+            regular = path.is_file() and not path.is_symlink()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if regular else ""
+            seen[str(path)] = (info.st_mode, info.st_mtime_ns, digest)
+    return seen
+
+
+def test_nothing_under_the_tree_is_modified(trial: Path) -> None:
+    hf_export(trial / "default" / "epoch0epochstep899globalstep899", shards=3)
+    broken = hf_export(trial / "default" / "epoch1epochstep934globalstep1869")
+    (broken / "model.safetensors").write_bytes(b"junk")
+    dcp(trial / "default" / "recover_checkpoint")
+    step_info(trial, '{"global_step": 1869}')
+    (trial / "default" / "epoch1epochstep935globalstep1870").symlink_to("missing")
+    root = trial.parents[3]
+    before = snapshot(root)
+
+    read_areal_checkpoints(trial)
+
+    assert snapshot(root) == before
