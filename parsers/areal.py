@@ -29,7 +29,8 @@ from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
-_TABLE_CHARS = ["│", "├", "╒", "╘", "╞", "╤", "╧"]
+_TABLE_CHARS = ["│", "├", "╒", "╘", "╞"]
+_TABLE_RULES = ["├", "╞"]
 _LITE_HEADER = r"^Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
 _REALHF_HEADER = r"^Epoch (\d+)/(\d+) step (\d+)/(\d+) \(global step (\d+)\) finishes\."
 _STATS_ANCHOR = r"^Stats \((\d+)/(\d+)\):|^RPC name \S+ returns(?: \((\d+)/(\d+)\))?"
@@ -86,50 +87,63 @@ def _prefixes_in(path: Path, fmt: LogFormat) -> list[str]:
 
 
 def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str]) -> dict[str, pl.LazyFrame]:
-    text = pl.col("text").str.replace_all(ANSI, "")
+    """One pass over the file: keep all lines but blanks and table rules (most of the bytes)."""
+    text = pl.col("text")
     for regex in prefixes:
         text = text.str.replace(regex, "")
-    lines = lines.with_columns(text.str.strip_chars_end().alias("text"))
-    first = pl.col("text").str.head(1)
-    in_table = first.is_in(_TABLE_CHARS)
+    kept = (
+        lines.with_columns(text.alias("text"))
+        .with_columns(pl.col("text").str.head(1).alias("first"))
+        .filter((pl.col("text") != "") & ~pl.col("first").is_in(_TABLE_RULES))
+    )
+    return {"counts": lines.select(pl.col("line").max().alias("last_line")), "kept": kept}
 
-    rows = (
-        lines.filter(first == "│")
-        .with_columns(pl.col("text").str.ends_with("│").alias("complete"))
-        .with_columns(pl.col("text").str.split("│").list.slice(1).alias("cells"))
-        .with_columns(
-            pl.col("cells").list.gather_every(2).alias("key"),
-            pl.col("cells").list.gather_every(2, 1).alias("raw"),
-        )
-        .select("line", "complete", "key", "raw")
+
+def _split(kept: pl.DataFrame, fmt: LogFormat) -> dict[str, pl.DataFrame]:
+    """Kept lines → table cells, table tops, and everything else with logger fields.
+
+    Table rows carry no colour codes (colorlog colours only a message's first line), so only
+    the other lines are cleaned of them.
+    """
+    is_row = pl.col("first") == "│"
+    rest = (
+        kept.filter(~is_row)
+        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
+        .with_columns(pl.col("text").str.head(1).alias("first"))
     )
-    cells = (
+    tops = rest.filter(pl.col("first") == "╒").select("line", pl.col("text").str.count_matches("╤", literal=True).alias("n"))
+    width = 2 * ((int(tops["n"].max()) + 2) // 2) if tops.height else 8
+    rows = kept.filter(is_row).with_columns(pl.col("text").str.strip_chars_end().str.ends_with("│").alias("complete"))
+    split = (
         rows.filter(pl.col("complete"))
-        .with_columns(pl.col("key").list.head(pl.col("raw").list.len()))
-        .explode("key", "raw")
-        .with_columns(pl.col("key").str.strip_chars(), pl.col("raw").str.strip_chars())
-        .filter(pl.col("key") != "")
-        .with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value"))
+        .select("line", pl.col("text").str.split_exact("│", width + 1).alias("s"))
+        .unnest("s")
     )
-    rest = lines.filter(~in_table & (pl.col("text") != ""))
-    logger = rest.with_columns(pl.col("text").str.extract_groups(fmt.line_regex).alias("g")).unnest("g")
+    fields = split.columns[2:]
+    cells = pl.concat(
+        split.select(
+            "line",
+            pl.col(key).str.strip_chars().alias("key"),
+            pl.col(raw).str.strip_chars().alias("raw"),
+        )
+        for key, raw in zip(fields[0::2], fields[1::2], strict=False)
+    ).filter(pl.col("key").is_not_null() & (pl.col("key") != "") & pl.col("raw").is_not_null())
+    other = (
+        rest.filter(~pl.col("first").is_in(_TABLE_CHARS) & (pl.col("text") != ""))
+        .with_columns(pl.col("text").str.extract_groups(fmt.line_regex).alias("g"))
+        .unnest("g")
+    )
     return {
-        "counts": lines.select(
-            pl.len().alias("lines"),
-            (pl.col("text") == "").sum().alias("blank"),
-            (first == "│").sum().alias("rows"),
-            pl.col("line").max().alias("last_line"),
-        ),
-        "cells": cells.select("line", "key", "raw", "value"),
+        "cells": cells.with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value")).sort("line"),
         "broken_rows": rows.filter(~pl.col("complete")).select("line"),
-        "tops": lines.filter(first == "╒").select("line"),
-        "other": logger.select("line", "text", "time", "logger", "level", "message"),
+        "tops": tops.select("line"),
+        "other": other.select("line", "text", "time", "logger", "level", "message"),
     }
 
 
 def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> AReaLLog:
-    counts = parts["counts"]
-    total_lines = int(counts["last_line"].max() or 0)
+    total_lines = int(parts["counts"]["last_line"].max() or 0)
+    parts = _split(parts["kept"], fmt)
     other = parts["other"].with_columns(
         pl.col("time").str.strptime(pl.Datetime("ms"), fmt.timestamp_format, strict=False),
         pl.col("message").fill_null(""),
@@ -211,21 +225,19 @@ def _table_metrics(
             tables.join_asof(realhf, left_on="anchor", right_on="header", strategy="forward"),
         ]
     ).filter(pl.col("step").is_not_null()).sort("top")
-    placed = cells.join_asof(owned.select("top", "header", "step", "time"), left_on="line", right_on="top")
+    # The later copy of a re-logged step wins: keep only tables under its newest header.
+    owned = owned.with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
+    placed = cells.join_asof(owned.select("top", "header", "step", "time", "latest"), left_on="line", right_on="top")
     orphans = placed.filter(pl.col("step").is_null()).height
-    placed = placed.filter(pl.col("step").is_not_null())
-    latest = placed.group_by("step").agg(pl.col("header").max().alias("latest"))
-    metrics = (
-        placed.join(latest, on="step")
-        .filter(pl.col("header") == pl.col("latest"))
-        .group_by("step", "key", maintain_order=True)
-        .agg(
-            pl.col("time").first(),
-            pl.col("value").mean(),
-            pl.col("header").first().alias("line"),
-        )
-        .with_columns(pl.lit(path).alias("file"))
+    metrics = placed.filter(pl.col("latest").fill_null(False)).select(
+        "step", "time", "key", "value", pl.col("header").alias("line")
     )
+    if owned.filter(pl.col("latest")).group_by("header").len()["len"].max() > 1:
+        # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
+        metrics = metrics.group_by("step", "key", maintain_order=True).agg(
+            pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
+        )
+    metrics = metrics.with_columns(pl.lit(path).alias("file"))
     return conform(metrics, METRIC_SCHEMA), orphans
 
 
