@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 import polars as pl
 
@@ -92,8 +93,8 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     if deciding.is_empty():
         return _no_fault(finding, attributed, spans)
 
-    first = deciding.sort("time", "line", nulls_last=True).row(0, named=True)
-    cause: Cause = first["cause"]
+    cause: Cause = deciding.sort("time", "line", nulls_last=True).row(0, named=True)["cause"]
+    first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
     if cause == "inference_server_crash" and _memory_first(in_window, first):
         cause = "inference_server_oom"
     kinds = scores.filter(pl.col("cause") == cause)
@@ -166,8 +167,11 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
             f"{row['in_window']} {row['kind']} in steps {spans.window[0]}–{spans.window[1]} vs "
             f"{row['in_baseline']} in the {spans.baseline[1] - spans.baseline[0] + 1} steps before (p={p:.1g})"
         )
-    when = first["time"].isoformat(sep=" ", timespec="seconds") if first["time"] else "?"
-    return "; ".join(parts) + f"; first: {first['kind']} at {when} (step {first['step']})."
+    return "; ".join(parts) + f"; first: {first['kind']} at {_when(first['time'])} (step {first['step']})."
+
+
+def _when(time: datetime | None) -> str:
+    return time.isoformat(sep=" ", timespec="seconds") if time else "an unknown time"
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
@@ -178,7 +182,7 @@ def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     if crash.is_empty():
         return "No refused connection or server exit followed: the server stayed up but stopped answering."
     row = crash.sort("time", nulls_last=True).row(0, named=True)
-    return f"The server was seen down only later: {row['kind']} at {row['time']} (step {row['step']})."
+    return f"The server was seen down only later: {row['kind']} at {_when(row['time'])} (step {row['step']})."
 
 
 def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
