@@ -1,0 +1,49 @@
+"""Shared test setup: the fixture builder is importable, fixtures are addressed by name."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+
+@pytest.fixture
+def fixture_run():
+    """Path to a committed fixture's ``outputs/`` tree, by name."""
+
+    def get(name: str) -> Path:
+        path = FIXTURES / name / "outputs"
+        assert path.is_dir(), f"missing fixture {name}; rebuild with python tests/fixtures/build.py"
+        return path
+
+    return get
+
+
+def read_line(path: str | Path, number: int) -> str:
+    """Line ``number`` (1-based) of a plain or gzipped file, as text."""
+    path = Path(path)
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+        for i, line in enumerate(fh, 1):
+            if i == number:
+                return line.rstrip("\n")
+    raise AssertionError(f"{path} has fewer than {number} lines")
+
+
+def tree_state(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Content hash, mtime and mode of every file and folder under ``root``."""
+    state = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            st = path.lstat()
+            digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+            state[str(path)] = (digest, st.st_mtime_ns, st.st_mode)
+    return state

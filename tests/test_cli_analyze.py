@@ -1,0 +1,189 @@
+"""``grpo-forensics analyze`` and friends on the incident fixtures, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import read_line, tree_state
+from typer.testing import CliRunner
+
+from forensics.cli import app
+
+runner = CliRunner()
+
+
+def run_json(path: Path, tmp_path: Path, *extra: str) -> dict:
+    out = tmp_path / "analysis.json"
+    result = runner.invoke(app, ["analyze", str(path), "--json", str(out), "--out", str(tmp_path / "report"), *extra])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def test_seed000_onset_cause_and_checkpoint(fixture_run, tmp_path: Path) -> None:
+    doc = run_json(fixture_run("areal_seed000"), tmp_path)
+    assert doc["schema"] == "grpo-forensics/analysis/v1"
+    [run] = doc["runs"]
+    assert run["run_id"] == "gsm8k-grpo-full-local/trial0"
+    assert run["primary_metric"] == "grpo_actor/task_reward/avg"
+    assert run["steps"] == {"first": 1, "last": 1869, "count": 1869}
+    first = run["incidents"][0]
+    assert first["kind"] == "reward_collapse"
+    assert first["onset_step"] == 940
+    assert first["onset_time"] == "2025-11-11T11:37:11.251"
+    assert first["recovered"] is False and first["end_step"] is None
+    assert first["cause"] == "inference_server_unresponsive"
+    assert first["wasted_steps"] == 930
+    assert first["evidence"] and first["evidence"][0]["kind"] == "request_timeout"
+    rec = run["recommendation"]
+    assert rec["checkpoint"].endswith("default/epoch0epochstep899globalstep899")
+    assert rec["step"] == 900
+    assert any("recover checkpoint" in w and "overwritten" in w for w in rec["warnings"])
+    assert "actor.path=" in rec["resume_command"]
+
+
+def test_every_evidence_line_is_in_its_file(fixture_run, tmp_path: Path) -> None:
+    for name in ("areal_seed000", "areal_seed001"):
+        doc = run_json(fixture_run(name), tmp_path)
+        for incident in doc["runs"][0]["incidents"]:
+            assert incident["evidence"], incident["id"]
+            for item in incident["evidence"]:
+                line = re.sub(r"\x1b\[[0-9;]*m", "", read_line(item["file"], item["line"]))
+                assert item["text"][:120] in line
+
+
+def test_seed000_server_crash_later_is_a_second_incident(fixture_run, tmp_path: Path) -> None:
+    doc = run_json(fixture_run("areal_seed000"), tmp_path)
+    stall = doc["runs"][0]["incidents"][1]
+    assert stall["kind"] == "stall"
+    assert stall["onset_step"] == 1870
+    assert stall["cause"] == "inference_server_crash"
+    kinds = {e["kind"] for e in stall["evidence"]}
+    assert {"server_exit", "connection_refused"} <= kinds
+
+
+def test_seed001_spikes_are_not_a_recovery(fixture_run, tmp_path: Path) -> None:
+    doc = run_json(fixture_run("areal_seed001"), tmp_path)
+    [run] = doc["runs"]
+    first = run["incidents"][0]
+    assert (first["onset_step"], first["recovered"]) == (188, False)
+    assert first["cause"] == "inference_server_crash"
+    assert run["recommendation"]["step"] == 150
+    assert len(run["incidents"]) == 1
+
+
+def test_seed001_relaunch_later_copy_wins(fixture_run, tmp_path: Path) -> None:
+    from forensics import analyze
+
+    run = analyze([fixture_run("areal_seed001")]).runs[0]
+    resumed = run.events.filter(pl.col("kind") == "run_resumed")
+    assert resumed.height == 1
+    resume_line = resumed["line"][0]
+    relogged = run.metrics.filter((pl.col("key") == "grpo_actor/task_reward/avg") & pl.col("step").is_between(681, 700))
+    assert relogged.height == 20
+    assert (relogged["line"] > resume_line).all()
+    assert run.steps.height == 900
+
+
+def test_healthy_sparse_run_has_no_incident(fixture_run, tmp_path: Path) -> None:
+    doc = run_json(fixture_run("areal_healthy_sparse"), tmp_path)
+    [run] = doc["runs"]
+    assert run["incidents"] == []
+    rec = run["recommendation"]
+    assert rec["step"] == 300
+    assert rec["checkpoint"] is not None
+
+
+def test_healthy_fixture_really_has_isolated_zero_steps(fixture_run) -> None:
+    from forensics import analyze
+
+    run = analyze([fixture_run("areal_healthy_sparse")]).runs[0]
+    rewards = run.metrics.filter(pl.col("key") == run.primary_metric).sort("step")["value"]
+    assert (rewards == 0).sum() >= 30
+
+
+def test_best_checkpoint_prints_the_path_alone(fixture_run) -> None:
+    result = runner.invoke(app, ["best-checkpoint", str(fixture_run("areal_seed000"))])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("epoch0epochstep899globalstep899")
+    assert Path(lines[0]).is_dir()
+
+
+def test_best_checkpoint_json_is_the_recommendation(fixture_run) -> None:
+    result = runner.invoke(app, ["best-checkpoint", str(fixture_run("areal_healthy_sparse")), "--json"])
+    assert result.exit_code == 0
+    rec = json.loads(result.stdout)
+    assert set(rec) >= {"checkpoint", "step", "reason", "resume_command", "warnings"}
+    assert rec["step"] == 300
+
+
+def test_html_report_opens_with_the_verdict(fixture_run, tmp_path: Path) -> None:
+    run_json(fixture_run("areal_seed000"), tmp_path)
+    page = (tmp_path / "report" / "report.html").read_text()
+    verdict = page.index('id="incident-1"')
+    assert verdict < page.index('id="checkpoint"') < page.index('<div class="plot"')
+    assert "940" in page[verdict : verdict + 3000]
+    assert page.count("Plotly.newPlot") == 1
+    assert not re.search(r"""<(?:script|link|img)[^>]+(?:src|href)=["']https?://""", page)
+
+
+def test_analyze_writes_nothing_into_the_tree(fixture_run, tmp_path: Path) -> None:
+    root = fixture_run("areal_seed001")
+    before = tree_state(root)
+    run_json(root, tmp_path)
+    runner.invoke(app, ["best-checkpoint", str(root)])
+    runner.invoke(app, ["events", str(root)])
+    runner.invoke(app, ["metrics", str(root)])
+    assert tree_state(root) == before
+
+
+def test_fail_on_incident_exit_codes(fixture_run, tmp_path: Path) -> None:
+    sick = runner.invoke(app, ["analyze", str(fixture_run("areal_seed000")), "--no-html", "--fail-on-incident"])
+    well = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--no-html", "--fail-on-incident"])
+    assert (sick.exit_code, well.exit_code) == (1, 0)
+
+
+@pytest.mark.parametrize("make", ["missing", "empty_dir", "junk_file"])
+def test_unusable_input_is_exit_2_with_one_line(make: str, tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    if make == "empty_dir":
+        target.mkdir()
+    elif make == "junk_file":
+        target.write_bytes(b"\x00\xff binary junk\n" * 10)
+    for command in (["analyze", "--no-html"], ["best-checkpoint"], ["events"], ["metrics"]):
+        result = runner.invoke(app, [*command, str(target)])
+        assert result.exit_code == 2, (command, result.output)
+        assert "Traceback" not in result.output
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_out_inside_the_analyzed_tree_is_refused(fixture_run) -> None:
+    root = fixture_run("areal_healthy_sparse")
+    result = runner.invoke(app, ["analyze", str(root), "--out", str(root / "report")])
+    assert result.exit_code == 2
+    assert not (root / "report").exists()
+
+
+def test_events_jsonl_filtered_by_kind(fixture_run) -> None:
+    result = runner.invoke(app, ["events", str(fixture_run("areal_seed000")), "--kind", "server_exit"])
+    assert result.exit_code == 0
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows and {r["kind"] for r in rows} == {"server_exit"}
+    assert set(rows[0]) >= {"time", "step", "source", "kind", "severity", "file", "line", "message"}
+    assert rows[0]["time"].startswith("2025-11-12T05:09")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_metrics_in_every_format(fixture_run, tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / f"metrics.{fmt}"
+    result = runner.invoke(app, ["metrics", str(fixture_run("areal_healthy_sparse")), "--format", fmt, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = {"csv": pl.read_csv, "jsonl": pl.read_ndjson, "parquet": pl.read_parquet}[fmt](out)
+    assert frame.columns == ["run_id", "source", "step", "time", "key", "value"]
+    reward = frame.filter(pl.col("key") == "ppo_actor/task_reward/avg")
+    assert reward.height == 300
