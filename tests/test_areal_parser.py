@@ -1,0 +1,191 @@
+"""``parsers.read_areal_log`` on logs written the way AReaL writes them (tables by tabulate)."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from areal_builder import LogLine, Relaunch, RunSpec, tabulate_stats, write_run
+
+from parsers import read_areal_log
+
+SAMPLES = Path(__file__).parents[2] / "shared" / "samples" / "real" / "areal"
+GREEN, RESET = "\x1b[92m", "\x1b[0m"
+
+
+def stats_block(step: int, tables: list[dict[str, float]], time: str = "20251111-11:37:11.251", total: int = 4675) -> str:
+    """One StatsLogger commit as AReaL v0.4 prints it: header, then ``Stats (i/N)`` tables."""
+    epoch, in_epoch = divmod(step - 1, 935)
+    lines = [f"{GREEN}{time} StatsLogger INFO: Epoch {epoch + 1}/5 Step {in_epoch + 1}/935 Train step {step}/{total} done.{RESET}"]
+    for i, table in enumerate(tables, 1):
+        lines.append(f"{GREEN}{time} StatsLogger INFO: Stats ({i}/{len(tables)}):{RESET}")
+        lines.append(f"{GREEN}{time} StatsLogger INFO: \n{tabulate_stats(table)}{RESET}")
+    return "\n".join(lines) + "\n"
+
+
+def values(log, key: str) -> dict[int, float]:
+    rows = log.metrics.filter(pl.col("key") == key).sort("step")
+    return dict(zip(rows["step"].to_list(), rows["value"].to_list(), strict=True))
+
+
+def test_seed_header_line_parses(tmp_path: Path) -> None:
+    path = tmp_path / "trainer.log"
+    path.write_text(stats_block(940, [{"grpo_actor/task_reward/avg": 0.0, "rollout/reward": 0.0}]))
+    log = read_areal_log(path)
+    assert log.steps.row(0, named=True)["step"] == 940
+    assert str(log.steps["time"][0]) == "2025-11-11 11:37:11.251000"
+    assert values(log, "grpo_actor/task_reward/avg") == {940: 0.0}
+    assert log.unparsed_lines == 0
+
+
+def test_minibatch_tables_nan_inf_blank_cells_and_missing_keys(tmp_path: Path) -> None:
+    first = {f"grpo_actor/k{i}": float(i) for i in range(9)} | {"grpo_actor/grad_norm": math.nan, "x/inf": math.inf}
+    second = {"grpo_actor/k0": 3.0, "grpo_actor/k1": -1.0}
+    text = stats_block(1, [first, second]) + stats_block(2, [{"grpo_actor/k0": 7.0}], time="20251111-11:38:11.251")
+    path = tmp_path / "trainer.log"
+    path.write_text(text)
+    log = read_areal_log(path)
+    assert values(log, "grpo_actor/k0") == {1: 1.5, 2: 7.0}
+    assert values(log, "grpo_actor/k1") == {1: 0.0}
+    assert values(log, "grpo_actor/k8") == {1: 8.0}
+    assert math.isnan(values(log, "grpo_actor/grad_norm")[1])
+    assert values(log, "x/inf")[1] == math.inf
+    assert log.metrics.filter(pl.col("step") == 2).height == 1
+
+
+def test_one_pair_per_row_paste(tmp_path: Path) -> None:
+    rows = ["│ grpo_actor/task_reward/avg      │ 0.0000e+00 │", "│ rollout/reward                  │ 0.0000e+00 │"]
+    path = tmp_path / "pasted.log"
+    path.write_text(
+        "20251111-11:37:11.251 StatsLogger INFO: Epoch 2/5 Step 5/935 Train step 940/4675 done.\n"
+        "20251111-11:37:11.251 StatsLogger INFO: Stats (1/1):\n20251111-11:37:11.251 StatsLogger INFO: \n"
+        "╒═════════════════════════════════╤════════════╕\n"
+        + "\n├─────────────────────────────────┼────────────┤\n".join(rows)
+        + "\n╘═════════════════════════════════╧════════════╛\n"
+    )
+    log = read_areal_log(path)
+    assert values(log, "rollout/reward") == {940: 0.0}
+    assert values(log, "grpo_actor/task_reward/avg") == {940: 0.0}
+
+
+@pytest.mark.parametrize("era", ["v0.4", "v0.5", "realhf"])
+def test_every_era_yields_every_step_and_reward(tmp_path: Path, era: str) -> None:
+    spec = RunSpec(era=era, last_step=12, reward=lambda s: 0.25 if s % 3 else 0.5)
+    paths = write_run(tmp_path / "outputs", spec)
+    log = read_areal_log(paths.trainer_log)
+    assert log.steps["step"].to_list() == list(range(1, 13))
+    key = "grpo_actor/task_reward/avg" if era == "v0.4" else "ppo_actor/task_reward/avg"
+    assert values(log, key) == {s: (0.25 if s % 3 else 0.5) for s in range(1, 13)}
+    assert log.unparsed_lines == 0
+
+
+def test_ray_prefix_and_merged_log_prefixes(tmp_path: Path) -> None:
+    ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix="(MasterWorker pid=11559)"))
+    assert len(read_areal_log(ray.trainer_log).steps) == 5
+    merged = write_run(tmp_path / "b", RunSpec(era="v0.5", last_step=5, merged_log=True))
+    assert merged.merged_log is not None
+    log = read_areal_log(merged.merged_log)
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5]
+    assert log.metrics.filter(pl.col("key") == "ppo_actor/task_reward/avg").height == 5
+
+
+def test_relaunch_appended_later_copy_wins_and_resume_is_an_event(tmp_path: Path) -> None:
+    spec = RunSpec(
+        last_step=30,
+        reward=lambda s: 0.5,
+        recover_mode="auto",
+        recover_freq_steps=10,
+        relaunch=Relaunch(stop_after=25, resume_from=20, first_reward=lambda s: 0.125),
+    )
+    paths = write_run(tmp_path / "outputs", spec)
+    log = read_areal_log(paths.trainer_log)
+    rewards = values(log, "grpo_actor/task_reward/avg")
+    assert sorted(rewards) == list(range(1, 31))
+    assert all(rewards[s] == 0.5 for s in range(21, 26))
+    assert log.events.filter(pl.col("kind") == "run_resumed").height == 1
+
+
+def test_failure_lines_become_events_with_their_lines(tmp_path: Path) -> None:
+    def timeout(step: int, header: datetime) -> list[LogLine]:
+        message = "HTTP request to 172.17.0.2:30000/generate timed out after 600.00s (attempt 1/3)"
+        return [LogLine(header - timedelta(seconds=5), message, "/AReaL/areal/utils/http.py", "WARNING")] if step == 3 else []
+
+    spec = RunSpec(last_step=4, step_lines=timeout)
+    paths = write_run(tmp_path / "outputs", spec)
+    log = read_areal_log(paths.trainer_log)
+    timeouts = log.events.filter(pl.col("kind") == "request_timeout")
+    assert timeouts.height == 1
+    row = timeouts.row(0, named=True)
+    text = paths.trainer_log.read_text().splitlines()[row["line"] - 1]
+    assert "timed out after 600.00s" in text
+    assert row["severity"] == "warning" and row["source"] == "areal"
+
+
+def test_memory_lines_are_metrics(tmp_path: Path) -> None:
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=3))
+    log = read_areal_log(paths.trainer_log)
+    used = log.metrics.filter(pl.col("key") == "mem/device_used_gb")
+    assert used.height >= 3
+    assert used["value"].is_between(133.0, 134.0).all()
+    assert (log.metrics.filter(pl.col("key") == "mem/device_total_gb")["value"] == 139.8).all()
+
+
+def test_gzip_crlf_invalid_utf8_and_cut_off_table(tmp_path: Path) -> None:
+    text = stats_block(1, [{"a/b": 1.0, "c/d": 2.0}]) + stats_block(2, [{"a/b": 3.0, "c/d": 4.0}])
+    damaged = text.replace("\n", "\r\n").encode() + b"\xff\xfe junk \x00\n" + stats_block(3, [{"a/b": 5.0}]).encode()
+    cut = damaged[: damaged.rindex(b"0000e+00") + 3]  # the last table ends mid-value
+    plain = tmp_path / "trainer.log"
+    plain.write_bytes(cut)
+    zipped = tmp_path / "trainer.log.1.gz"
+    zipped.write_bytes(gzip.compress(cut))
+    for path in (plain, zipped):
+        log = read_areal_log(path)
+        assert values(log, "a/b") == {1: 1.0, 2: 3.0}
+        assert log.unparsed_lines == 2
+        assert any("cut off" in note for note in log.notes)
+
+
+def test_empty_and_binary_files_do_not_raise(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(bytes(range(256)) * 100)
+    assert read_areal_log(empty).steps.is_empty()
+    log = read_areal_log(junk)
+    assert log.steps.is_empty() and log.unparsed_lines > 0
+
+
+def test_traceback_is_one_event_with_the_kind_of_its_last_exception(tmp_path: Path) -> None:
+    path = tmp_path / "trainer.log"
+    path.write_text(
+        stats_block(1, [{"a": 1.0}])
+        + "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: inner\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"y.py\", line 2, in f\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    events = read_areal_log(path).events
+    assert events["kind"].to_list() == ["cuda_oom"]
+    assert events["line"][0] == path.read_text().splitlines().index("Traceback (most recent call last):") + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("issue1020_statslogger_header.log", {"steps": [1]}),
+        ("issue1065_local_scheduler_cleanup_error.log", {"kinds": {"log_error"}}),
+        ("issue145_realhf_gserver_weight_update_crash.log", {"kinds": set()}),
+        ("issue355_update_weights_from_disk_timeout.log", {"kinds": {"traceback"}}),
+    ],
+)
+def test_real_areal_excerpts(name: str, expected: dict) -> None:
+    log = read_areal_log(SAMPLES / name)
+    if "steps" in expected:
+        assert log.steps["step"].to_list() == expected["steps"]
+    if "kinds" in expected:
+        assert expected["kinds"] <= set(log.events["kind"].to_list())
+    assert log.lines == len((SAMPLES / name).read_bytes().splitlines())
