@@ -32,6 +32,8 @@ class EventPattern:
 @dataclass(frozen=True)
 class MetricPattern:
     name: str
+    literal: str
+    """Text every matching line contains: a cheap filter run before the regex."""
     regex: str
     keys: dict[str, str]
     samples: tuple[str, ...]
@@ -51,6 +53,11 @@ class LogFormat:
     traceback_start: str
     traceback_exception: str
     traceback_kinds: tuple[tuple[str, str], ...]
+
+    @property
+    def any_event(self) -> str:
+        """One regex matching wherever any event pattern matches."""
+        return "|".join(f"(?:{re.sub(r'[(][?]P<[^>]+>', '(?:', p.regex)})" for p in self.events)
 
     def classify(self, message: pl.Expr) -> pl.Expr:
         """The event kind of each message (first matching pattern wins), else null."""
@@ -112,6 +119,7 @@ def parse_format(data: dict[str, Any], where: str) -> LogFormat:
         metrics.append(
             MetricPattern(
                 name=_require(item, "name", here),
+                literal=_require(item, "literal", here),
                 regex=_compiled(_require(item, "regex", here), here),
                 keys=dict(_require(item, "keys", here)),
                 samples=samples,

@@ -29,11 +29,11 @@ from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
-_TABLE_CHARS = ["│", "├", "╒", "╘", "╞"]
-_TABLE_RULES = ["├", "╞"]
-_LITE_HEADER = r"^Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
-_REALHF_HEADER = r"^Epoch (\d+)/(\d+) step (\d+)/(\d+) \(global step (\d+)\) finishes\."
-_STATS_ANCHOR = r"^Stats \((\d+)/(\d+)\):|^RPC name \S+ returns(?: \((\d+)/(\d+)\))?"
+_SKIPPED = ["│", "├", "╞"]
+_HEAD_CHARS = 320
+_LITE_HEADER = r"INFO: Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
+_REALHF_HEADER = r"INFO: Epoch (\d+)/(\d+) step (\d+)/(\d+) \(global step (\d+)\) finishes\."
+_STATS_ANCHOR = r"INFO: Stats \(\d+/\d+\):|INFO: RPC name \S+ returns"
 _TIME_TABLE_ANCHOR = r"Detailed time stats:"
 _CHAIN_MARKER = r"^(?:During handling of the above exception|The above exception was the direct cause)"
 _TRACEBACK_CONTEXT = r"^(?:\s|During handling of the above exception|The above exception was the direct cause)"
@@ -70,14 +70,15 @@ def looks_like_areal(path: Path) -> bool:
 def read_areal_log(path: Path) -> AReaLLog:
     """Parse one AReaL/realhf log file (plain or gzipped) into frames."""
     fmt = load_format("areal")
-    prefixes = _prefixes_in(path, fmt)
-    parts = collect_lines(path, lambda lines: _extract(lines, fmt, prefixes))
-    return _assemble(str(path), parts, fmt)
-
-
-def _prefixes_in(path: Path, fmt: LogFormat) -> list[str]:
-    """The prefix patterns this file uses, judged from its head (so clean files pay nothing)."""
     head = re.sub(ANSI, "", sniff(path, 256 << 10)).splitlines()[:5000]
+    prefixes = _prefixes_in(head, fmt)
+    pairs = _pairs_per_row(head, prefixes)
+    parts = collect_lines(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
+    return _assemble(str(path), parts, fmt, pairs)
+
+
+def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:
+    """The prefix patterns this file uses, judged from its head (so clean files pay nothing)."""
     used = []
     for regex in fmt.prefixes.values():
         pattern = re.compile(regex)
@@ -86,92 +87,89 @@ def _prefixes_in(path: Path, fmt: LogFormat) -> list[str]:
     return used
 
 
-def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str]) -> dict[str, pl.LazyFrame]:
-    """One pass over the file: keep all lines but blanks and table rules (most of the bytes)."""
+def _pairs_per_row(head: list[str], prefixes: list[str]) -> int:
+    """Key/value pairs per table row, from the first table's top border (AReaL prints 4)."""
+    for line in head:
+        for regex in prefixes:
+            line = re.sub(regex, "", line, count=1)
+        if line.startswith("╒"):
+            return max(1, (line.count("╤") + 1) // 2)
+    return 4
+
+
+def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: int) -> dict[str, pl.LazyFrame]:
+    """Line-local work, as two lazy queries the engine runs over the file on all cores.
+
+    Table rows (most of the bytes) are split by field, never matched by a regex. Table rules
+    and blank lines are dropped unread; only the remaining lines are cleaned of colour codes
+    (colorlog colours a message's first line, never a table row) and read with the logger regex.
+    """
     text = pl.col("text")
     for regex in prefixes:
         text = text.str.replace(regex, "")
-    kept = (
-        lines.with_columns(text.alias("text"))
-        .with_columns(pl.col("text").str.head(1).alias("first"))
-        .filter((pl.col("text") != "") & ~pl.col("first").is_in(_TABLE_RULES))
+    lines = lines.with_columns(text.alias("text")) if prefixes else lines
+    fields = pl.col("text").str.split_exact("│", 2 * pairs + 1)
+    columns = []
+    for j in range(pairs):
+        key, raw = pl.col(f"field_{2 * j + 1}"), pl.col(f"field_{2 * j + 2}")
+        columns += [
+            key.str.strip_chars().cast(pl.Categorical).alias(f"k{j}"),
+            raw.str.strip_chars().cast(pl.Float64, strict=False).alias(f"v{j}"),
+        ]
+    rows = (
+        lines.filter(pl.col("text").str.starts_with("│"))
+        .with_columns(pl.col("text").str.strip_chars_end().str.ends_with("│").alias("complete"))
+        .select("line", "complete", fields.alias("f"))
+        .unnest("f")
+        .select("line", "complete", *columns, (pl.col(f"field_{2 * pairs + 1}").str.strip_chars() != "").fill_null(False).alias("overflow"))
     )
-    return {"counts": lines.select(pl.col("line").max().alias("last_line")), "kept": kept}
-
-
-def _split(kept: pl.DataFrame, fmt: LogFormat) -> dict[str, pl.DataFrame]:
-    """Kept lines → table cells, table tops, and everything else with logger fields.
-
-    Table rows carry no colour codes (colorlog colours only a message's first line), so only
-    the other lines are cleaned of them.
-    """
-    is_row = pl.col("first") == "│"
-    rest = (
-        kept.filter(~is_row)
-        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
-        .with_columns(pl.col("text").str.head(1).alias("first"))
-    )
-    tops = rest.filter(pl.col("first") == "╒").select("line", pl.col("text").str.count_matches("╤", literal=True).alias("n"))
-    width = 2 * ((int(tops["n"].max()) + 2) // 2) if tops.height else 8
-    rows = kept.filter(is_row).with_columns(pl.col("text").str.strip_chars_end().str.ends_with("│").alias("complete"))
-    split = (
-        rows.filter(pl.col("complete"))
-        .select("line", pl.col("text").str.split_exact("│", width + 1).alias("s"))
-        .unnest("s")
-    )
-    fields = split.columns[2:]
-    cells = pl.concat(
-        split.select(
-            "line",
-            pl.col(key).str.strip_chars().alias("key"),
-            pl.col(raw).str.strip_chars().alias("raw"),
-        )
-        for key, raw in zip(fields[0::2], fields[1::2], strict=False)
-    ).filter(pl.col("key").is_not_null() & (pl.col("key") != "") & pl.col("raw").is_not_null())
+    first = pl.col("text").str.head(1)
     other = (
-        rest.filter(~pl.col("first").is_in(_TABLE_CHARS) & (pl.col("text") != ""))
-        .with_columns(pl.col("text").str.extract_groups(fmt.line_regex).alias("g"))
+        lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
+        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
+        .filter(pl.col("text") != "")
+        .with_columns(pl.col("text").str.head(_HEAD_CHARS).str.extract_groups(fmt.line_regex).alias("g"))
         .unnest("g")
+        .select("line", "text", "time", "logger", "level")
     )
-    return {
-        "cells": cells.with_columns(pl.col("raw").cast(pl.Float64, strict=False).alias("value")).sort("line"),
-        "broken_rows": rows.filter(~pl.col("complete")).select("line"),
-        "tops": tops.select("line"),
-        "other": other.select("line", "text", "time", "logger", "level", "message"),
-    }
+    return {"rows": rows, "other": other}
 
 
-def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> AReaLLog:
-    total_lines = int(parts["counts"]["last_line"].max() or 0)
-    parts = _split(parts["kept"], fmt)
-    other = parts["other"].with_columns(
-        pl.col("time").str.strptime(pl.Datetime("ms"), fmt.timestamp_format, strict=False),
-        pl.col("message").fill_null(""),
-    )
+def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: int) -> AReaLLog:
+    rows, other = parts["rows"], parts["other"]
+    # Blank lines and table rules are never read; a file ending in them is counted to its last text.
+    total_lines = max(int(rows["line"].max() or 0), int(other["line"].max() or 0))
+    other = other.with_columns(pl.col("time").str.strptime(pl.Datetime("ms"), fmt.timestamp_format, strict=False))
+    is_border = pl.col("text").str.head(1).is_in(["╒", "╘"])
+    tops = other.filter(pl.col("text").str.starts_with("╒")).select("line")
+    other = other.filter(~is_border)
     logged = other.filter(pl.col("time").is_not_null())
-    notes: list[str] = []
 
     headers = _headers(logged)
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
-    metrics, orphan_rows = _table_metrics(path, parts, logged, headers)
-    if orphan_rows:
-        notes.append(f"{orphan_rows} table rows belong to no step header (pasted or cut-off tables)")
+    complete = rows.filter(pl.col("complete"))
+    metrics, orphans, bad_values = _table_metrics(path, complete, tops, logged, headers, pairs)
     memory = _line_metrics(path, logged, fmt)
     events, traceback_lines = _events(path, other, logged, fmt)
 
-    unparsed_values = parts["cells"].filter(pl.col("value").is_null() & (pl.col("raw") != "")).height
-    broken = parts["broken_rows"].height
-    if broken:
-        notes.append(f"{broken} table rows cut off mid-row were skipped")
-    if unparsed_values:
-        notes.append(f"{unparsed_values} table values were not numbers")
+    broken = rows.height - complete.height
+    notes = [
+        f"{count} {what}"
+        for count, what in (
+            (orphans, "table rows belong to no step header (pasted or cut-off tables)"),
+            (broken, "table rows cut off mid-row were skipped"),
+            (bad_values, "table values were not numbers"),
+            (int(complete["overflow"].sum() or 0), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
+        )
+        if count
+    ]
+    if steps.is_empty():
+        notes.append("no StatsLogger step headers")
     unexplained = other.filter(
         pl.col("time").is_null()
         & ~pl.col("line").is_in(traceback_lines.implode())
         & ~pl.col("text").str.contains(_TRACEBACK_CONTEXT)
     ).height
-    if steps.is_empty():
-        notes.append("no StatsLogger step headers")
     return AReaLLog(
         path=path,
         steps=steps,
@@ -186,67 +184,73 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> ARea
 
 def _headers(logged: pl.DataFrame) -> pl.DataFrame:
     """Step header lines: ``step`` in log units (1-based), ``era`` telling tables' direction."""
-    lite = logged.filter(pl.col("message").str.contains(_LITE_HEADER)).select(
-        "line", "time", pl.col("message").str.extract(_LITE_HEADER, 5).cast(pl.Int64).alias("step"),
+    lite = logged.filter(pl.col("text").str.contains("Train step ", literal=True) & pl.col("text").str.contains(_LITE_HEADER)).select(
+        "line", "time", pl.col("text").str.extract(_LITE_HEADER, 5).cast(pl.Int64).alias("step"),
         pl.lit("lite").alias("era"),
     )
-    realhf = logged.filter(pl.col("message").str.contains(_REALHF_HEADER)).select(
-        "line", "time", pl.col("message").str.extract(_REALHF_HEADER, 5).cast(pl.Int64).alias("step"),
+    realhf = logged.filter(pl.col("text").str.contains("(global step ", literal=True) & pl.col("text").str.contains(_REALHF_HEADER)).select(
+        "line", "time", pl.col("text").str.extract(_REALHF_HEADER, 5).cast(pl.Int64).alias("step"),
         pl.lit("realhf").alias("era"),
     )
     return pl.concat([lite, realhf]).sort("line")
 
 
 def _table_metrics(
-    path: str, parts: dict[str, pl.DataFrame], logged: pl.DataFrame, headers: pl.DataFrame
-) -> tuple[pl.DataFrame, int]:
-    """Table cells → (step, key, value) rows; the later copy of a repeated step wins."""
-    cells = parts["cells"].filter(pl.col("value").is_not_null()).sort("line")
-    if cells.is_empty():
-        return pl.DataFrame(schema=METRIC_SCHEMA), 0
-    tops = parts["tops"].sort("line").with_columns(pl.col("line").alias("top"))
+    path: str, rows: pl.DataFrame, tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame, pairs: int
+) -> tuple[pl.DataFrame, int, int]:
+    """Table rows → (step, key, value); the later copy of a re-logged step wins.
+
+    Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
+    """
+    if rows.is_empty():
+        return pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
+    tops = tops.sort("line").with_columns(pl.col("line").alias("top"))
     anchors = (
-        logged.filter(pl.col("message").str.contains(_STATS_ANCHOR) | pl.col("message").str.contains(_TIME_TABLE_ANCHOR))
-        .select(
-            pl.col("line").alias("anchor"),
-            pl.col("message").str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
-        )
+        logged.filter(pl.col("text").str.contains(_STATS_ANCHOR) | pl.col("text").str.contains(_TIME_TABLE_ANCHOR))
+        .select(pl.col("line").alias("anchor"), pl.col("text").str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"))
         .sort("anchor")
     )
-    # A table belongs to the stats anchor just above its top border (a few lines at most).
+    # A table belongs to the stats anchor just above its top border (a few lines at most);
+    # AReaL-lite prints tables after their step header, realhf before it.
     tables = tops.join_asof(anchors, left_on="top", right_on="anchor", strategy="backward").filter(
         (pl.col("top") - pl.col("anchor") <= 3) & ~pl.col("timing_table")
     )
-    lite = headers.filter(pl.col("era") == "lite").select(pl.col("line").alias("header"), "step", "time")
-    realhf = headers.filter(pl.col("era") == "realhf").select(pl.col("line").alias("header"), "step", "time")
-    owned = pl.concat(
-        [
-            tables.join_asof(lite, left_on="anchor", right_on="header", strategy="backward"),
-            tables.join_asof(realhf, left_on="anchor", right_on="header", strategy="forward"),
-        ]
-    ).filter(pl.col("step").is_not_null()).sort("top")
-    # The later copy of a re-logged step wins: keep only tables under its newest header.
-    owned = owned.with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
-    placed = cells.join_asof(owned.select("top", "header", "step", "time", "latest"), left_on="line", right_on="top")
-    orphans = placed.filter(pl.col("step").is_null()).height
-    metrics = placed.filter(pl.col("latest").fill_null(False)).select(
-        "step", "time", "key", "value", pl.col("header").alias("line")
+    by_era = {era: headers.filter(pl.col("era") == era).select(pl.col("line").alias("header"), "step", "time") for era in ("lite", "realhf")}
+    owned = (
+        pl.concat(
+            [
+                tables.join_asof(by_era["lite"], left_on="anchor", right_on="header", strategy="backward"),
+                tables.join_asof(by_era["realhf"], left_on="anchor", right_on="header", strategy="forward"),
+            ]
+        )
+        .filter(pl.col("step").is_not_null())
+        .sort("top")
+        .with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
     )
+    placed = rows.join_asof(owned.select("top", "header", "step", "time", "latest"), left_on="line", right_on="top")
+    orphans = placed.filter(pl.col("step").is_null()).height
+    kept = placed.filter(pl.col("latest").fill_null(False))
+    cells = pl.concat(
+        kept.select("step", "time", pl.col(f"k{j}").alias("key"), pl.col(f"v{j}").alias("value"), pl.col("header").alias("line"))
+        for j in range(pairs)
+    ).filter(pl.col("key").is_not_null() & (pl.col("key") != ""))
+    bad_values = cells.filter(pl.col("value").is_null()).height
+    cells = cells.filter(pl.col("value").is_not_null())
     if owned.filter(pl.col("latest")).group_by("header").len()["len"].max() > 1:
         # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
-        metrics = metrics.group_by("step", "key", maintain_order=True).agg(
+        cells = cells.group_by("step", "key", maintain_order=True).agg(
             pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
         )
-    metrics = metrics.with_columns(pl.lit(path).alias("file"))
-    return conform(metrics, METRIC_SCHEMA), orphans
+    cells = cells.with_columns(pl.lit(path).alias("file"), pl.col("key").cast(pl.String))
+    return conform(cells, METRIC_SCHEMA), orphans, bad_values
 
 
 def _line_metrics(path: str, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
     """Metrics carried by ordinary log lines (memory), one row per value, step left to alignment."""
     frames = []
     for pattern in fmt.metrics:
-        found = logged.filter(pl.col("message").str.contains(pattern.regex)).with_columns(
-            pl.col("message").str.extract_groups(pattern.regex).alias("g")
+        found = logged.filter(pl.col("text").str.contains(pattern.literal, literal=True)).with_columns(
+            pl.col("text").str.extract_groups(pattern.regex).alias("g")
         ).unnest("g")
         for group, key in pattern.keys.items():
             frames.append(
@@ -263,7 +267,9 @@ def _events(
     path: str, other: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat
 ) -> tuple[pl.DataFrame, pl.Series]:
     """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks."""
-    classified = logged.with_columns(fmt.classify(pl.col("message")).alias("kind"))
+    # One pass of all patterns at once picks the few candidate lines; only they are classified.
+    candidates = logged.filter(pl.col("text").str.contains(fmt.any_event) | pl.col("level").is_in(["ERROR", "CRITICAL"]))
+    classified = candidates.with_columns(fmt.classify(pl.col("text")).alias("kind"))
     is_error = pl.col("level").is_in(["ERROR", "CRITICAL"])
     named = classified.filter(pl.col("kind").is_not_null() | is_error).with_columns(
         pl.col("kind").fill_null("log_error")
@@ -294,7 +300,7 @@ def _events(
         .with_columns(
             fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"),
             pl.lit("error").alias("severity"),
-            pl.coalesce(pl.col("exc_text"), pl.col("text")).alias("message"),
+            pl.concat_str(pl.col("text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
         )
     )
     traceback_lines = pl.concat(
@@ -324,7 +330,7 @@ def _facts(logged: pl.DataFrame) -> dict[str, str]:
     launcher = logged.filter(pl.col("logger").str.contains("Launcher|Scheduler"))
     facts = {}
     for name, regex in _FACTS.items():
-        found = launcher.select(pl.col("message").str.extract(regex, 1)).drop_nulls().to_series()
+        found = launcher.select(pl.col("text").str.extract(regex, 1)).drop_nulls().to_series()
         if len(found):
             facts[name] = str(found[-1])
     return facts

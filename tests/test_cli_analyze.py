@@ -51,8 +51,8 @@ def test_every_evidence_line_is_in_its_file(fixture_run, tmp_path: Path) -> None
         for incident in doc["runs"][0]["incidents"]:
             assert incident["evidence"], incident["id"]
             for item in incident["evidence"]:
-                line = re.sub(r"\x1b\[[0-9;]*m", "", read_line(item["file"], item["line"]))
-                assert item["text"][:120] in line
+                line = re.sub(r"\x1b\[[0-9;]*m", "", read_line(item["file"], item["line"])).rstrip()
+                assert item["text"][:120] in line or item["text"].startswith(line)
 
 
 def test_seed000_server_crash_later_is_a_second_incident(fixture_run, tmp_path: Path) -> None:

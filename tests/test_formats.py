@@ -82,3 +82,8 @@ def test_broken_format_says_where_and_why(data: dict, message: str) -> None:
     with pytest.raises(FormatDefinitionError, match=message) as info:
         parse_format(data, "formats/broken.json")
     assert "formats/broken.json" in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "pattern", "sample"), METRIC_SAMPLES, ids=lambda v: getattr(v, "name", None))
+def test_metric_literal_prefilter_keeps_every_sample(name: str, pattern, sample: str) -> None:
+    assert pattern.literal in sample
