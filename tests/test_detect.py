@@ -1,0 +1,139 @@
+"""Detectors and causes on runs written by the fixture builder, through the public API."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from areal_builder import Outage, RunSpec, binomial_reward, healthy_reward, schedule, write_run
+from typer.testing import CliRunner
+
+from forensics import analyze
+from forensics.cli import app
+
+runner = CliRunner()
+
+
+def only_run(root: Path):
+    [run] = analyze([root]).runs
+    return run
+
+
+def zero_learning(steps: range, keys: tuple[str, ...]):
+    def tweak(step: int, stats: dict[str, float]) -> None:
+        if step in steps:
+            for key in stats:
+                if key.endswith(keys):
+                    stats[key] = 0.0
+
+    return tweak
+
+
+def test_collapse_with_no_fault_is_blamed_on_the_reward_pipeline(tmp_path: Path) -> None:
+    spec = RunSpec(last_step=120, reward=lambda s: 0.0 if s >= 70 else healthy_reward(s), save_freq_steps=25)
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 70, "reward_pipeline")
+    assert run.recommendation.step == 50
+
+
+def test_recovery_ends_the_incident(tmp_path: Path) -> None:
+    spec = RunSpec(last_step=150, reward=lambda s: 0.0 if 60 <= s < 90 else healthy_reward(s))
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert (incident.onset_step, incident.end_step, incident.recovered) == (60, 90, True)
+    assert incident.wasted_steps == 30
+
+
+def test_collapse_to_a_nonzero_constant(tmp_path: Path) -> None:
+    spec = RunSpec(last_step=100, reward=lambda s: 0.5 if s >= 40 else healthy_reward(s))
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert incident.onset_step >= 40 and incident.onset_step <= 41
+    assert "0.5" in incident.summary
+
+
+def test_sparse_rewards_with_short_zero_runs_raise_nothing(tmp_path: Path) -> None:
+    spec = RunSpec(last_step=300, reward=lambda s: binomial_reward(s, 0.03, n=16))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    rewards = run.metrics.filter(run.metrics["key"] == run.primary_metric)["value"]
+    assert (rewards == 0).sum() > 100  # many isolated zero steps
+    assert run.incidents == []
+
+
+def test_dead_batches_without_reward_collapse(tmp_path: Path) -> None:
+    keys = ("actor_loss/avg", "actor_loss/min", "actor_loss/max", "grad_norm", "advantages/avg", "advantages/min", "advantages/max")
+    spec = RunSpec(last_step=100, stats_tweak=zero_learning(range(50, 80), keys))
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert (incident.kind, incident.onset_step, incident.end_step) == ("zero_variance", 50, 80)
+
+
+def test_zero_loss_with_a_live_gradient_is_not_an_incident(tmp_path: Path) -> None:
+    spec = RunSpec(last_step=100, stats_tweak=zero_learning(range(50, 80), ("actor_loss/avg",)))
+    assert only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents == []
+
+
+def test_non_finite_gradients(tmp_path: Path) -> None:
+    def nan_from_60(step: int, stats: dict[str, float]) -> None:
+        if step >= 60:
+            stats["grpo_actor/grad_norm"] = math.nan
+            stats["grpo_actor/update_successful"] = 0.0
+
+    run = only_run(write_run(tmp_path / "outputs", RunSpec(last_step=80, stats_tweak=nan_from_60)).fileroot)
+    [incident] = [i for i in run.incidents if i.kind == "nan_inf"]
+    assert (incident.onset_step, incident.cause) == (60, "numerical_divergence")
+    assert {"nan_inf", "overflow_skip"} <= set(run.events["kind"].to_list())
+
+
+def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
+    base = RunSpec(last_step=60, step_seconds=(60, 60))
+    end = schedule(base)[-1].time
+    spec = RunSpec(
+        last_step=60,
+        step_seconds=(60, 60),
+        outages=(Outage(end + timedelta(seconds=30), end + timedelta(hours=3), kind="refused", server_exit=True),),
+    )
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    [stall] = [i for i in run.incidents if i.kind == "stall"]
+    assert stall.onset_step == 61
+    assert stall.cause == "inference_server_crash"
+    assert stall.evidence[0].kind == "server_exit"
+
+
+@pytest.mark.parametrize(
+    ("spec", "code"),
+    [
+        (RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s), save_freq_steps=40), 4),
+        (RunSpec(last_step=30), 3),
+    ],
+    ids=["none-before-incident", "healthy-without-checkpoints"],
+)
+def test_best_checkpoint_exit_codes(tmp_path: Path, spec: RunSpec, code: int) -> None:
+    root = write_run(tmp_path / "outputs", spec).fileroot
+    result = runner.invoke(app, ["best-checkpoint", str(root)])
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    spec = RunSpec(
+        last_step=80,
+        reward=lambda s: 0.0 if s >= 70 else healthy_reward(s),
+        save_freq_steps=20,
+        broken_checkpoints={60: "missing_shard"},
+    )
+    rec = only_run(write_run(tmp_path / "outputs", spec).fileroot).recommendation
+    assert rec.step == 40
+    assert any("incomplete" in w and "globalstep59" in w for w in rec.warnings)
+
+
+def test_a_trial_folder_a_single_log_and_a_tree_of_runs(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "runs" / "a" / "outputs", RunSpec(experiment="exp-a", last_step=10, save_freq_steps=5))
+    write_run(tmp_path / "runs" / "b" / "outputs", RunSpec(experiment="exp-b", last_step=12))
+    assert [r.run_id for r in analyze([tmp_path / "runs"]).runs] == ["exp-a/trial0", "exp-b/trial0"]
+    [trial] = analyze([a.log_dir]).runs
+    assert trial.run_id == "exp-a/trial0" and trial.recommendation.step == 10
+    [single] = analyze([a.trainer_log]).runs
+    assert single.step_range()["last"] == 10
+    assert [s.path for s in single.sources] == [str(a.trainer_log)]
