@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -17,11 +18,20 @@ import polars as pl
 from forensics.align import step_durations
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
-from forensics.detect import Finding, Thresholds, choose_primary, dead_batches, non_finite, reward_collapses, series, stall
+from forensics.detect import (
+    Finding,
+    Thresholds,
+    choose_primary,
+    dead_batches,
+    non_finite,
+    reward_collapses,
+    series,
+    stall,
+)
 from forensics.discover import find_runs
-from forensics.model import EVENT_SCHEMA, Analysis, Evidence, Incident, RunAnalysis
+from forensics.model import Analysis, Evidence, Incident, RunAnalysis
 from forensics.run import RunData, load_run
-from parsers.schema import conform
+from parsers.schema import EVENT_SCHEMA, conform
 
 
 def analyze(paths: Sequence[Path], *, thresholds: Thresholds | None = None) -> Analysis:
@@ -82,6 +92,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height
+    until = finding.until or _last_time(run.steps.filter(pl.col("step") <= (finding.end_step or last)))
+    hours = (until - onset_time).total_seconds() / 3600 if until and onset_time and until >= onset_time else None
     return Incident(
         id=f"incident-{number}",
         kind=finding.kind,  # type: ignore[arg-type]
@@ -94,9 +106,15 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         confidence=verdict.confidence,
         evidence=verdict.evidence,
         wasted_steps=wasted,
+        wasted_hours=hours,
         summary=f"{finding.summary}. {verdict.explanation}",
         onset_evidence=_onset_evidence(finding, run),
     )
+
+
+def _last_time(steps: pl.DataFrame) -> datetime | None:
+    times = steps["time"].drop_nulls()
+    return times.max() if len(times) else None  # type: ignore[return-value]
 
 
 def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:

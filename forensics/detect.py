@@ -60,6 +60,8 @@ class Finding:
     summary: str
     value: float | None = None
     last_step_time: datetime | None = None
+    until: datetime | None = None
+    """For a stall: the last thing logged after the last step."""
 
 
 def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
@@ -197,6 +199,7 @@ def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t:
         None,
         f"no step after step {last['step']} for {hours:.1f} h while {failures.height} warnings/errors were logged",
         last_step_time=last["time"],
+        until=after["time"].max(),
     )
 
 

@@ -13,9 +13,6 @@ from typing import Any, Literal
 
 import polars as pl
 
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
-
-
 SCHEMA = "grpo-forensics/analysis/v1"
 TOOL_VERSION = "0.1.0"
 
@@ -78,6 +75,7 @@ class Incident:
     confidence: float
     evidence: tuple[Evidence, ...]
     wasted_steps: int
+    wasted_hours: float | None = None
     summary: str = ""
     onset_evidence: Evidence | None = None
 
@@ -94,6 +92,7 @@ class Incident:
             "confidence": round(self.confidence, 2),
             "evidence": [e.to_dict() for e in self.evidence[:20]],
             "wasted_steps": self.wasted_steps,
+            "wasted_hours": None if self.wasted_hours is None else round(self.wasted_hours, 2),
             "summary": self.summary,
             "onset_evidence": self.onset_evidence.to_dict() if self.onset_evidence else None,
         }

@@ -8,10 +8,10 @@ import polars as pl
 
 from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
-from forensics.model import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, SourceReport, empty
+from forensics.model import SourceReport
 from parsers import read_areal_log
 from parsers.areal_checkpoints import read_areal_checkpoints
-from parsers.schema import CHECKPOINT_SCHEMA
+from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
 
 
 @dataclass

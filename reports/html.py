@@ -130,26 +130,6 @@ def write_html(analysis: Analysis, out_dir: Path, *, name: str = "report.html") 
 # --------------------------------------------------------------------------- verdict
 
 
-def _step_time(run: RunAnalysis, step: int | None) -> datetime | None:
-    """Wall-clock time of the first logged step at or after ``step``."""
-    if step is None or run.steps.is_empty():
-        return None
-    rows = run.steps.filter((pl.col("step") >= step) & pl.col("time").is_not_null())
-    return rows.sort("step")["time"][0] if rows.height else None
-
-
-def wasted_hours(run: RunAnalysis, inc: Incident) -> float | None:
-    """Hours between the incident's onset and its end (or the last logged step)."""
-    start = inc.onset_time or _step_time(run, inc.onset_step)
-    end_step = inc.end_step if inc.end_step is not None else run.step_range()["last"]
-    end = _step_time(run, end_step)
-    if end is None and inc.end_step is None and not run.steps.is_empty():
-        end = run.steps["time"].max()
-    if start is None or end is None or end < start:
-        return None
-    return (end - start).total_seconds() / 3600
-
-
 def _verdict(run: RunAnalysis, prefix: str) -> str:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']} ({rng['count']} logged)" if rng["count"] else "no steps logged"
@@ -176,7 +156,7 @@ def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
         else f"step {inc.end_step}" if inc.end_step is not None
         else None
     )
-    hours = wasted_hours(run, inc)
+    hours = inc.wasted_hours
     wasted = f"{inc.wasted_steps} steps" + (f" · {hours:.2f} h wall clock" if hours is not None else "")
     rows = [
         ("metric", f"<code>{e(inc.metric or '—')}</code>"),

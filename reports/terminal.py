@@ -69,8 +69,6 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
     from rich.table import Table
     from rich.text import Text
 
-    from reports.html import wasted_hours
-
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column()
@@ -81,7 +79,7 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
         grid.add_row("end", Text(f"step {inc.end_step}" + (" (recovered)" if inc.recovered else "")))
     else:
         grid.add_row("end", Text("NOT RECOVERED", style="bold red"))
-    hours = wasted_hours(run, inc)
+    hours = inc.wasted_hours
     grid.add_row("wasted", Text(f"{inc.wasted_steps} steps" + (f" ({hours:.2f} h)" if hours is not None else "")))
     grid.add_row("cause", Text.assemble((inc.cause, "bold"), f" (confidence {inc.confidence:.2f})"))
     if inc.summary:

@@ -14,19 +14,8 @@ import polars as pl
 import pytest
 from rich.console import Console
 
-from forensics.model import (
-    EVENT_SCHEMA,
-    METRIC_SCHEMA,
-    STEP_SCHEMA,
-    Analysis,
-    Checkpoint,
-    Evidence,
-    Incident,
-    Recommendation,
-    RunAnalysis,
-    SourceReport,
-    empty,
-)
+from forensics.model import Analysis, Checkpoint, Evidence, Incident, Recommendation, RunAnalysis, SourceReport
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
 from reports import render_html, render_summary, write_html
 
 ROOT = "/data/runs/gsm8k-grpo/trial0"
@@ -100,6 +89,7 @@ def _run(
             id="incident-1", kind="reward_collapse", metric=REWARD, onset_step=collapse, onset_time=_t(collapse),
             end_step=None, recovered=False, cause="inference_server_unresponsive", confidence=0.9,
             evidence=evidence, wasted_steps=n_steps - collapse + 1,
+            wasted_hours=(n_steps - collapse) * 30 / 3600,
             summary="Reward fell from 0.55 to 0.02 at step 120 after inference requests started timing out.",
         ))
         rec = Recommendation(
