@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.advice import suggest
 from forensics.align import step_durations
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
@@ -109,6 +110,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         wasted_hours=hours,
         summary=f"{finding.summary}. {verdict.explanation}",
         onset_evidence=_onset_evidence(finding, run),
+        suggestions=suggest(verdict.cause, run.config, verdict.seen),
     )
 
 

@@ -8,7 +8,7 @@ onset against a baseline window before it, scored with a Poisson tail probabilit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import polars as pl
@@ -59,6 +59,8 @@ class Verdict:
     confidence: float
     evidence: tuple[Evidence, ...]
     explanation: str
+    seen: dict[str, int] = field(default_factory=dict)
+    """Events of each kind in the window around the onset."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
+    seen = dict(in_window.group_by("kind").len().iter_rows())
 
     if finding.kind == "nan_inf":
         return Verdict(
@@ -86,12 +89,13 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
             0.85,
             _evidence(in_window, "numerical_divergence"),
             "The training numbers themselves went non-finite; the optimizer cannot recover from that on its own.",
+            seen,
         )
     deciding = in_window.filter(pl.col("cause").is_not_null() & pl.col("kind").is_in(standing_out["kind"].implode()))
     if deciding.is_empty():
         deciding = in_window.filter(pl.col("cause").is_not_null())
     if deciding.is_empty():
-        return _no_fault(finding, attributed, spans)
+        return _no_fault(finding, spans, seen)
 
     cause: Cause = deciding.sort("time", "line", nulls_last=True).row(0, named=True)["cause"]
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
@@ -108,7 +112,7 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     if later:
         explanation += f" {later}"
     evidence = _evidence(in_window, cause) + _later_evidence(attributed, spans, cause)
-    return Verdict(cause, round(confidence, 2), evidence[:20], explanation)
+    return Verdict(cause, round(confidence, 2), evidence[:20], explanation, seen)
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
@@ -203,7 +207,7 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 
 
-def _no_fault(finding: Finding, events: pl.DataFrame, spans: _Windows) -> Verdict:
+def _no_fault(finding: Finding, spans: _Windows, seen: dict[str, int]) -> Verdict:
     if finding.kind in ("reward_collapse", "zero_variance"):
         return Verdict(
             "reward_pipeline",
@@ -211,8 +215,9 @@ def _no_fault(finding: Finding, events: pl.DataFrame, spans: _Windows) -> Verdic
             (),
             f"No failure of any kind was logged in steps {spans.window[0]}–{spans.window[1]}: the rewards "
             "themselves went constant (reward function, parser or data), not the infrastructure.",
+            seen,
         )
-    return Verdict("unknown", 0.3, (), "Nothing in the logs explains it.")
+    return Verdict("unknown", 0.3, (), "Nothing in the logs explains it.", seen)
 
 
 def _to_evidence(row: dict) -> Evidence:

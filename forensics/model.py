@@ -78,6 +78,7 @@ class Incident:
     wasted_hours: float | None = None
     summary: str = ""
     onset_evidence: Evidence | None = None
+    suggestions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class Incident:
             "wasted_hours": None if self.wasted_hours is None else round(self.wasted_hours, 2),
             "summary": self.summary,
             "onset_evidence": self.onset_evidence.to_dict() if self.onset_evidence else None,
+            "suggestions": list(self.suggestions),
         }
 
 

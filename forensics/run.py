@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -10,6 +11,7 @@ from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
 from forensics.model import SourceReport
 from parsers import read_areal_log
+from parsers.areal_config import read_areal_config
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
 
@@ -25,6 +27,8 @@ class RunData:
     checkpoints: pl.DataFrame
     sources: list[SourceReport]
     facts: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    """The run's dumped ``config.yaml``, flattened, when it is next to the logs."""
 
 
 def load_run(location: RunLocation) -> RunData:
@@ -58,6 +62,7 @@ def load_run(location: RunLocation) -> RunData:
         checkpoints=checkpoints,
         sources=sources,
         facts=facts,
+        config=read_areal_config(location.root / "config.yaml"),
     )
 
 

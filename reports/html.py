@@ -186,6 +186,7 @@ def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
         + (f'<p class="summary">{e(inc.summary)}</p>' if inc.summary else "")
         + onset
         + (f"<h3>Top evidence{e(more)}</h3><ol class=\"evidence\">{evidence}</ol>" if evidence else "<p>No evidence lines.</p>")
+        + (f"<h3>What to change</h3><ul>{''.join(f'<li>{e(s)}</li>' for s in inc.suggestions)}</ul>" if inc.suggestions else "")
         + "</article>"
     )
 

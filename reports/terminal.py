@@ -84,6 +84,8 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
     grid.add_row("cause", Text.assemble((inc.cause, "bold"), f" (confidence {inc.confidence:.2f})"))
     if inc.summary:
         grid.add_row("summary", Text(inc.summary))
+    for i, advice in enumerate(inc.suggestions):
+        grid.add_row("advice" if i == 0 else "", Text(advice))
     parts = [grid]
     if inc.evidence:
         parts.append(Text("evidence", style="dim"))

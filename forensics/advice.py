@@ -1,0 +1,53 @@
+"""What to change, grounded in what was seen: one or two sentences per cause, quoting the
+settings the run actually used when its ``config.yaml`` is at hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.model import Cause
+
+
+def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int]) -> tuple[str, ...]:
+    """Suggestions for ``cause``; ``seen`` counts event kinds around the onset."""
+
+    def setting(key: str) -> str:
+        return f"{key}={config[key]}" if key in config else key
+
+    timeout = config.get("rollout.request_timeout")
+    retries = config.get("rollout.request_retries")
+    if cause == "inference_server_unresponsive":
+        held = ""
+        if isinstance(timeout, int | float) and isinstance(retries, int):
+            held = f" each stuck rollout waited up to {timeout * retries / 60:.0f} min ({setting('rollout.request_timeout')} × {setting('rollout.request_retries')}) before failing;"
+        return (
+            f"The server accepted requests but stopped answering:{held} a shorter request timeout surfaces a hang "
+            "within a step instead of an hour, and a health check on the server can stop training "
+            "before it learns from empty rollouts.",
+            "Look at the server's last scheduler activity before the onset (decode lines, watchdog) to see what it was stuck on.",
+        )
+    if cause == "inference_server_oom":
+        pressure = ", ".join(f"{n} {k}" for k, n in sorted(seen.items()) if k in {"kv_cache_retract", "kv_cache_oom", "cuda_oom"})
+        return (
+            f"The server ran out of memory before it died ({pressure or 'memory errors'}): lower "
+            f"{setting('sglang.mem_fraction_static')} or {setting('rollout.max_concurrent_rollouts')}, or shorten "
+            "max_new_tokens, so the KV cache is not exhausted at peak load.",
+        )
+    if cause == "inference_server_crash":
+        return (
+            "The server process went away (refused or reset connections, exit): read llm_server.log just before its "
+            f"exit for the reason; {setting('recover.mode')} only relaunches on failures the launcher notices.",
+        )
+    if cause == "reward_pipeline":
+        return (
+            "No infrastructure fault was logged around the onset: check the reward function and answer parsing on the "
+            "rollouts of the onset step (AReaL can dump them with rollout.dump_to_file / the workflow's dump_dir).",
+        )
+    if cause == "numerical_divergence":
+        return ("Loss or gradients went non-finite: lower the learning rate, check gradient clipping and the loss scale.",)
+    if cause == "nccl_timeout":
+        return ("A collective hung: find the rank that did not join (its last log lines) before raising the NCCL timeout.",)
+    if cause == "training_worker_crash":
+        return ("A training worker died: its exit detail (signal, OOM kill, traceback) is in the evidence lines.",)
+    return ()
