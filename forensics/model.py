@@ -153,6 +153,10 @@ class SourceReport:
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...] = ()
+    bytes: int | None = None
+    digest: str | None = None
+    digest_method: str | None = None
+    """``sha256`` of the whole file, or ``sha256-head-tail`` (size, first and last MiB) for big logs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +165,9 @@ class SourceReport:
             "lines": self.lines,
             "unparsed_lines": self.unparsed_lines,
             "notes": list(self.notes),
+            "bytes": self.bytes,
+            "digest": self.digest,
+            "digest_method": self.digest_method,
         }
 
 

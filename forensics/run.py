@@ -9,6 +9,7 @@ import polars as pl
 
 from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
+from forensics.fingerprint import fingerprint
 from forensics.model import SourceReport
 from parsers import read_areal_log
 from parsers.areal_config import read_areal_config
@@ -41,7 +42,15 @@ def load_run(location: RunLocation) -> RunData:
         except (OSError, pl.exceptions.PolarsError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
-        sources.append(SourceReport(log.path, source.kind, log.lines, log.unparsed_lines, log.notes))
+        identity = fingerprint(source.path)
+        sources.append(
+            SourceReport(
+                log.path, source.kind, log.lines, log.unparsed_lines, log.notes,
+                bytes=identity.size if identity else None,
+                digest=identity.digest if identity else None,
+                digest_method=identity.method if identity else None,
+            )
+        )
         steps.append(log.steps.with_columns(pl.lit(rank).alias("rank")))
         metrics.append(log.metrics.with_columns(pl.lit(rank).alias("rank")))
         events.append(log.events)
