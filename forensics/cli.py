@@ -67,20 +67,25 @@ def analyze(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the HTML report (default ./grpo-forensics-report, never inside PATH).")] = None,
     html: Annotated[bool, typer.Option("--html/--no-html", help="Write the HTML report.")] = True,
     fail_on_incident: Annotated[bool, typer.Option("--fail-on-incident", help="Exit 1 when an incident is found.")] = False,
+    markdown: Annotated[str | None, typer.Option("--markdown", help="Write a Markdown summary (for a GitHub/Jira ticket) to FILE, or '-' for stdout.")] = None,
     debug: Debug = False,
 ) -> None:
     """Find incidents, their causes and the last healthy checkpoint; print a summary and write the report.
 
     Example: grpo-forensics analyze outputs/ --json analysis.json
     """
-    from reports import render_summary, write_html
+    from reports import render_markdown, render_summary, write_html
 
     def work() -> Analysis:
+        if json_out == "-" and markdown == "-":
+            raise UnusableInput("--json - and --markdown - cannot both write to stdout")
         result = run_analysis(paths)
-        console = Console(stderr=json_out == "-")
+        console = Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
             _write_json(result.to_document(), json_out)
+        if markdown is not None:
+            _write_text(render_markdown(result), markdown)
         if html:
             folder = _report_dir(out, paths)
             written = write_html(result, folder)
@@ -186,6 +191,48 @@ def metrics(
             frame.write_parquet(output)  # type: ignore[arg-type]
 
     _guard(debug, work)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="The control run (one run's folder or log file).")],
+    run_b: Annotated[Path, typer.Argument(help="The fix run (one run's folder or log file).")],
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for compare.html (default ./grpo-forensics-report, never inside a RUN).")] = None,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison as JSON to FILE, or '-' for stdout.")] = None,
+    html: Annotated[bool, typer.Option("--html/--no-html", help="Write compare.html.")] = True,
+    debug: Debug = False,
+) -> None:
+    """Control vs fix side by side: metric, step time, memory, incidents, and whether B avoided A's incident.
+
+    Example: grpo-forensics compare control/outputs fix/outputs --out /tmp/cmp
+    """
+    from forensics.compare import compare as compare_runs
+    from reports import render_comparison, write_compare_html
+
+    def one_run(path: Path):
+        runs = run_analysis([path]).runs
+        if len(runs) != 1:
+            names = ", ".join(r.run_id for r in runs)
+            raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
+        return runs[0]
+
+    def work() -> None:
+        result = compare_runs(one_run(run_a), one_run(run_b))
+        console = Console(stderr=json_out == "-")
+        render_comparison(result, console)
+        if json_out is not None:
+            _write_json(result.to_dict(), json_out)
+        if html:
+            console.print(f"report: {write_compare_html(result, _report_dir(out, [run_a, run_b]))}")
+
+    _guard(debug, work)
+
+
+def _write_text(text: str, target: str) -> None:
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text, encoding="utf-8")
 
 
 def _write_json(document: dict[str, Any], target: str) -> None:

@@ -1,9 +1,19 @@
-"""Renderers for a finished analysis: the HTML post-mortem and the terminal summary.
+"""Renderers for a finished analysis or comparison: HTML pages, the terminal summary, Markdown.
 
-Nothing here parses logs or detects anything; plotly is imported only when HTML is rendered.
+Nothing here parses logs or detects anything.
 """
 
+from reports.compare_html import render_compare_html, write_compare_html
 from reports.html import render_html, write_html
-from reports.terminal import render_summary
+from reports.markdown import render_markdown
+from reports.terminal import render_comparison, render_summary
 
-__all__ = ["render_html", "write_html", "render_summary"]
+__all__ = [
+    "render_compare_html",
+    "render_comparison",
+    "render_html",
+    "render_markdown",
+    "render_summary",
+    "write_compare_html",
+    "write_html",
+]

@@ -1,4 +1,4 @@
-"""A compact rich summary of an analysis: one header per run, one panel per incident, the checkpoint.
+"""Terminal renderings: an analysis (one header per run, one panel per incident, the checkpoint) and a comparison.
 
 Log text is only ever put into ``rich.text.Text`` objects, so ``[bold]`` or ``:smile:`` in a log
 line prints literally.
@@ -12,6 +12,8 @@ from forensics.model import Analysis, Incident, RunAnalysis, iso
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from forensics.compare import Comparison
 
 MAX_SOURCES = 6
 
@@ -119,3 +121,39 @@ def _recommendation(run: RunAnalysis, console: Console) -> None:
         console.print(Text.assemble(("  resume      ", "dim"), rec.resume_command), soft_wrap=True, highlight=False)
     for w in rec.warnings:
         console.print(Text(f"  warning: {w}", style="yellow"), highlight=False)
+
+
+def render_comparison(ca: Comparison, console: Console) -> None:
+    """Control (A) and fix (B) side by side, then the verdict."""
+    from rich.table import Table
+    from rich.text import Text
+
+    def num(value: float | None, fmt: str, unit: str = "") -> str:
+        return "—" if value is None else format(value, fmt) + unit
+
+    def incidents(run: RunAnalysis) -> Text:
+        if not run.incidents:
+            return Text("none", style="green")
+        return Text("\n".join(f"{i.kind} at step {i.onset_step} ({i.cause})" for i in run.incidents), style="red")
+
+    sa, sb = ca.stats_a, ca.stats_b
+    table = Table(title=None, show_lines=False, header_style="bold")
+    table.add_column("", style="dim", no_wrap=True)
+    table.add_column("A (control)", overflow="fold")
+    table.add_column("B (fix)", overflow="fold")
+    rows = [
+        ("run", sa.run_id, sb.run_id),
+        ("steps", f"{sa.first_step}-{sa.last_step}", f"{sb.first_step}-{sb.last_step}"),
+        ("primary metric", sa.primary_metric or "none", sb.primary_metric or "none"),
+        ("final metric", num(sa.final_metric, ".4f"), num(sb.final_metric, ".4f")),
+        ("median step", num(sa.median_step_seconds, ".1f", " s"), num(sb.median_step_seconds, ".1f", " s")),
+        ("throughput", num(sa.steps_per_hour, ".1f", " steps/h"), num(sb.steps_per_hour, ".1f", " steps/h")),
+        ("peak device mem", num(sa.peak_device_used_gb, ".1f", " GB"), num(sb.peak_device_used_gb, ".1f", " GB")),
+    ]
+    for label, a, b in rows:
+        table.add_row(label, Text(a), Text(b))
+    table.add_row("incidents", incidents(ca.a), incidents(ca.b))
+    console.print(table)
+    style = {True: "bold green", False: "bold red", None: "bold"}[ca.avoided]
+    for k, line in enumerate(ca.verdict):
+        console.print(Text(line, style=style if k == 0 else ""), highlight=False)

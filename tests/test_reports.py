@@ -7,7 +7,9 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta
+from importlib import resources
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +18,8 @@ from rich.console import Console
 
 from forensics.model import Analysis, Checkpoint, Evidence, Incident, Recommendation, RunAnalysis, SourceReport
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
-from reports import render_html, render_summary, write_html
+from reports import render_html, render_markdown, render_summary, write_html
+from reports.page import plotly_js
 
 ROOT = "/data/runs/gsm8k-grpo/trial0"
 TRAINER = f"{ROOT}/logs/trainer.log"
@@ -37,6 +40,7 @@ def _run(
     n_events: int | None = None,
     memory: bool = True,
     run_id: str = "gsm8k-grpo/trial0",
+    server: bool = False,
 ) -> RunAnalysis:
     steps = pl.DataFrame(
         {
@@ -54,6 +58,13 @@ def _run(
         if memory:
             rows.append((s, _t(s), "mem/device_used_gb", 60.0 + (s % 5), TRAINER, 10 * s + 2))
             rows.append((s, _t(s), "mem/device_total_gb", 80.0, TRAINER, 10 * s + 3))
+    if server:  # a busy SGLang log: one stats sample every 2 s, no step of its own
+        for k in range(n_steps * 15):
+            t = T0 + timedelta(seconds=2 * k + 31)
+            rows += [(None, t, "sglang/running_req", float(k % 64), SERVER, 2000 + k),
+                     (None, t, "sglang/queue_req", float(k % 7), SERVER, 2000 + k),
+                     (None, t, "sglang/token_usage", 0.5 + 0.001 * (k % 100), SERVER, 2000 + k),
+                     (None, t, "sglang/gen_throughput", 1500.0 + k % 300, SERVER, 2000 + k)]
     metrics = pl.DataFrame(rows, schema=METRIC_SCHEMA, orient="row")
 
     events = [
@@ -102,8 +113,9 @@ def _run(
                              resume_command=None)
     return RunAnalysis(
         run_id=run_id, framework="areal", root=ROOT,
-        sources=[SourceReport(TRAINER, "areal_trainer", 10 * n_steps + 5, 3, ("no step times before step 1",)),
-                 SourceReport(SERVER, "sglang_server", 1000, 0)],
+        sources=[SourceReport(TRAINER, "areal_trainer", 10 * n_steps + 5, 3, ("no step times before step 1",),
+                              bytes=12_345, digest="ab" * 32, digest_method="sha256-head-tail"),
+                 SourceReport(SERVER, "sglang_server", 1000, 0, bytes=999, digest="cd" * 32, digest_method="sha256")],
         primary_metric=REWARD, incidents=incidents, checkpoints=checkpoints, recommendation=rec,
         metrics=metrics, events=events_df, steps=steps,
         thresholds={"collapse_drop": 0.5, "min_steps": 10, "window": {"size": 20}},
@@ -125,10 +137,12 @@ def _figures(page: str) -> list[dict]:
     return [json.loads(b) for b in blocks]
 
 
-def _without_plotlyjs(page: str) -> str:
-    from plotly.offline import get_plotlyjs
+def _traces(fig: dict, *names: str) -> list[dict]:
+    return [tr for tr in fig["data"] if tr.get("name") in names]
 
-    js = get_plotlyjs().replace("</script", "<\\/script")
+
+def _without_plotlyjs(page: str) -> str:
+    js = plotly_js()
     assert page.count(js) == 1
     return page.replace(js, "")
 
@@ -142,31 +156,47 @@ def test_verdict_comes_before_any_chart(collapse_html: str) -> None:
     first_plot = collapse_html.index('<div class="plot"')
     first_script = collapse_html.index("<script")
     assert inc < ckpt < first_plot < first_script
-    verdict = collapse_html[inc:first_plot]
+    verdict = collapse_html[collapse_html.index('<header class="verdict"'):first_plot]
     for expected in ("reward collapse", "step 120", "not recovered", "81 steps", "inference_server_unresponsive",
-                     "0.90", "logs/trainer.log:1181", CKPT_100, "--recover-from", "optimizer state restarts"):
+                     "0.90", "logs/trainer.log:1181", CKPT_100, "--recover-from", "optimizer state restarts",
+                     "Reward fell from 0.55"):
         assert expected in verdict, expected
     assert "<pre><code>python -m areal.launcher" in verdict
     # 81 steps at 30 s each from onset to the last step: 80 * 30 s = 0.67 h
     assert "0.67 h wall clock" in verdict
 
 
-def test_plotlyjs_inlined_exactly_once(collapse_html: str) -> None:
-    from plotly.offline import get_plotlyjs
+def test_verdict_says_how_long_a_recovered_incident_lasted() -> None:
+    run = _run()
+    run.incidents = [replace(run.incidents[0], end_step=150, recovered=True,
+                             suggestions=("Lower rollout.request_timeout.",))]
+    page = render_html(Analysis(runs=[run]))
+    card = page[page.index('id="incident-1"'):page.index('id="checkpoint"')]
+    assert "step 150 (recovered)" in card and "lasted 30 steps, 0.25 h" in card  # 30 steps × 30 s
+    assert "What to change" in card and "Lower rollout.request_timeout." in card
 
-    head = get_plotlyjs()[:300]
-    assert collapse_html.count(head) == 1
+
+def test_plotlyjs_basic_bundle_inlined_exactly_once(collapse_html: str) -> None:
+    from plotly.offline import get_plotlyjs_version
+
+    js = plotly_js()
+    assert js.startswith("/**\n* plotly.js (basic - minified) v")
+    assert f"v{get_plotlyjs_version()}" in js[:100]  # the version the Python plotly ships
+    assert collapse_html.count(js) == 1
     assert collapse_html.count("<script") == collapse_html.count("</script>")
+    # every trace type used exists in the basic bundle (scatter, bar, pie)
+    assert {tr.get("type") for tr in _figures(collapse_html)[0]["data"]} == {"scatter"}
 
 
 def test_nothing_loaded_from_the_network(collapse_html: str) -> None:
     assert not re.search(r"<(script|link|img|iframe|source|video|audio)\b[^>]*\b(src|href)\s*=\s*[\"']?\s*(https?:)?//",
                          collapse_html, re.I)
-    assert 'src="http' not in collapse_html
-    assert '<link href="http' not in collapse_html
     rest = _without_plotlyjs(collapse_html)
     assert "http://" not in rest and "https://" not in rest
     assert "@import" not in rest and "url(" not in rest
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', rest).group(1)
+    assert "default-src 'none'" in csp and "unsafe-eval" not in csp
+    assert "showSendToCloud: false" in rest  # the modebar's "Share chart" would upload the figure
 
 
 def test_untrusted_text_cannot_break_out(collapse_html: str) -> None:
@@ -174,53 +204,92 @@ def test_untrusted_text_cannot_break_out(collapse_html: str) -> None:
     assert "<script>alert" not in collapse_html
     assert "<img src=x" not in collapse_html
     # shown as text in the verdict and the evidence table
-    assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in collapse_html
-    # in the figure JSON the message is data, and its hover text has no live tags
+    assert collapse_html.count("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;") >= 2
     figs = _figures(collapse_html)
     assert len(figs) == 1
-    hovers = [h for tr in figs[0]["data"] for h in (tr.get("hovertext") or []) if isinstance(h, str)]
+    events = _traces(figs[0], "warning", "error", "fatal")
+    hovers = [h for tr in events for h in tr["hovertext"]]
     xss_hover = [h for h in hovers if "alert(1)" in h]
     assert xss_hover and all("<script" not in h and "<img" not in h for h in xss_hover)
+    # the click panel gets the raw line as data (the page sets it with textContent)
+    clicks = [c for tr in events for c in tr["customdata"]]
+    assert [c for c in clicks if c[3] == XSS and c[2] == f"{TRAINER}:1191"]
+    page_js = resources.files("reports").joinpath("_page.js").read_text()
+    assert "textContent" in page_js and "innerHTML" not in page_js
 
 
 def test_timeline_lanes(collapse_html: str) -> None:
     fig = _figures(collapse_html)[0]
     names = [tr.get("name") for tr in fig["data"]]
     assert REWARD in names and "checkpoints" in names and "incident onset" in names
-    ck = next(tr for tr in fig["data"] if tr.get("name") == "checkpoints")
+    [ck] = _traces(fig, "checkpoints")
     assert ck["x"] == [50, 100]
-    assert CKPT_100 in " ".join(ck["hovertext"])
-    # the event with a null step is not in the event lane; the others are, one row per kind
-    kinds = {y for tr in fig["data"] if tr.get("name") in ("warning", "error", "fatal") for y in tr["y"]}
-    assert kinds == {"kv_cache_retract", "request_timeout", "workflow_failed"}
-    assert "device used GB (max over devices)" in names and "device total GB" in names
+    assert "checkpoints/epoch0epochstep99globalstep99" in " ".join(ck["hovertext"])
+    # every problem event is in the lane, one row per kind; the server exit has no step and is placed by time
+    events = _traces(fig, "warning", "error", "fatal")
+    assert {y for tr in events for y in tr["y"]} == {"kv_cache_retract", "request_timeout", "workflow_failed",
+                                                     "server_exit"}
+    [fatal] = _traces(fig, "fatal")
+    assert fatal["x"] == [121]
+    assert "device_used" in names and "device_total" in names
     assert "step duration s" in names
-    # incident band runs from the onset to the last step (not recovered)
+    # the primary line's hover reads the wall-clock time of each step
+    [reward] = _traces(fig, REWARD)
+    assert reward["customdata"][0] == "2025-11-11 10:00:30" and "%{customdata}" in reward["hovertemplate"]
+    # ...and a second axis on top shows it
+    top = [v for k, v in fig["layout"].items() if k.startswith("xaxis") and v.get("side") == "top"]
+    assert top and top[0]["ticktext"][0].startswith("11-11 10:00")
+    # the incident band runs from the onset to the last step (not recovered)
     rects = [s for s in fig["layout"]["shapes"] if s["type"] == "rect"]
     assert rects[0]["x0"] == 120 and rects[0]["x1"] == 200
+
+
+def test_server_load_lane_only_with_server_stats() -> None:
+    page = render_html(Analysis(runs=[_run()]))
+    assert "no server stats" in page[page.index('id="timeline"'):page.index('<div class="plot"')]
+    run = _run(server=True)
+    run.sources = [replace(s, notes=()) for s in run.sources]
+    fig = _figures(render_html(Analysis(runs=[run])))[0]
+    names = [tr.get("name") for tr in fig["data"]]
+    assert {"running requests", "queued requests", "KV token usage", "gen throughput"} <= set(names)
+    [usage] = _traces(fig, "KV token usage")
+    assert fig["layout"][usage["yaxis"].replace("y", "yaxis")]["tickformat"] == ".0%"
+    # the server's own note says why stats are missing
+    quiet = _run()
+    quiet.sources = [replace(quiet.sources[1], notes=("no server stats lines: SGLang ran at warning level",))]
+    page = render_html(Analysis(runs=[quiet]))
+    assert '<p class="lane-notes">no server stats lines: SGLang ran at warning level</p>' in page
 
 
 def test_healthy_run(healthy_html: str) -> None:
     assert "No incident found" in healthy_html
     assert 'id="checkpoint"' in healthy_html and CKPT_100 in healthy_html
     assert 'id="incident-1"' not in healthy_html
+    assert '<p class="lane-notes">no memory lines (mem/…) in the logs</p>' in healthy_html
     fig = _figures(healthy_html)[0]
-    notes = [a["text"] for a in fig["layout"]["annotations"]]
-    assert "no memory lines in the logs" in notes
+    assert not [tr for tr in fig["data"] if (tr.get("name") or "").startswith("device")]
 
 
-def test_print_css_and_footer(collapse_html: str) -> None:
-    assert "@media print" in collapse_html
-    footer = collapse_html[collapse_html.index("<footer>"):]
+def test_anchors_for_deep_links(collapse_html: str) -> None:
+    for anchor in ("incident-1", "checkpoint", "timeline", "evidence", "sources", "provenance"):
+        assert collapse_html.count(f'id="{anchor}"') == 1, anchor
+
+
+def test_print_css_and_provenance_footer(collapse_html: str) -> None:
+    assert "@media print" in collapse_html and "beforeprint" in collapse_html
+    footer = collapse_html[collapse_html.index('<footer id="provenance">'):]
     assert "0.1.0" in footer and "grpo-forensics/analysis/v1" in footer
     assert "collapse_drop" in footer and "window" in footer
+    assert "12,345" in footer and "ab" * 32 in footer and "sha256-head-tail" in footer
+    assert f"grpo-forensics analyze {ROOT}" in footer
 
 
 def test_sources_and_evidence_tables(collapse_html: str) -> None:
-    assert "Sources (parse coverage)" in collapse_html
-    assert "areal_trainer" in collapse_html and "no step times before step 1" in collapse_html
-    evidence = collapse_html[collapse_html.index("<h2>Evidence</h2>"):]
-    assert "sglang/kv_cache_retract" in evidence  # source looked up from the events frame
+    sources = collapse_html[collapse_html.index('id="sources"'):]
+    assert "areal_trainer" in sources and "no step times before step 1" in sources
+    assert "lines not understood" in sources
+    evidence = collapse_html[collapse_html.index('id="evidence"'):collapse_html.index('id="sources"')]
+    assert '<td class="">sglang</td><td class="">kv_cache_retract</td>' in evidence  # source from the events frame
     assert "logs/llm_server.log</span>:500" in evidence
 
 
@@ -237,21 +306,23 @@ def test_two_runs_get_unique_anchors() -> None:
     page = render_html(Analysis(runs=[_run(), _run(run_id="gsm8k-grpo/trial1")]))
     assert page.count('id="incident-1"') == 1 and page.count('id="run-2-incident-1"') == 1
     assert page.count('id="checkpoint"') == 1 and page.count('id="run-2-checkpoint"') == 1
+    assert page.count('id="run-2-evidence"') == 1
     assert len(_figures(page)) == 2
 
 
-def test_big_run_stays_small(tmp_path: Path) -> None:
-    run = _run(n_steps=5000, collapse=3000, n_events=20_000)
+def test_busy_5000_step_run_stays_under_budget(tmp_path: Path) -> None:
+    run = _run(n_steps=5000, collapse=3000, n_events=20_000, server=True)
+    assert run.metrics.height > 300_000
     path = write_html(Analysis(runs=[run]), tmp_path / "out" / "nested")
     assert path == tmp_path / "out" / "nested" / "report.html"
     size = path.stat().st_size
-    print(f"5,000 steps / 20,000 events: {size / 1e6:.2f} MB")
-    assert size < 6_000_000
-    page = path.read_text(encoding="utf-8")
-    fig = _figures(page)[0]
-    event_markers = sum(len(tr["x"]) for tr in fig["data"] if tr.get("name") in ("warning", "error", "fatal"))
+    print(f"5,000 steps, 20,000 events, busy server log: {size / 1e6:.2f} MB")
+    assert size < 5_000_000
+    fig = _figures(path.read_text(encoding="utf-8"))[0]
+    event_markers = sum(len(tr["x"]) for tr in _traces(fig, "warning", "error", "fatal"))
     assert 0 < event_markers <= 1000
-    ck = next(tr for tr in fig["data"] if tr.get("name") == "checkpoints")
+    assert all(len(tr["x"]) <= 5000 for tr in fig["data"])
+    [ck] = _traces(fig, "checkpoints")
     assert ck["x"] == [50, 100]  # exact steps survive aggregation
     assert any(s["type"] == "rect" and s["x0"] == 3000 for s in fig["layout"]["shapes"])
 
@@ -262,6 +333,16 @@ def test_big_numeric_lane_is_bucketed() -> None:
     reward = [tr for tr in fig["data"] if (tr.get("name") or "").startswith(REWARD)]
     assert reward and all(len(tr["x"]) <= 5000 for tr in reward)
     assert "bucket" in reward[0]["name"]
+
+
+@pytest.mark.parametrize("name", ["areal_seed000", "areal_seed001", "areal_healthy_sparse"])
+def test_every_fixture_report_is_under_budget(fixture_run, tmp_path: Path, name: str) -> None:
+    from forensics import analyze
+
+    path = write_html(analyze([fixture_run(name)]), tmp_path)
+    size = path.stat().st_size
+    print(f"{name}: {size / 1e6:.2f} MB")
+    assert size < 5_000_000
 
 
 def test_import_is_lazy() -> None:
@@ -309,3 +390,64 @@ def test_empty_run_renders() -> None:
     assert _figures(page) == []
     out = _summary(Analysis(runs=[run]))
     assert "No incident found" in out and "none" in out
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def test_markdown_summary() -> None:
+    md = render_markdown(Analysis(runs=[_run()]))
+    assert md.startswith("#### grpo-forensics: gsm8k-grpo/trial0 — 1 incident")
+    assert "from step 120 (2025-11-11T11:00:00), **not recovered**; wasted 81 steps, 0.67 h" in md
+    assert "Cause: `inference_server_unresponsive` (confidence 0.90)" in md
+    assert "`logs/trainer.log:1181`" in md
+    assert f"**Resume from step 100:** `{CKPT_100}`" in md
+    assert f"```bash\npython -m areal.launcher --recover-from {CKPT_100}\n```" in md
+    assert "optimizer state restarts" in md
+    assert len(md.splitlines()) < 20
+
+
+@pytest.mark.parametrize("hostile", [
+    XSS,
+    "[click me](javascript:alert(1))",
+    "![img](http://evil.example/pixel.png)",
+    "a ``` b ` c ```` d",
+    "`starts and ends with a backtick`",
+    "**bold** _it_ <b>tag</b> &lt; | a | b | @here #1 :smile: $x$",
+])
+def test_markdown_neutralises_log_text(hostile: str) -> None:
+    from reports.markdown import code, text
+
+    run = _run()
+    evidence = (Evidence("workflow_failed", _t(119), 119, TRAINER, 1191, hostile),)
+    run.incidents = [replace(run.incidents[0], evidence=evidence, id=hostile)]
+    md = render_markdown(Analysis(runs=[run]))
+    # log lines are code spans that nothing inside can close
+    span = code(hostile)
+    assert span in md
+    fence = re.match(r"`+", span).group(0)
+    assert len(fence) > max((len(r) for r in re.findall(r"`+", hostile)), default=0)
+    assert span[len(fence):-len(fence)].strip() == hostile
+    # as prose (the incident id here) no Markdown or HTML syntax survives unescaped
+    prose = text(hostile)
+    assert prose in md
+    assert not re.search(r"(?<!\\)[<>\[\]`*_|]", prose)
+    assert "](" not in prose.replace("\\]", "")
+
+
+def test_cli_analyze_markdown(fixture_run, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    target = tmp_path / "summary.md"
+    args = ["analyze", str(fixture_run("areal_seed000")), "--no-html", "--markdown"]
+    result = CliRunner().invoke(app, [*args, str(target)])
+    assert result.exit_code == 0, result.output
+    md = target.read_text()
+    assert "reward\\_collapse" in md and "from step 940" in md and "epoch0epochstep899globalstep899" in md
+    assert re.search(r"`trainer\.log\.gz:\d+`", md)
+    stdout = CliRunner().invoke(app, [*args, "-"])
+    assert stdout.exit_code == 0 and stdout.stdout == md  # the terminal summary went to stderr
+    both = CliRunner().invoke(app, [*args, "-", "--json", "-"])
+    assert both.exit_code == 2 and len(both.stderr.strip().splitlines()) == 1

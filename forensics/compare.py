@@ -1,0 +1,160 @@
+"""Control vs fix: two analysed runs side by side, and whether the fix avoided the control's incidents.
+
+``compare(a, b)`` reads only what the analysis already holds (the metric and step frames, the
+incidents); rendering lives in :mod:`reports`.
+
+Example:
+    >>> from forensics import analyze
+    >>> a = analyze([Path("control/outputs")]).runs[0]  # doctest: +SKIP
+    >>> compare(a, analyze([Path("fix/outputs")]).runs[0]).verdict  # doctest: +SKIP
+    ('B has no reward_collapse; A collapsed at step 940.',)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from forensics.model import TOOL_VERSION, Incident, RunAnalysis
+
+SCHEMA = "grpo-forensics/compare/v1"
+#: The primary metric's "final" value is its mean over this many last logged steps.
+FINAL_STEPS = 20
+_VERB = {
+    "reward_collapse": "collapsed",
+    "zero_variance": "had zero-variance batches",
+    "stall": "stalled",
+    "crash": "crashed",
+    "nan_inf": "went non-finite",
+}
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """The numbers a comparison puts side by side, for one run."""
+
+    run_id: str
+    root: str
+    primary_metric: str | None
+    first_step: int | None
+    last_step: int | None
+    final_metric: float | None
+    """Mean of the primary metric over the last ``FINAL_STEPS`` logged steps."""
+    median_step_seconds: float | None
+    steps_per_hour: float | None
+    """Logged steps per wall-clock hour over the whole logged span (stalls included)."""
+    peak_device_used_gb: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        def r(v: float | None, n: int) -> float | None:
+            return None if v is None else round(v, n)
+
+        return {
+            "run_id": self.run_id,
+            "root": self.root,
+            "primary_metric": self.primary_metric,
+            "steps": {"first": self.first_step, "last": self.last_step},
+            "final_metric": r(self.final_metric, 4),
+            "median_step_seconds": r(self.median_step_seconds, 2),
+            "steps_per_hour": r(self.steps_per_hour, 2),
+            "peak_device_used_gb": r(self.peak_device_used_gb, 2),
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Run A (control) against run B (fix)."""
+
+    a: RunAnalysis
+    b: RunAnalysis
+    stats_a: RunStats
+    stats_b: RunStats
+    avoided: bool | None
+    """True when B has none of A's incident kinds, False when it has one, None when A had none."""
+    verdict: tuple[str, ...]
+    """Plain sentences, the first one the answer."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "tool_version": TOOL_VERSION,
+            "avoided": self.avoided,
+            "verdict": list(self.verdict),
+            "a": {**self.stats_a.to_dict(), "incidents": [i.to_dict() for i in self.a.incidents]},
+            "b": {**self.stats_b.to_dict(), "incidents": [i.to_dict() for i in self.b.incidents]},
+        }
+
+
+def _finite(frame: pl.DataFrame) -> pl.Series:
+    return frame.filter(pl.col("value").is_finite())["value"]
+
+
+def run_stats(run: RunAnalysis) -> RunStats:
+    """The side-by-side numbers of one run."""
+    rng = run.step_range()
+    primary = (
+        run.metrics.filter((pl.col("key") == run.primary_metric) & pl.col("step").is_not_null())
+        .group_by("step").agg(pl.col("value").mean()).sort("step")
+    )
+    tail = _finite(primary.tail(FINAL_STEPS))
+    clock = (
+        run.steps.filter(pl.col("step").is_not_null() & pl.col("time").is_not_null())
+        .group_by("step").agg(pl.col("time").min()).sort("step")
+    )
+    seconds = clock["time"].diff().dt.total_milliseconds().drop_nulls() / 1000
+    span_h = (clock["time"].max() - clock["time"].min()).total_seconds() / 3600 if clock.height > 1 else 0
+    used = _finite(run.metrics.filter(pl.col("key") == "mem/device_used_gb"))
+    return RunStats(
+        run_id=run.run_id,
+        root=run.root,
+        primary_metric=run.primary_metric,
+        first_step=rng["first"],
+        last_step=rng["last"],
+        final_metric=float(tail.mean()) if len(tail) else None,  # type: ignore[arg-type]
+        median_step_seconds=float(seconds.median()) if len(seconds) else None,  # type: ignore[arg-type]
+        steps_per_hour=(clock.height - 1) / span_h if span_h > 0 else None,
+        peak_device_used_gb=float(used.max()) if len(used) else None,  # type: ignore[arg-type]
+    )
+
+
+def _first_of_each_kind(run: RunAnalysis) -> dict[str, Incident]:
+    first: dict[str, Incident] = {}
+    for inc in sorted(run.incidents, key=lambda i: i.onset_step):
+        first.setdefault(inc.kind, inc)
+    return first
+
+
+def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None, tuple[str, ...]]:
+    first_a, first_b = _first_of_each_kind(a), _first_of_each_kind(b)
+    lines: list[str] = []
+    if not first_a:
+        lines.append("Neither run has an incident." if not first_b else "A has no incident to avoid.")
+    for kind, inc in first_a.items():
+        verb = _VERB.get(kind, f"had {kind}")
+        other = first_b.get(kind)
+        if other is None:
+            lines.append(f"B has no {kind}; A {verb} at step {inc.onset_step}.")
+        else:
+            when = ("later than" if other.onset_step > inc.onset_step
+                    else "earlier than" if other.onset_step < inc.onset_step else "at the same step as")
+            lines.append(f"B also has {kind}: at step {other.onset_step}, {when} A ({verb} at step {inc.onset_step}).")
+    for kind, inc in first_b.items():
+        if kind not in first_a:
+            lines.append(f"B has {kind} at step {inc.onset_step}, which A does not.")
+    avoided_onsets = [i.onset_step for k, i in first_a.items() if k not in first_b]
+    if avoided_onsets and sb.last_step is not None and sb.last_step < min(avoided_onsets):
+        lines.append(f"B was logged only up to step {sb.last_step}, before A's onset at step {min(avoided_onsets)}: "
+                     "it does not show that the fix holds that long.")
+    if a.primary_metric != b.primary_metric:
+        lines.append(f"The runs report different primary metrics: A {a.primary_metric}, B {b.primary_metric}.")
+    avoided = None if not first_a else not (first_a.keys() & first_b.keys())
+    return avoided, tuple(lines)
+
+
+def compare(a: RunAnalysis, b: RunAnalysis) -> Comparison:
+    """Compare run ``a`` (the control) with run ``b`` (the fix)."""
+    sa, sb = run_stats(a), run_stats(b)
+    avoided, verdict = _verdict(a, b, sb)
+    return Comparison(a=a, b=b, stats_a=sa, stats_b=sb, avoided=avoided, verdict=verdict)

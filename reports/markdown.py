@@ -1,0 +1,92 @@
+"""A short Markdown summary to paste into a GitHub issue or a Jira ticket.
+
+Per run: the verdict in one line per incident, its top evidence with file:line, and the
+recommended checkpoint with its resume command. Untrusted text never passes as Markdown:
+
+- prose (run ids, reasons, summaries) has every Markdown-significant character backslash-escaped,
+  so ``<script>``, ``[x](javascript:…)`` and ``![img](http://…)`` come out as literal text;
+- log lines and paths go into code spans whose backtick fence is longer than any backtick run
+  inside them, so nothing in them is Markdown or HTML at all;
+- the resume command goes into a fenced block with a fence longer than any backtick run in it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from forensics.model import Analysis, Incident, RunAnalysis, iso
+from reports.page import short
+
+TOP_EVIDENCE = 3
+#: What Markdown (GFM) could read as syntax mid-line: emphasis, links and images, raw HTML and
+#: entities, tables, strikethrough, issue refs, mentions, emoji shortcodes, math.
+_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~&:$@])")
+
+
+def text(value: object) -> str:
+    """Untrusted text as literal Markdown: one line, every special character escaped."""
+    flat = " ".join(str(value).split())
+    return _SPECIAL.sub(r"\\\1", flat)
+
+
+def code(value: object) -> str:
+    """Untrusted text as an inline code span that nothing inside can close."""
+    flat = " ".join(str(value).split())
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+def block(value: str, lang: str = "") -> str:
+    """A fenced code block that no backtick run inside can close."""
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{value}\n{fence}"
+
+
+def _incident(run: RunAnalysis, inc: Incident) -> list[str]:
+    end = (f"recovered at step {inc.end_step}" if inc.recovered and inc.end_step is not None
+           else f"ended at step {inc.end_step}" if inc.end_step is not None else "**not recovered**")
+    hours = f", {inc.wasted_hours:.2f} h" if inc.wasted_hours is not None else ""
+    lines = [
+        f"- **{text(inc.id)} · {text(inc.kind)}** from step {inc.onset_step} ({iso(inc.onset_time) or 'time unknown'}),"
+        f" {end}; wasted {inc.wasted_steps} steps{hours}. Cause: {code(inc.cause)} (confidence {inc.confidence:.2f})."
+    ]
+    for ev in inc.evidence[:TOP_EVIDENCE]:
+        lines.append(f"  - {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")
+    if len(inc.evidence) > TOP_EVIDENCE:
+        lines.append(f"  - … {len(inc.evidence) - TOP_EVIDENCE} more in the HTML report")
+    return lines
+
+
+def _run(run: RunAnalysis) -> list[str]:
+    rng = run.step_range()
+    steps = f"steps {rng['first']}–{rng['last']}" if rng["count"] else "no steps logged"
+    n = len(run.incidents)
+    head = f"{n} incident{'s' if n != 1 else ''}" if n else "healthy, no incident"
+    out = [f"#### grpo-forensics: {text(run.run_id)} — {head}", "",
+           f"{text(run.framework)}, {steps}, primary metric {code(run.primary_metric or 'none')}", ""]
+    for inc in run.incidents:
+        out += _incident(run, inc)
+    rec = run.recommendation
+    out.append("")
+    if rec.checkpoint:
+        out.append(f"**Resume from step {rec.step}:** {code(rec.checkpoint)}. {text(rec.reason)}")
+    else:
+        out.append(f"**No checkpoint to resume from.** {text(rec.reason)}")
+    if rec.resume_command:
+        out += ["", block(rec.resume_command, "bash")]
+    if rec.warnings:
+        out += [""] + [f"- ⚠ {text(w)}" for w in rec.warnings]
+    return out
+
+
+def render_markdown(analysis: Analysis) -> str:
+    """The Markdown summary of every run in ``analysis``."""
+    parts: list[str] = []
+    for run in analysis.runs:
+        parts += _run(run) + [""]
+    if not analysis.runs:
+        parts.append("grpo-forensics: no runs found.")
+    return "\n".join(parts).rstrip() + "\n"

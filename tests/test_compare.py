@@ -1,0 +1,101 @@
+"""``compare``: control vs fix, as a library call and as a command, on the fixture runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from forensics import analyze
+from forensics.cli import app
+from forensics.compare import compare
+from reports import render_compare_html
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def runs():
+    here = Path(__file__).parent / "fixtures"
+    return {name: analyze([here / name / "outputs"]).runs[0]
+            for name in ("areal_seed000", "areal_seed001", "areal_healthy_sparse")}
+
+
+def test_fix_without_the_incident(runs) -> None:
+    result = compare(runs["areal_seed000"], runs["areal_healthy_sparse"])
+    assert result.avoided is True
+    assert result.verdict[0] == "B has no reward_collapse; A collapsed at step 940."
+    assert "B has no stall; A stalled at step 1870." in result.verdict
+    # B stopped at step 300: the verdict says it cannot vouch for the steps beyond
+    assert any("only up to step 300" in line for line in result.verdict)
+    assert any("different primary metrics" in line for line in result.verdict)
+    a, b = result.stats_a, result.stats_b
+    assert (a.first_step, a.last_step, b.last_step) == (1, 1869, 300)
+    assert a.median_step_seconds and 30 < a.median_step_seconds < 120
+    assert a.steps_per_hour and b.steps_per_hour and b.steps_per_hour > a.steps_per_hour
+    assert a.final_metric == 0.0 and b.final_metric is not None
+    assert b.peak_device_used_gb is not None
+
+
+def test_both_collapsed(runs) -> None:
+    result = compare(runs["areal_seed000"], runs["areal_seed001"])
+    assert result.avoided is False
+    assert result.verdict[0] == "B also has reward_collapse: at step 188, earlier than A (collapsed at step 940)."
+    assert "B has no stall; A stalled at step 1870." in result.verdict
+
+
+def test_control_without_incident(runs) -> None:
+    result = compare(runs["areal_healthy_sparse"], runs["areal_seed000"])
+    assert result.avoided is None
+    assert result.verdict[0] == "A has no incident to avoid."
+    assert "B has reward_collapse at step 940, which A does not." in result.verdict
+    same = compare(runs["areal_healthy_sparse"], runs["areal_healthy_sparse"])
+    assert same.verdict == ("Neither run has an incident.",)
+
+
+def test_compare_document(runs) -> None:
+    doc = compare(runs["areal_seed000"], runs["areal_healthy_sparse"]).to_dict()
+    assert doc["schema"] == "grpo-forensics/compare/v1" and doc["avoided"] is True
+    assert doc["a"]["incidents"][0]["onset_step"] == 940 and doc["b"]["incidents"] == []
+    assert set(doc["a"]) >= {"run_id", "steps", "final_metric", "median_step_seconds", "steps_per_hour",
+                             "peak_device_used_gb"}
+    json.dumps(doc)
+
+
+def test_compare_page(runs) -> None:
+    page = render_compare_html(compare(runs["areal_seed000"], runs["areal_healthy_sparse"]))
+    head = page[:page.index('<div class="plot"')]
+    assert "B has no reward_collapse; A collapsed at step 940." in head
+    assert "steps/h" in head and "GB" in head and "median step time" in head
+    [block] = re.findall(r'<script type="application/json" data-plot="plot-1">(.*?)</script>', page, re.S)
+    names = {tr.get("name") for tr in json.loads(block)["data"]}
+    assert {"A: grpo_actor/task_reward/avg", "B: ppo_actor/task_reward/avg"} <= names
+    assert not re.search(r"<(script|link|img)\b[^>]*\b(src|href)\s*=", page)
+
+
+def test_cli_compare(tmp_path: Path) -> None:
+    here = Path(__file__).parent / "fixtures"
+    out = tmp_path / "cmp"
+    result = runner.invoke(app, ["compare", str(here / "areal_seed000" / "outputs"),
+                                 str(here / "areal_healthy_sparse" / "outputs"), "--out", str(out), "--json", "-"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["verdict"][0] == "B has no reward_collapse; A collapsed at step 940."
+    assert "A (control)" in result.stderr and "B has no reward_collapse" in result.stderr
+    assert (out / "compare.html").stat().st_size < 5_000_000
+
+
+def test_cli_compare_needs_exactly_one_run_each(tmp_path: Path) -> None:
+    here = Path(__file__).parent / "fixtures"
+    both = tmp_path / "both"
+    for name in ("areal_seed001", "areal_healthy_sparse"):
+        shutil.copytree(here / name / "outputs", both / name)
+    result = runner.invoke(app, ["compare", str(both), str(here / "areal_seed000" / "outputs"), "--no-html"])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "2 runs found" in result.stderr
+    missing = runner.invoke(app, ["compare", str(tmp_path / "nope"), str(both), "--no-html"])
+    assert missing.exit_code == 2 and "Traceback" not in missing.output
