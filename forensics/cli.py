@@ -19,7 +19,7 @@ from rich.console import Console
 
 from forensics.analysis import analyze as run_analysis
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
-from forensics.model import Analysis, iso
+from forensics.model import Analysis, RunAnalysis, iso
 
 app = typer.Typer(
     help="Post-mortems for GRPO training runs: when the reward collapsed, why, and the last healthy checkpoint.",
@@ -109,11 +109,7 @@ def best_checkpoint(
     """
 
     def work() -> None:
-        result = run_analysis([path])
-        if len(result.runs) > 1:
-            names = ", ".join(r.run_id for r in result.runs)
-            raise UnusableInput(f"{path}: {len(result.runs)} runs found ({names}); point at one of them")
-        run = result.runs[0]
+        run = _single_run(path)
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -209,15 +205,8 @@ def compare(
     from forensics.compare import compare as compare_runs
     from reports import render_comparison, write_compare_html
 
-    def one_run(path: Path):
-        runs = run_analysis([path]).runs
-        if len(runs) != 1:
-            names = ", ".join(r.run_id for r in runs)
-            raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
-        return runs[0]
-
     def work() -> None:
-        result = compare_runs(one_run(run_a), one_run(run_b))
+        result = compare_runs(_single_run(run_a), _single_run(run_b))
         console = Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:
@@ -226,6 +215,15 @@ def compare(
             console.print(f"report: {write_compare_html(result, _report_dir(out, [run_a, run_b]))}")
 
     _guard(debug, work)
+
+
+def _single_run(path: Path) -> RunAnalysis:
+    """The one run at ``path``; several runs there is unusable input for this command."""
+    runs = run_analysis([path]).runs
+    if len(runs) != 1:
+        names = ", ".join(r.run_id for r in runs)
+        raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
+    return runs[0]
 
 
 def _write_text(text: str, target: str) -> None:
