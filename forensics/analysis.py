@@ -87,9 +87,9 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
 
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
-    verdict = explain(finding, events)
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
     onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time
+    verdict = explain(finding, events, run.metrics, onset_time)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height

@@ -15,6 +15,7 @@ import polars as pl
 
 from forensics.detect import Finding
 from forensics.model import Cause, Evidence
+from forensics.server_context import ServerContext, server_context
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
 CAUSE_OF_KIND: dict[str, Cause] = {
@@ -27,6 +28,7 @@ CAUSE_OF_KIND: dict[str, Cause] = {
     "scheduler_exception": "inference_server_crash",
     "server_launch_failed": "inference_server_crash",
     "request_timeout": "inference_server_unresponsive",
+    "client_disconnected": "inference_server_unresponsive",
     "watchdog_timeout": "inference_server_unresponsive",
     "health_check_failed": "inference_server_unresponsive",
     "nccl_timeout": "nccl_timeout",
@@ -40,6 +42,7 @@ CAUSE_OF_KIND: dict[str, Cause] = {
     "fatal_check": "training_worker_crash",
     "host_oom_kill": "training_worker_crash",
     "job_exit": "training_worker_crash",
+    "process_killed": "training_worker_crash",
     "cuda_oom": "training_worker_crash",
     "nan_inf": "numerical_divergence",
 }
@@ -69,8 +72,17 @@ class _Windows:
     baseline: tuple[int, int]
 
 
-def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, window_after: int = 2, baseline: int = 50) -> Verdict:
-    """Name the cause of ``finding`` from ``events`` (steps already assigned)."""
+def explain(
+    finding: Finding,
+    events: pl.DataFrame,
+    metrics: pl.DataFrame,
+    onset_time: datetime | None,
+    *,
+    window_before: int = 3,
+    window_after: int = 2,
+    baseline: int = 50,
+) -> Verdict:
+    """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned)."""
     onset = finding.onset_step
     if finding.kind == "stall":
         spans = _Windows((onset, onset), (onset - baseline, onset - 1))
@@ -82,6 +94,7 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
     seen = dict(in_window.group_by("kind").len().iter_rows())
+    server = server_context(metrics, onset, onset_time, spans.window)
 
     if finding.kind == "nan_inf":
         return Verdict(
@@ -95,7 +108,7 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     if deciding.is_empty():
         deciding = in_window.filter(pl.col("cause").is_not_null())
     if deciding.is_empty():
-        return _no_fault(finding, spans, seen)
+        return _no_fault(finding, spans, seen, server)
 
     cause: Cause = deciding.sort("time", "line", nulls_last=True).row(0, named=True)["cause"]
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
@@ -107,12 +120,12 @@ def explain(finding: Finding, events: pl.DataFrame, *, window_before: int = 3, w
     confidence = 0.9 if best_p < 1e-3 else 0.75 if best_p < 0.01 else 0.55
     if cause == "inference_server_unresponsive" and not rivals.is_empty():
         confidence -= 0.1
-    explanation = _explain_rates(kinds, spans, first)
-    later = _escalation(attributed, spans, cause)
-    if later:
-        explanation += f" {later}"
-    evidence = _evidence(in_window, cause) + _later_evidence(attributed, spans, cause)
-    return Verdict(cause, round(confidence, 2), evidence[:20], explanation, seen)
+    if cause == "inference_server_unresponsive" and server.silent_before_onset:
+        confidence += 0.1
+    explanation = " ".join([_explain_rates(kinds, spans, first), *server.sentences, _escalation(attributed, spans, cause)])
+    deciding_lines = _evidence(in_window, cause)
+    evidence = deciding_lines[:12] + server.evidence + _later_evidence(attributed, spans, cause) + deciding_lines[12:]
+    return Verdict(cause, round(min(confidence, 0.95), 2), evidence[:20], explanation.strip(), seen)
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
@@ -125,6 +138,8 @@ def _attribute(events: pl.DataFrame) -> pl.DataFrame:
     cause = (
         pl.when((pl.col("kind") == "cuda_oom") & from_server)
         .then(pl.lit("inference_server_oom"))
+        .when(pl.col("kind").is_in(["process_killed", "host_oom_kill", "segfault", "fatal_check"]) & from_server)
+        .then(pl.lit("inference_server_crash"))
         .when(pl.col("kind").is_in(list(_AMBIGUOUS)))
         .then(by_text)
         .otherwise(by_kind)
@@ -207,17 +222,24 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 
 
-def _no_fault(finding: Finding, spans: _Windows, seen: dict[str, int]) -> Verdict:
+def _no_fault(finding: Finding, spans: _Windows, seen: dict[str, int], server: ServerContext) -> Verdict:
     if finding.kind in ("reward_collapse", "zero_variance"):
+        # A server seen answering makes "not the infrastructure" a finding, not a default.
+        confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
         return Verdict(
             "reward_pipeline",
-            0.6,
-            (),
-            f"No failure of any kind was logged in steps {spans.window[0]}–{spans.window[1]}: the rewards "
-            "themselves went constant (reward function, parser or data), not the infrastructure.",
+            confidence,
+            server.evidence,
+            " ".join(
+                [
+                    f"No failure of any kind was logged in steps {spans.window[0]}–{spans.window[1]}: the rewards "
+                    "themselves went constant (reward function, parser or data), not the infrastructure.",
+                    *server.sentences,
+                ]
+            ),
             seen,
         )
-    return Verdict("unknown", 0.3, (), "Nothing in the logs explains it.", seen)
+    return Verdict("unknown", 0.3, server.evidence, " ".join(["Nothing in the logs explains it.", *server.sentences]), seen)
 
 
 def _to_evidence(row: dict) -> Evidence:

@@ -169,7 +169,7 @@ def metrics(
             [
                 r.metrics.select(
                     pl.lit(r.run_id).alias("run_id"),
-                    pl.lit(r.framework).alias("source"),
+                    pl.col("source").fill_null(r.framework),
                     "step",
                     "time",
                     "key",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
-from parsers import looks_like_areal
+from parsers import looks_like_areal, looks_like_sglang
 
 # Folders that hold weights, dumps or traces, never a run's text logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
@@ -61,7 +61,7 @@ def find_runs(paths: Sequence[Path]) -> list[RunLocation]:
         runs.extend(_group(given, files, problems))
     if not runs:
         shown = ", ".join(str(p) for p in paths)
-        raise NoRunsFound(f"{shown}: no AReaL trainer or server log found")
+        raise NoRunsFound(f"{shown}: no AReaL trainer log or SGLang server log found")
     return runs
 
 
@@ -86,15 +86,17 @@ def _group(given: Path, files: list[Path], problems: list[str]) -> list[RunLocat
     skipped = list(problems)
     for path in files:
         try:
-            if path.stat().st_size == 0 or not looks_like_areal(path):
+            if path.stat().st_size == 0:
                 continue
+            kind = _kind(path)
         except OSError as exc:
             skipped.append(f"{path}: {exc.strerror or exc}")
             continue
+        if kind is None:
+            continue
         match = _LOG_NAME.match(path.name)
-        base = match.group("base") if match else path.name
         rotation = int(match.group("rot") or 0) if match else 0
-        by_dir.setdefault(path.parent, []).append(LogSource(path, _kind(base), -rotation))
+        by_dir.setdefault(path.parent, []).append(LogSource(path, kind, -rotation))
     runs = []
     for root, sources in sorted(by_dir.items()):
         sources = _drop_superseded(sources)
@@ -111,12 +113,17 @@ def _group(given: Path, files: list[Path], problems: list[str]) -> list[RunLocat
     return runs
 
 
-def _kind(base: str) -> str:
-    if base in _TRAINER_LOGS:
-        return "areal_trainer"
+def _kind(path: Path) -> str | None:
+    """What a log is, from its name and head; ``None`` for files this tool does not read."""
+    match = _LOG_NAME.match(path.name)
+    base = match.group("base") if match else path.name
     if base in _SERVER_LOGS:
         return "areal_server"
-    return "areal_log"
+    if looks_like_areal(path):
+        return "areal_trainer" if base in _TRAINER_LOGS else "areal_log"
+    if looks_like_sglang(path):
+        return "sglang_server"
+    return None
 
 
 def _drop_superseded(sources: list[LogSource]) -> list[LogSource]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -11,10 +12,10 @@ from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
 from forensics.fingerprint import fingerprint
 from forensics.model import SourceReport
-from parsers import read_areal_log
+from parsers import read_areal_log, read_sglang_log
 from parsers.areal_config import read_areal_config
 from parsers.areal_checkpoints import read_areal_checkpoints
-from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
+from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
 
 
 @dataclass
@@ -38,23 +39,30 @@ def load_run(location: RunLocation) -> RunData:
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
-            log = read_areal_log(source.path)
+            parsed = [_read(reader, source.path) for reader in _READERS[source.kind]]
         except (OSError, pl.exceptions.PolarsError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
         identity = fingerprint(source.path)
         sources.append(
             SourceReport(
-                log.path, source.kind, log.lines, log.unparsed_lines, log.notes,
+                str(source.path),
+                source.kind,
+                max(p.lines for p in parsed),
+                # Each parser counts the other's lines as its own failures; a line neither
+                # understood is unparsed by both, so the smaller count is the true one.
+                min(p.unparsed_lines for p in parsed),
+                tuple(note for p in parsed for note in p.notes),
                 bytes=identity.size if identity else None,
                 digest=identity.digest if identity else None,
                 digest_method=identity.method if identity else None,
             )
         )
-        steps.append(log.steps.with_columns(pl.lit(rank).alias("rank")))
-        metrics.append(log.metrics.with_columns(pl.lit(rank).alias("rank")))
-        events.append(log.events)
-        facts.update(log.facts)
+        for p in parsed:
+            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
+            metrics.append(p.metrics.with_columns(pl.lit(rank).alias("rank")))
+            facts.update(p.facts)
+        events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
 
@@ -73,6 +81,49 @@ def load_run(location: RunLocation) -> RunData:
         facts=facts,
         config=read_areal_config(location.root / "config.yaml"),
     )
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What any log parser yields, in the shape the run loader merges."""
+
+    steps: pl.DataFrame
+    metrics: pl.DataFrame
+    events: pl.DataFrame
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...]
+    facts: dict[str, str]
+
+
+def _read(reader: str, path: Path) -> _Parsed:
+    if reader == "areal":
+        log = read_areal_log(path)
+        return _Parsed(log.steps, log.metrics.with_columns(pl.lit("areal").alias("source")), log.events,
+                       log.lines, log.unparsed_lines, log.notes, log.facts)
+    server = read_sglang_log(path)
+    http = server.http.select(
+        pl.col("minute").alias("time"),
+        pl.format("sglang/http/{}/{}", pl.col("endpoint").str.strip_prefix("/"), pl.col("status")).alias("key"),
+        pl.col("count").cast(pl.Float64).alias("value"),
+        pl.lit(str(path)).alias("file"),
+        pl.col("first_line").alias("line"),
+    )
+    metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)]).with_columns(pl.lit("sglang").alias("source"))
+    notes = server.notes
+    if server.servers.height > 1:
+        notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
+    return _Parsed(empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes, {})
+
+
+#: Which parsers read each kind of log. ``llm_server.log`` interleaves AReaL's wrapper lines
+#: with SGLang's own output, so both read it.
+_READERS: dict[str, tuple[str, ...]] = {
+    "areal_trainer": ("areal",),
+    "areal_log": ("areal",),
+    "areal_server": ("areal", "sglang"),
+    "sglang_server": ("sglang",),
+}
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:

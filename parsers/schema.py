@@ -20,7 +20,8 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "message": pl.String(),
 }
 
-#: Long form, one row per value. NaN and ±Inf are kept as such.
+#: Long form, one row per value. NaN and ±Inf are kept as such. ``source`` is set by the
+#: run loader from the parser that read the file (``areal``, ``sglang``, …).
 METRIC_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64(),
     "time": pl.Datetime("ms"),
@@ -28,6 +29,7 @@ METRIC_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.Float64(),
     "file": pl.String(),
     "line": pl.Int64(),
+    "source": pl.String(),
 }
 
 #: One row per logged training step: when its header was written, and where.

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from forensics.model import Analysis, Checkpoint, Evidence, Incident, Recommendation, RunAnalysis, SourceReport
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, empty
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
 from reports import render_html, render_markdown, render_summary, write_html
 from reports.page import plotly_js
 
@@ -65,7 +65,7 @@ def _run(
                      (None, t, "sglang/queue_req", float(k % 7), SERVER, 2000 + k),
                      (None, t, "sglang/token_usage", 0.5 + 0.001 * (k % 100), SERVER, 2000 + k),
                      (None, t, "sglang/gen_throughput", 1500.0 + k % 300, SERVER, 2000 + k)]
-    metrics = pl.DataFrame(rows, schema=METRIC_SCHEMA, orient="row")
+    metrics = conform(pl.DataFrame(rows, schema=list(METRIC_SCHEMA)[:6], orient="row"), METRIC_SCHEMA)
 
     events = [
         (_t(60), 60, "sglang", "kv_cache_retract", "warning", SERVER, 500, "KV cache pool is full. Retract requests."),
