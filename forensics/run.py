@@ -13,8 +13,8 @@ from forensics.discover import RunLocation
 from forensics.fingerprint import fingerprint
 from forensics.model import SourceReport
 from parsers import read_areal_log, read_sglang_log
-from parsers.areal_config import read_areal_config
 from parsers.areal_checkpoints import read_areal_checkpoints
+from parsers.areal_config import read_areal_config
 from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
 
 
