@@ -1,4 +1,5 @@
-"""Parse throughput on a large AReaL trainer.log, next to a one-regex grep triage pass.
+"""Parse throughput on a large AReaL trainer.log and SGLang llm_server.log, next to a
+one-regex grep triage pass.
 
 Writes a realistic run with the test fixture builder (tables rendered by tabulate, ANSI
 codes, memory lines, an incident with HTTP timeouts), repeats it with later steps and dates
@@ -8,7 +9,8 @@ until the log reaches ``--size-gb``, then times, on the same file in the same ru
   the first match when it writes to /dev/null),
 - ``parsers.read_areal_log`` in a fresh process (peak RSS from the OS),
 - the whole ``grpo-forensics analyze`` command in a fresh process,
-- a line-by-line Python regex loop over a slice of the file (what one would write by hand).
+- a line-by-line Python regex loop over a slice of the file (what one would write by hand),
+- and, on an info-level ``llm_server.log`` of ``--server-gb``, grep next to ``read_sglang_log``.
 
 Usage: python benchmarks/bench_parse.py [--size-gb 1.0] [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse]
 """
@@ -16,6 +18,7 @@ Usage: python benchmarks/bench_parse.py [--size-gb 1.0] [--dir /tmp/grpo-forensi
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import re
 import shutil
@@ -69,6 +72,27 @@ def build(target_dir: Path, size_gb: float) -> Path:
     return paths.trainer_log
 
 
+def build_server_log(target: Path, size_gb: float) -> Path:
+    """An info-level ``llm_server.log`` of ``size_gb`` GB: the OOM fixture's server log (SGLang
+    stats, access and weight-update lines, retractions, a crash) repeated on later days."""
+    source = ROOT / "tests" / "fixtures" / "sglang_oom" / "outputs" / "logs" / "root" / "gsm8k-grpo-oom" / "trial0" / "llm_server.log.gz"
+    base = gzip.decompress(source.read_bytes())
+    date = re.compile(rb"(?<=\[)(2025-\d\d-\d\d)(?= \d\d:)|(?<=[^\d])(2025\d{4})(?=-\d\d:)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    copies = -(-int(size_gb * (1 << 30)) // len(base))
+    with open(target, "wb") as out:
+        for k in range(copies):
+            shift = timedelta(days=k)
+
+            def redate(m: re.Match[bytes], shift: timedelta = shift) -> bytes:
+                text = m.group(0).decode()
+                fmt = "%Y-%m-%d" if "-" in text else "%Y%m%d"
+                return (datetime.strptime(text, fmt) + shift).strftime(fmt).encode()
+
+            out.write(date.sub(redate, base) if k else base)
+    return target
+
+
 def timed(command: list[str], stdout_path: Path | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MB) of one child process."""
     t0 = time.perf_counter()
@@ -105,7 +129,8 @@ def python_loop(path: Path, limit: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-gb", type=float, default=1.0)
+    parser.add_argument("--size-gb", type=float, default=1.0, help="size of the trainer.log to write")
+    parser.add_argument("--server-gb", type=float, default=1.0, help="size of the llm_server.log to write")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse files kept by an earlier --keep run")
@@ -130,6 +155,15 @@ def main() -> None:
     analyze_s, analyze_rss = timed(analyze)
     loop_s_per_mb = python_loop(log, limit=200 * 10**6)
 
+    server = args.dir / "server" / "llm_server.log"
+    if not (args.reuse and server.is_file()):
+        build_server_log(server, args.server_gb)
+    server_mb = server.stat().st_size / 1e6
+    subprocess.run(["cat", str(server)], stdout=subprocess.DEVNULL, check=True)
+    server_grep_s, _ = timed(["grep", "-cE", GREP + "|sigquit", str(server)], args.dir / "grep-server.out")
+    server_code = f"from pathlib import Path; from parsers import read_sglang_log; read_sglang_log(Path({str(server)!r}))"
+    server_s, server_rss = timed([sys.executable, "-c", server_code])
+
     rows = [
         ("grep -cE triage", grep_s, None),
         ("read_areal_log (parse)", parse_s, parse_rss),
@@ -142,6 +176,11 @@ def main() -> None:
         print(f"{name:34} {seconds:8.2f} {mb / seconds:8.0f} {grep_s / seconds:8.2f} {rss_text:>9}")
     print(f"\nparse at {grep_s / parse_s:.2f}x grep's throughput (target ≥ 0.33); "
           f"{loop_s_per_mb * mb / parse_s:.0f}x the Python line loop")
+
+    print(f"\n{server}: {server_mb:,.0f} MB")
+    for name, seconds, rss in (("grep -cE triage", server_grep_s, None), ("read_sglang_log (parse)", server_s, server_rss)):
+        rss_text = f"{rss:,.0f} MB" if rss else ""
+        print(f"{name:34} {seconds:8.2f} {server_mb / seconds:8.0f} {server_grep_s / seconds:8.2f} {rss_text:>9}")
     if not args.keep:
         shutil.rmtree(args.dir, ignore_errors=True)
 

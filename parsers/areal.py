@@ -128,9 +128,14 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
         .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
         .filter(pl.col("text") != "")
-        .with_columns(pl.col("text").str.head(_HEAD_CHARS).str.extract_groups(fmt.line_regex).alias("g"))
-        .unnest("g")
-        .select("line", "text", "time", "logger", "level")
+        .with_columns(pl.col("text").str.head(_HEAD_CHARS).alias("head"))
+        .with_columns(pl.col("head").str.contains(fmt.line_regex).alias("logged"))
+        .select(
+            "line",
+            "text",
+            pl.when("logged").then(pl.col("head").str.extract(fmt.fields["time"], 1)).alias("time"),
+            pl.when("logged").then(pl.col("head").str.extract(fmt.fields["level"], 1)).alias("level"),
+        )
     )
     return {"rows": rows, "other": other}
 
@@ -327,7 +332,7 @@ _FACTS = {
 
 def _facts(logged: pl.DataFrame) -> dict[str, str]:
     """Launcher facts worth knowing later (the command that started the trainer, names)."""
-    launcher = logged.filter(pl.col("logger").str.contains("Launcher|Scheduler"))
+    launcher = logged.filter(pl.col("text").str.contains(r"Launcher|Local Scheduler|LocalScheduler", literal=False))
     facts = {}
     for name, regex in _FACTS.items():
         found = launcher.select(pl.col("text").str.extract(regex, 1)).drop_nulls().to_series()

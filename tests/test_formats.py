@@ -87,3 +87,14 @@ def test_broken_format_says_where_and_why(data: dict, message: str) -> None:
 @pytest.mark.parametrize(("name", "pattern", "sample"), METRIC_SAMPLES, ids=lambda v: getattr(v, "name", None))
 def test_metric_literal_prefilter_keeps_every_sample(name: str, pattern, sample: str) -> None:
     assert pattern.literal in sample
+
+
+@pytest.mark.parametrize(("name", "kind", "sample"), EVENT_SAMPLES)
+def test_field_regexes_agree_with_the_line_regex(name: str, kind: str, sample: str) -> None:
+    fmt = load_format(name)
+    line = re.sub(ANSI, "", sample)
+    for prefix in fmt.prefixes.values():
+        line = re.sub(prefix, "", line, count=1)
+    whole = re.match(fmt.line_regex, line)
+    for field, regex in fmt.fields.items():
+        assert re.search(regex, line).group(1) == whole.group(field)
