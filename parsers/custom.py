@@ -1,0 +1,396 @@
+"""Logs of hand-rolled training loops → frames, by a bundled format or one the user declares.
+
+The bundled ``formats/custom_loop.json`` reads nanoGPT-style GRPO loops (seed 003)::
+
+    [Micro 0] 3. Samples scored: mem=18410.2 MB, time=10.034s, rewards=0.3750±0.4841
+    WARNING: All advantages are near zero! rewards_grouped=[[0.0, 0.0, …]]
+    5. Optimizer step finished: mem=16011.7 MB, time=21.702s total
+    iter 0: loss 0.1235 (main 0.1235, critic 0.0000), time 21747.97ms
+
+A line whose pattern has a ``step`` group starts a step's row (``iter N``); every other
+matched line belongs to the step whose line comes next (``step_line_at = "end"``: the loop
+prints its summary after the work) or last (``"start"``). Lines after the last step line
+belong to the step still in progress. Several values of one key in one step (micro-steps,
+phases) are averaged; each one is kept in ``detail`` with its ``micro`` index. A key may name
+string groups, ``phase/{phase}_s`` → ``phase/samples_generated_s``.
+
+A user format is a TOML file (data only, never code), documented by
+``tests/fixtures/custom_format_example.toml``: ``regex`` with named groups ``step``, optional
+``time`` (with ``time_format``, a chrono/strftime format) and values (every other group, or as
+mapped by ``[values]``), and optional ``[[events]]``. Unknown keys are rejected.
+
+Example:
+    >>> log = read_custom_log(Path("train.log"))  # doctest: +SKIP
+    >>> log = read_custom_log(Path("train.log"), load_custom_format(Path("loop.toml")))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers._formats import EventPattern, FormatDefinitionError, load_format
+from parsers._lines import ANSI, collect_lines, sniff
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
+
+__all__ = [
+    "DETAIL_SCHEMA",
+    "CustomFormat",
+    "CustomLog",
+    "ValuePattern",
+    "custom_loop_format",
+    "load_custom_format",
+    "looks_like_custom_loop",
+    "read_custom_log",
+]
+
+#: One row per value before averaging (per micro-step, per phase).
+DETAIL_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "micro": pl.Int64(),
+    "key": pl.String(),
+    "value": pl.Float64(),
+    "file": pl.String(),
+    "line": pl.Int64(),
+}
+SEVERITIES = ("info", "warning", "error", "fatal")
+_TOP_KEYS = {"name", "description", "regex", "literal", "time_format", "step_line_at", "samples", "values", "events"}
+_EVENT_KEYS = {"kind", "severity", "regex", "samples"}
+_RESERVED_GROUPS = {"step", "time", "micro"}
+_TEMPLATE = re.compile(r"\{(\w+)\}")
+_LOOP_HINT = re.compile(r"^(?:iter \d+: loss |\[Micro \d+\] \d+\. )", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ValuePattern:
+    """A kind of line that carries values: ``values`` maps a regex group to a key template."""
+
+    name: str
+    regex: str
+    values: dict[str, str]
+    literal: str | None = None
+    time_format: str | None = None
+
+    @property
+    def groups(self) -> set[str]:
+        return set(re.compile(self.regex).groupindex)
+
+
+@dataclass(frozen=True)
+class CustomFormat:
+    name: str
+    origin: str
+    patterns: tuple[ValuePattern, ...]
+    events: tuple[EventPattern, ...] = ()
+    step_line_at: str = "end"
+    source: str = "custom"
+
+
+@dataclass(frozen=True)
+class CustomLog:
+    """What one custom-loop log holds."""
+
+    path: str
+    format: str
+    steps: pl.DataFrame
+    metrics: pl.DataFrame
+    events: pl.DataFrame
+    detail: pl.DataFrame
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...] = ()
+
+
+def looks_like_custom_loop(path: Path) -> bool:
+    """True when the head of ``path`` has the bundled loop's ``iter N: loss`` or ``[Micro k]`` lines."""
+    return bool(_LOOP_HINT.search(re.sub(ANSI, "", sniff(path, 256 << 10))))
+
+
+@cache
+def custom_loop_format() -> CustomFormat:
+    """The bundled ``formats/custom_loop.json`` as a :class:`CustomFormat`."""
+    fmt = load_format("custom_loop")
+    patterns = tuple(ValuePattern(m.name, m.regex, dict(m.keys), m.literal) for m in fmt.metrics)
+    return CustomFormat(fmt.name, "formats/custom_loop.json", patterns, fmt.events, "end", fmt.source)
+
+
+def read_custom_log(path: Path, fmt: CustomFormat | None = None) -> CustomLog:
+    """Parse one log (plain or gzipped) with ``fmt`` (default: the bundled custom-loop format)."""
+    fmt = fmt or custom_loop_format()
+    parts = collect_lines(Path(path), lambda lines: _extract(lines, fmt))
+    return _assemble(str(path), parts, fmt)
+
+
+def _extract(lines: pl.LazyFrame, fmt: CustomFormat) -> dict[str, pl.LazyFrame]:
+    """Line-local work: each pattern's cheap literal filter, then its regex on the few survivors."""
+    text = pl.col("text").str.replace_all(ANSI, "")
+    parts = {}
+    for i, pattern in enumerate(fmt.patterns):
+        found = lines.filter(pl.col("text").str.contains(pattern.literal, literal=True)) if pattern.literal else lines
+        parts[f"p{i}"] = (
+            found.with_columns(text)
+            .filter(pl.col("text").str.contains(pattern.regex))
+            .select("line", pl.col("text").str.extract_groups(pattern.regex).alias("g"))
+        )
+    tb = load_format("custom_loop")
+    marks = [tb.traceback_start, tb.traceback_exception] + ([_any(fmt.events)] if fmt.events else [])
+    parts["marked"] = lines.filter(pl.col("text").str.contains("|".join(f"(?:{m})" for m in marks))).select("line", text)
+    parts["count"] = lines.select(pl.len().alias("lines"), (pl.col("text").str.strip_chars() == "").sum().alias("blank"))
+    return parts
+
+
+def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> CustomLog:
+    notes: list[str] = []
+    rows = pl.concat(
+        [_values(parts[f"p{i}"], p) for i, p in enumerate(fmt.patterns)], how="vertical_relaxed"
+    )
+    steps = rows.filter(pl.col("step").is_not_null()).select("line", "step", "time").unique("line").sort("line")
+    if steps.is_empty():
+        notes.append("no step lines (no line matched a pattern with a step group)")
+    owned = _own(rows, steps, fmt.step_line_at, notes)
+    detail = owned.filter(pl.col("micro").is_not_null())
+    # One value per (step line, key): micro-steps and phases averaged; a step logged twice
+    # (a restarted loop appending to the same file) keeps its later copy.
+    metrics = (
+        owned.group_by("anchor", "key", maintain_order=True)
+        .agg(pl.col("step").first(), pl.col("time").first(), pl.col("value").mean(), pl.col("line").min())
+        .sort("anchor")
+        .unique(["step", "key"], keep="last", maintain_order=True)
+    )
+    events, event_lines = _events(parts["marked"], steps, fmt)
+    counts = parts["count"].sum().row(0, named=True)  # one row per chunk on the chunked path
+    matched = pl.concat([rows["line"], event_lines]).n_unique()
+    file = pl.lit(path).alias("file")
+    return CustomLog(
+        path=path,
+        format=fmt.name,
+        steps=conform(steps.unique("step", keep="last").sort("line").with_columns(file), STEP_SCHEMA),
+        metrics=conform(metrics.with_columns(file), METRIC_SCHEMA),
+        events=conform(events.with_columns(file, pl.lit(fmt.source).alias("source")), EVENT_SCHEMA),
+        detail=conform(detail.with_columns(file), DETAIL_SCHEMA),
+        lines=int(counts["lines"]),
+        unparsed_lines=int(counts["lines"] - counts["blank"] - matched),
+        notes=tuple(notes),
+    )
+
+
+def _values(found: pl.DataFrame, pattern: ValuePattern) -> pl.DataFrame:
+    """One row per (line, value group): line, step, time, micro, key, value."""
+    groups = pattern.groups
+    field = pl.col("g").struct.field
+
+    def optional(name: str, expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+        return (expr if name in groups else pl.lit(None)).cast(dtype).alias(name)
+
+    when = field("time").str.strptime(pl.Datetime("ms"), pattern.time_format, strict=False) if pattern.time_format else None
+    base = [
+        pl.col("line"),
+        optional("step", field("step").cast(pl.Int64, strict=False), pl.Int64()),
+        optional("time", when if when is not None else pl.lit(None), pl.Datetime("ms")),
+        optional("micro", field("micro").cast(pl.Int64, strict=False), pl.Int64()),
+    ]
+    frames = [
+        found.select(*base, _key(template).alias("key"), field(group).cast(pl.Float64, strict=False).alias("value"))
+        for group, template in pattern.values.items()
+    ]
+    return pl.concat(frames).filter(pl.col("value").is_not_null())
+
+
+def _key(template: str) -> pl.Expr:
+    """``phase/{phase}_s`` → an expression filling each ``{group}`` with its slugged text."""
+    pieces = _TEMPLATE.split(template)
+    exprs = [
+        pl.col("g").struct.field(piece).str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "_").str.strip_chars("_")
+        if i % 2
+        else pl.lit(piece)
+        for i, piece in enumerate(pieces)
+        if piece or i % 2
+    ]
+    return pl.concat_str(exprs) if len(exprs) > 1 else exprs[0]
+
+
+def _own(rows: pl.DataFrame, steps: pl.DataFrame, at: str, notes: list[str]) -> pl.DataFrame:
+    """Each value row with the ``step`` and ``anchor`` (the step line's number) it belongs to."""
+    rows = rows.sort("line")
+    lines = steps.select(pl.col("line").alias("step_line"), pl.col("step").alias("owner"), pl.col("time").alias("owner_time"))
+    owned = rows.join_asof(lines, left_on="line", right_on="step_line", strategy="forward" if at == "end" else "backward")
+    own_line = pl.col("step").is_not_null()
+    owned = owned.with_columns(
+        pl.when(own_line).then(pl.col("line")).otherwise(pl.col("step_line")).alias("step_line"),
+        pl.coalesce("step", "owner").alias("step"),
+        pl.coalesce("time", "owner_time").alias("time"),
+    )
+    loose = owned.filter(pl.col("step").is_null())
+    if loose.is_empty():
+        return owned.with_columns(pl.col("step_line").alias("anchor"))
+    if at == "end":
+        current = int(steps["step"].max()) + 1 if not steps.is_empty() else 0
+        notes.append(f"{loose['line'].n_unique()} lines after the last step line belong to step {current}, unfinished when the log ends")
+        owned = owned.with_columns(pl.col("step").fill_null(current))
+    else:
+        notes.append(f"{loose['line'].n_unique()} lines before the first step line were skipped")
+        owned = owned.filter(pl.col("step").is_not_null())
+    return owned.with_columns(pl.col("step_line").fill_null(rows["line"].max() + 1).alias("anchor"))
+
+
+def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tuple[pl.DataFrame, pl.Series]:
+    """Event lines (first matching pattern wins) and uncaught tracebacks, with their step."""
+    tb = load_format("custom_loop")
+    kind: Any = pl.lit(None, dtype=pl.String)
+    severity: Any = pl.lit(None, dtype=pl.String)
+    for pattern in reversed(fmt.events):
+        hit = pl.col("text").str.contains(pattern.regex)
+        kind = pl.when(hit).then(pl.lit(pattern.kind)).otherwise(kind)
+        severity = pl.when(hit).then(pl.lit(pattern.severity)).otherwise(severity)
+    named = marked.with_columns(kind.alias("kind"), severity.alias("severity"), pl.col("text").alias("message"))
+    exceptions = marked.filter(pl.col("text").str.contains(tb.traceback_exception)).select(
+        pl.col("line").alias("exc_line"), pl.col("text").alias("exc_text")
+    )
+    starts = marked.filter(pl.col("text").str.contains(tb.traceback_start))
+    tracebacks = starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
+    # An exception line that closes a traceback is part of that one event, not an event of its own.
+    named = named.filter(pl.col("kind").is_not_null() & ~pl.col("line").is_in(tracebacks["exc_line"].drop_nulls().implode()))
+    used = pl.concat([named["line"], tracebacks["line"], tracebacks["exc_line"].drop_nulls()])
+    tracebacks = tracebacks.select(
+        "line",
+        tb.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"),
+        pl.lit("error").alias("severity"),
+        pl.concat_str(pl.col("text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
+    )
+    events = pl.concat([named.select("line", "kind", "severity", "message"), tracebacks]).sort("line")
+    lines = steps.select(pl.col("line").alias("step_line"), "step")
+    strategy = "forward" if fmt.step_line_at == "end" else "backward"
+    events = events.join_asof(lines, left_on="line", right_on="step_line", strategy=strategy)
+    if fmt.step_line_at == "end" and not steps.is_empty():
+        events = events.with_columns(pl.col("step").fill_null(int(steps["step"].max()) + 1))
+    return events, used
+
+
+def _any(events: tuple[EventPattern, ...]) -> str:
+    return "|".join(f"(?:{re.sub(r'[(][?]P<[^>]+>', '(?:', p.regex)})" for p in events)
+
+
+# --- user-declared formats (TOML) -------------------------------------------------------------
+
+
+def load_custom_format(toml_path: Path | str) -> CustomFormat:
+    """Read and check a user's TOML format file.
+
+    Raises:
+        FormatDefinitionError: unreadable TOML, an unknown or mistyped key, a bad regex, a
+            sample that does not parse; the message names the file and the key.
+    """
+    where = str(toml_path)
+    try:
+        data = tomllib.loads(Path(toml_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise FormatDefinitionError(f"{where}: {exc}") from exc
+    _known(data, _TOP_KEYS, where, "")
+    name = _typed(data, "name", str, where, required=True)
+    regex = _regex(_typed(data, "regex", str, where, required=True), where, "regex")
+    groups = list(re.compile(regex).groupindex)
+    if "step" not in groups:
+        raise FormatDefinitionError(f"{where}: key 'regex' needs a named group (?P<step>…) for the step number")
+    time_format = _typed(data, "time_format", str, where)
+    if ("time" in groups) != (time_format is not None):
+        raise FormatDefinitionError(f"{where}: key 'time_format' is needed exactly when 'regex' has a (?P<time>…) group")
+    values = _typed(data, "values", dict, where)
+    if values is None:
+        values = {g: g for g in groups if g not in _RESERVED_GROUPS}
+    for group, key in values.items():
+        if group not in groups:
+            raise FormatDefinitionError(f"{where}: key 'values.{group}' names no group of 'regex'")
+        if not isinstance(key, str) or not key:
+            raise FormatDefinitionError(f"{where}: key 'values.{group}' must be a metric name (a string)")
+        for used in _TEMPLATE.findall(key):
+            if used not in groups:
+                raise FormatDefinitionError(f"{where}: key 'values.{group}' uses {{{used}}}, no group of 'regex'")
+    if not values:
+        raise FormatDefinitionError(f"{where}: key 'regex' has no value group besides step/time/micro")
+    at = _typed(data, "step_line_at", str, where) or "end"
+    if at not in ("end", "start"):
+        raise FormatDefinitionError(f"{where}: key 'step_line_at' must be \"end\" or \"start\", not {at!r}")
+    pattern = ValuePattern(name, regex, dict(values), _typed(data, "literal", str, where), time_format)
+    for sample in _strings(data, "samples", where):
+        _check_sample(pattern, sample, where)
+    events = []
+    for i, item in enumerate(_typed(data, "events", list, where) or []):
+        here = f"events[{i}]"
+        if not isinstance(item, dict):
+            raise FormatDefinitionError(f"{where}: key '{here}' must be a table ([[events]])")
+        _known(item, _EVENT_KEYS, where, here + ".")
+        kind = _typed(item, "kind", str, where, required=True, prefix=here + ".")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind):
+            raise FormatDefinitionError(f"{where}: key '{here}.kind' must be snake_case, not {kind!r}")
+        severity = _typed(item, "severity", str, where, prefix=here + ".") or "warning"
+        if severity not in SEVERITIES:
+            raise FormatDefinitionError(f"{where}: key '{here}.severity' must be one of {', '.join(SEVERITIES)}")
+        event_regex = _regex(_typed(item, "regex", str, where, required=True, prefix=here + "."), where, here + ".regex")
+        samples = _strings(item, "samples", where, here + ".")
+        for sample in samples:
+            if not re.search(event_regex, sample):
+                raise FormatDefinitionError(f"{where}: key '{here}.samples': {sample!r} does not match its regex")
+        events.append(EventPattern(kind, severity, event_regex, tuple(samples)))
+    return CustomFormat(name, where, (pattern,), tuple(events), at)
+
+
+def _known(data: dict[str, Any], allowed: set[str], where: str, prefix: str) -> None:
+    for key in data:
+        if key not in allowed:
+            raise FormatDefinitionError(f"{where}: unknown key '{prefix}{key}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _typed(data: dict[str, Any], key: str, kind: type, where: str, *, required: bool = False, prefix: str = "") -> Any:
+    if key not in data:
+        if required:
+            raise FormatDefinitionError(f"{where}: missing key '{prefix}{key}'")
+        return None
+    if not isinstance(data[key], kind):
+        raise FormatDefinitionError(f"{where}: key '{prefix}{key}' must be a {kind.__name__}")
+    return data[key]
+
+
+def _strings(data: dict[str, Any], key: str, where: str, prefix: str = "") -> list[str]:
+    found = _typed(data, key, list, where, prefix=prefix) or []
+    if not all(isinstance(s, str) for s in found):
+        raise FormatDefinitionError(f"{where}: key '{prefix}{key}' must be a list of strings")
+    return found
+
+
+def _regex(regex: str, where: str, key: str) -> str:
+    """``regex`` if both Python and Polars (Rust regex: no look-around, no backreferences) take it."""
+    try:
+        re.compile(regex)
+        pl.select(pl.lit("").str.contains(regex))
+    except (re.error, pl.exceptions.PolarsError) as exc:
+        raise FormatDefinitionError(f"{where}: key '{key}' is not a usable regex: {str(exc).splitlines()[0]}") from exc
+    return regex
+
+
+def _check_sample(pattern: ValuePattern, sample: str, where: str) -> None:
+    match = re.search(pattern.regex, sample)
+    problem = None
+    if not match:
+        problem = "does not match 'regex'"
+    elif pattern.literal and pattern.literal not in sample:
+        problem = f"does not contain the literal {pattern.literal!r}"
+    elif not match["step"].strip().lstrip("-").isdigit():
+        problem = f"step {match['step']!r} is not an integer"
+    else:
+        for group in pattern.values:
+            try:
+                float(match[group])
+            except (TypeError, ValueError):
+                problem = f"group {group!r} = {match[group]!r} is not a number"
+        if pattern.time_format and problem is None:
+            parsed = pl.select(pl.lit(match["time"]).str.strptime(pl.Datetime("ms"), pattern.time_format, strict=False)).item()
+            if parsed is None:
+                problem = f"time {match['time']!r} does not parse with time_format {pattern.time_format!r}"
+    if problem:
+        raise FormatDefinitionError(f"{where}: key 'samples': {sample!r} {problem}")

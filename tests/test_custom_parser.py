@@ -1,0 +1,152 @@
+"""Custom training-loop logs: the bundled seed-003 format and user-declared TOML formats."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from parsers._formats import FormatDefinitionError
+from parsers.custom import DETAIL_SCHEMA, load_custom_format, looks_like_custom_loop, read_custom_log
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SEED003 = FIXTURES / "seed003" / "train.log"
+EXAMPLE = FIXTURES / "custom_format_example.toml"
+
+
+def values(frame: pl.DataFrame, key: str) -> dict[int, float]:
+    return dict(frame.filter(pl.col("key") == key).select("step", "value").iter_rows())
+
+
+def test_seed003_iterations_phases_and_rewards() -> None:
+    log = read_custom_log(SEED003)
+    assert log.format == "custom_loop" and log.lines == 92
+    assert log.metrics.schema == pl.Schema(METRIC_SCHEMA) and log.steps.schema == pl.Schema(STEP_SCHEMA)
+    assert log.events.schema == pl.Schema(EVENT_SCHEMA) and log.detail.schema == pl.Schema(DETAIL_SCHEMA)
+    assert log.steps["step"].to_list() == [0, 1, 2] and log.steps["line"].to_list() == [35, 57, 80]
+
+    m = log.metrics
+    assert values(m, "loss") == {0: 0.1235, 1: 0.0, 2: 0.0}
+    assert values(m, "loss/main") == {0: 0.1235, 1: 0.0, 2: 0.0} and values(m, "loss/critic")[0] == 0.0
+    assert values(m, "time_ms") == {0: 21747.97, 1: 103634.20, 2: 102913.48}
+    # four micro-steps per iteration, averaged; step 3 was interrupted after one
+    assert values(m, "reward/mean") == pytest.approx({0: 0.3125, 1: 0.0, 2: 0.0, 3: 0.0})
+    assert values(m, "reward/std")[1] == 0.0 and values(m, "reward/std")[0] == pytest.approx((0.4841 + 0.5 + 0.4330 + 0.3307) / 4)
+    assert values(m, "phase/samples_generated_s")[0] == pytest.approx((9.812 + 2.201 + 2.187 + 2.209) / 4)
+    assert values(m, "phase/samples_generated_s")[1] == pytest.approx((24.918 + 25.067 + 24.985 + 25.104) / 4)
+    assert values(m, "phase/optimizer_step_finished_s") == {0: 21.702, 1: 103.591, 2: 102.871}
+    assert {"mem_mb", "phase/iteration_start_s", "phase/samples_scored_s", "phase/loss_computed_s", "pg_loss", "kl", "total_loss"} <= set(m["key"])
+    assert values(m, "pg_loss")[1] == 0.0
+    assert m.filter(pl.col("key") == "loss")["line"].to_list() == [35, 57, 80]
+    assert m["time"].null_count() == m.height  # this loop prints no timestamps
+    assert any("step 3, unfinished" in n for n in log.notes)
+
+    d = log.detail.filter((pl.col("key") == "reward/mean") & (pl.col("step") == 0)).sort("micro")
+    assert d["micro"].to_list() == [0, 1, 2, 3] and d["value"].to_list() == [0.375, 0.5, 0.25, 0.125]
+
+
+def test_seed003_warnings_are_events_at_their_iteration() -> None:
+    events = read_custom_log(SEED003).events
+    assert set(events["source"]) == {"custom"} and events["time"].null_count() == events.height
+    zero_adv = events.filter(pl.col("kind") == "zero_advantages")
+    assert zero_adv.height == 9 and zero_adv["step"].min() == 1 and set(zero_adv["severity"]) == {"warning"}
+    assert zero_adv["line"][0] == 39 and zero_adv["message"][0].startswith("WARNING: All advantages are near zero!")
+    (logprobs,) = events.filter(pl.col("kind") == "zero_logprobs").iter_rows(named=True)
+    assert logprobs["step"] == 2 and logprobs["line"] == 62
+    (tb,) = events.filter(pl.col("kind") == "traceback").iter_rows(named=True)
+    assert tb["line"] == 87 and tb["step"] == 3 and tb["message"].endswith("KeyboardInterrupt")
+
+
+def test_seed003_gzipped_reads_the_same(tmp_path: Path) -> None:
+    packed = tmp_path / "train.log.gz"
+    packed.write_bytes(gzip.compress(SEED003.read_bytes()))
+    plain, zipped = read_custom_log(SEED003), read_custom_log(packed)
+    assert zipped.metrics.drop("file").equals(plain.metrics.drop("file"))
+    assert zipped.events.drop("file").equals(plain.events.drop("file"))
+    assert (zipped.lines, zipped.unparsed_lines) == (plain.lines, plain.unparsed_lines)
+
+
+def test_detection_of_the_loop_format() -> None:
+    assert looks_like_custom_loop(SEED003)
+    areal = FIXTURES / "areal_seed000" / "outputs" / "logs" / "root" / "gsm8k-grpo-full-local" / "trial0" / "llm_server.log"
+    assert not looks_like_custom_loop(areal)
+
+
+def test_restarted_loop_keeps_the_later_copy_of_a_step(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    lines = SEED003.read_text(encoding="utf-8").splitlines()
+    restarted = lines[:57] + ["iter 1: loss 0.0500 (main 0.0500, critic 0.0000), time 30000.00ms"]
+    log.write_text("\n".join(restarted) + "\n", encoding="utf-8")
+    parsed = read_custom_log(log)
+    assert values(parsed.metrics, "loss") == {0: 0.1235, 1: 0.05}
+    assert values(parsed.metrics, "time_ms")[1] == 30000.0
+
+
+def example_log(tmp_path: Path) -> Path:
+    log = tmp_path / "loop.log"
+    log.write_text(
+        "starting run toy\n"
+        "2025-06-01 14:03:12 | step 1 | reward=0.6250 reward_std=0.3125 loss=-0.0132 grad_norm=0.87\n"
+        "2025-06-01 14:05:39 WARNING all advantages are zero in 8/8 groups\n"
+        "2025-06-01 14:05:40 | step 2 | reward=0.0000 reward_std=0.0000 loss=nan grad_norm=inf\n"
+        "\x1b[31m2025-06-01 14:07:01 | step 3 | reward=0.0000 reward_std=0.0000 loss=0.0000 grad_norm=0.01\x1b[0m\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+        encoding="utf-8",
+    )
+    return log
+
+
+def test_user_format_from_the_documented_example(tmp_path: Path) -> None:
+    fmt = load_custom_format(EXAMPLE)
+    log = read_custom_log(example_log(tmp_path), fmt)
+    assert log.format == "toy-grpo-loop" and log.lines == 6 and log.unparsed_lines == 1
+    m = log.metrics
+    assert values(m, "reward/mean") == {1: 0.625, 2: 0.0, 3: 0.0} and values(m, "reward/std")[1] == 0.3125
+    assert values(m, "loss")[1] == -0.0132 and math.isnan(values(m, "loss")[2])
+    assert values(m, "grad_norm")[2] == math.inf
+    times = dict(m.filter(pl.col("key") == "loss").select("step", "time").iter_rows())
+    assert times == {1: datetime(2025, 6, 1, 14, 3, 12), 2: datetime(2025, 6, 1, 14, 5, 40), 3: datetime(2025, 6, 1, 14, 7, 1)}
+    events = {r["kind"]: r for r in log.events.iter_rows(named=True)}
+    assert events["zero_advantages"]["step"] == 2 and events["zero_advantages"]["line"] == 3
+    assert events["cuda_oom"]["severity"] == "error" and events["cuda_oom"]["step"] == 4  # after the last step line
+
+
+def test_user_format_without_values_table_keys_by_group(tmp_path: Path) -> None:
+    toml = tmp_path / "fmt.toml"
+    toml.write_text("name = 'bare'\nregex = '^it=(?P<step>\\d+) r=(?P<reward>\\S+)'\nstep_line_at = 'start'\n", encoding="utf-8")
+    log = tmp_path / "x.log"
+    log.write_text("it=5 r=0.5\nit=6 r=0.25\n", encoding="utf-8")
+    parsed = read_custom_log(log, load_custom_format(toml))
+    assert values(parsed.metrics, "reward") == {5: 0.5, 6: 0.25}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\nexec = 'import os'\n", "unknown key 'exec'"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\n[[events]]\nkind = 'k'\nregex = 'a'\ncode = 1\n", "unknown key 'events[0].code'"),
+        ("name = 'x'\nregex = '(?P<v>\\S+)'\n", "(?P<step>"),
+        ("regex = '(?P<step>\\d+) (?P<v>\\S+)'\n", "missing key 'name'"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?<=a)(?P<v>\\S+)'\n", "key 'regex' is not a usable regex"),
+        ("name = 'x'\nregex = '(?P<step>\\d+ (?P<v>\\S+)'\n", "key 'regex' is not a usable regex"),
+        ("name = 'x'\nregex = '(?P<time>\\S+) (?P<step>\\d+) (?P<v>\\S+)'\n", "time_format"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\n[values]\nw = 'w'\n", "'values.w' names no group"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\nsamples = ['step x']\n", "does not match"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\nsamples = ['3 abc']\n", "is not a number"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\n[[events]]\nkind = 'k'\nseverity = 'loud'\nregex = 'a'\n", "severity"),
+        ("name = 'x'\nregex = '(?P<step>\\d+)'\n", "no value group"),
+        ("name = 'x'\nregex = 42\n", "key 'regex' must be a str"),
+        ("name = 'x\n", "fmt.toml"),
+    ],
+)
+def test_bad_user_format_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    toml = tmp_path / "fmt.toml"
+    toml.write_text(text, encoding="utf-8")
+    with pytest.raises(FormatDefinitionError) as info:
+        load_custom_format(toml)
+    assert str(toml) in str(info.value) and message in str(info.value)

@@ -1,0 +1,136 @@
+"""TensorBoard event files written by the real ``tensorboardX`` writer (AReaL's; verl's torch
+writer emits the same records), read back without TensorFlow: both scalar encodings, float32,
+restarts, add_scalars sub-folders, torn and junk files.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+tensorboardX = pytest.importorskip("tensorboardX")
+
+from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata  # noqa: E402
+from tensorboardX.proto.tensor_pb2 import TensorProto  # noqa: E402
+from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto  # noqa: E402
+
+from parsers.schema import METRIC_SCHEMA  # noqa: E402
+from parsers.tensorboard import find_event_files, read_tensorboard  # noqa: E402
+
+STEPS, COLLAPSE, NAN_STEP = 40, 25, 9
+DT_FLOAT, DT_DOUBLE, DT_STRING = 1, 2, 7
+
+
+def f32(value: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def reward(step: int) -> float:
+    return 0.0 if step >= COLLAPSE else 0.3 + step / 100
+
+
+def _tensor_scalar(writer, tag: str, tensor: TensorProto, step: int, with_metadata: bool) -> None:
+    """A tensor scalar as torch ``add_scalar(new_style=True)`` / TF2 ``tf.summary.scalar`` write it."""
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars")) if with_metadata else None
+    writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, tensor=tensor, metadata=metadata)]), step)
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tb") / "run"
+    writer = tensorboardX.SummaryWriter(str(root), filename_suffix=".first")
+    for step in range(STEPS):
+        writer.add_scalar("grpo_actor/task_reward/avg", reward(step), step)
+        writer.add_scalar("grpo_actor/grad_norm", math.nan if step == NAN_STEP else 0.55, step)
+        writer.add_histogram("weights", [1.0, 2.0, 3.0], step)
+        writer.add_text("sample", f"completion {step}", step)
+        # torch new_style: float_val, metadata on every value
+        _tensor_scalar(writer, "new_style/kl", TensorProto(dtype=DT_FLOAT, float_val=[step * 0.5]), step, True)
+        # TF2: tensor_content, rank 0, metadata only with the first value of the tag
+        content = TensorProto(dtype=DT_DOUBLE, tensor_content=struct.pack("<d", step / 3), tensor_shape=TensorShapeProto())
+        _tensor_scalar(writer, "tf2/entropy", content, step, step == 0)
+        _tensor_scalar(writer, "text_tensor", TensorProto(dtype=DT_STRING, string_val=[b"hi"]), step, False)
+    writer.add_scalars("loss", {"actor": 0.25, "critic": 0.5}, 0)
+    writer.close()
+    time.sleep(0.05)  # the restart's first record must carry a later wall_time
+    restart = tensorboardX.SummaryWriter(str(root), filename_suffix=".restart")
+    for step in range(30, 45):
+        restart.add_scalar("grpo_actor/task_reward/avg", 0.75, step)
+    restart.close()
+    return root
+
+
+def test_scalars_of_both_encodings_read_back(logdir: Path) -> None:
+    run = read_tensorboard(logdir)
+    assert run.metrics.schema == pl.Schema(METRIC_SCHEMA)
+    assert run.records_skipped == 0
+    series = {
+        key: dict(frame.select("step", "value").iter_rows())
+        for (key,), frame in run.metrics.partition_by("key", as_dict=True).items()
+    }
+    assert set(series) == {
+        "grpo_actor/task_reward/avg", "grpo_actor/grad_norm", "new_style/kl", "tf2/entropy",
+        "loss/actor/loss", "loss/critic/loss",
+    }  # histograms and text are not scalars
+    assert series["grpo_actor/grad_norm"][0] == f32(0.55) == 0.550000011920929
+    assert math.isnan(series["grpo_actor/grad_norm"][NAN_STEP])
+    assert series["new_style/kl"] == {s: s * 0.5 for s in range(STEPS)}
+    assert series["tf2/entropy"] == {s: s / 3 for s in range(STEPS)}
+    assert series["loss/actor/loss"] == {0: 0.25} and series["loss/critic/loss"] == {0: 0.5}
+
+    rewards = series["grpo_actor/task_reward/avg"]
+    assert sorted(rewards) == list(range(45))
+    assert all(rewards[s] == f32(reward(s)) for s in range(30))
+    assert rewards[COLLAPSE - 1] > 0 and rewards[COLLAPSE] == 0.0
+    # the restart repeated steps 30–39: its values win
+    assert all(rewards[s] == 0.75 for s in range(30, 45))
+    assert any("later file" in n for n in run.notes)
+
+    assert run.metrics["time"].null_count() == 0 and run.metrics["line"].min() >= 2
+    assert run.metrics.select("step", "key").is_duplicated().sum() == 0
+
+
+def test_find_event_files_and_read_one_file(logdir: Path) -> None:
+    files = find_event_files(logdir)
+    assert len(files) == 4 and all("tfevents" in f.name for f in files)
+    assert find_event_files(logdir.parent) == files
+    first = next(f for f in files if f.name.endswith(".first"))
+    single = read_tensorboard(first)
+    assert single.files == (str(first),)
+    assert single.metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg")["step"].max() == STEPS - 1
+
+
+def test_parent_folder_gives_the_same_keys(logdir: Path) -> None:
+    assert read_tensorboard(logdir.parent).metrics.equals(read_tensorboard(logdir).metrics)
+
+
+def test_torn_last_record(logdir: Path, tmp_path: Path) -> None:
+    source = next(f for f in find_event_files(logdir) if f.name.endswith(".first"))
+    data = source.read_bytes()
+    torn = tmp_path / source.name
+    torn.write_bytes(data[: len(data) - 5])
+    whole, part = read_tensorboard(source), read_tensorboard(torn)
+    assert any("torn last record" in n for n in part.notes)
+    assert part.records_read == whole.records_read - 1
+    assert part.metrics.join(whole.metrics, on=["step", "key"], how="anti").is_empty()
+    assert whole.metrics.join(part.metrics, on=["step", "key"], how="anti").height <= 1  # at most the cut record
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage that is not a tfrecord", bytes(range(256)) * 40])
+def test_junk_never_raises(tmp_path: Path, content: bytes) -> None:
+    junk = tmp_path / "events.out.tfevents.1700000000.host"
+    junk.write_bytes(content)
+    run = read_tensorboard(tmp_path)
+    assert run.metrics.is_empty() and run.metrics.schema == pl.Schema(METRIC_SCHEMA)
+    if content:
+        assert run.notes
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    run = read_tensorboard(tmp_path)
+    assert run.metrics.is_empty() and run.notes == ("no event files",)

@@ -1,0 +1,279 @@
+"""W&B offline runs written by the real ``wandb`` package (in a child process, offline, with a
+throwaway HOME), read back by our own block reader: every value, damage, resumes, and the
+online reader's refusal without an API key.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+pytest.importorskip("wandb")
+
+from parsers.schema import METRIC_SCHEMA  # noqa: E402
+from parsers.wandb_run import (  # noqa: E402
+    WandbUnavailable,
+    find_wandb_runs,
+    read_wandb_online,
+    read_wandb_run,
+    read_wandb_runs,
+)
+
+RUN_ID = "grpoRun7"
+STEPS = 60
+COLLAPSE = 41
+NAN_STEP, INF_STEP = 7, 50
+BIG = "x" * 70_000  # a config value bigger than two 32 KiB blocks: FIRST/MIDDLE/LAST chunks
+
+WRITER = textwrap.dedent(
+    """
+    import json, sys, wandb
+    spec = json.loads(sys.argv[1])
+    run = wandb.init(mode="offline", dir=spec["dir"], project="grpo-forensics-test", id=spec["id"],
+                     resume="allow", config=spec["config"])
+    for step in spec["steps"]:
+        row = {k: (float(v) if isinstance(v, str) else v) for k, v in spec["rows"][str(step)].items()}
+        row["text/note"] = "not a number"
+        row["hist"] = wandb.Histogram([1, 2, 2, 3])
+        run.log(row, step=step)
+    run.summary["best_reward"] = spec["best"]
+    wandb.finish()
+    """
+)
+
+
+def expected_row(step: int, resumed: bool = False) -> dict:
+    reward = 0.0 if step >= COLLAPSE else 0.25 + step / 100
+    return {
+        "grpo_actor/task_reward/avg": 0.9 if resumed else reward,
+        "loss": "nan" if step == NAN_STEP else 1 / (step + 1),
+        "grad_norm": "inf" if step == INF_STEP else 0.5 + step / 1000,
+        "actor": {"entropy": 1.25 - step / 200, "kl": step * 1e-4},
+        "update_successful": True,
+    }
+
+
+def flat(row: dict) -> dict[str, float]:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": float(v) for k, v in value.items()})
+        else:
+            out[key] = float(value)
+    return out
+
+
+def write_run(root: Path, steps: range, resumed: bool = False) -> None:
+    spec = {
+        "dir": str(root),
+        "id": RUN_ID,
+        "steps": list(steps),
+        "rows": {str(s): expected_row(s, resumed) for s in steps},
+        "config": {"lr": 1e-6, "model": {"name": "qwen2.5-1.5b"}, "big": BIG} if not resumed else {"lr": 2e-6},
+        "best": 0.9 if resumed else 0.74,
+    }
+    home = root / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(
+        HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+        WANDB_DIR=str(root), WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true",
+    )
+    subprocess.run([sys.executable, "-c", WRITER, json.dumps(spec)], env=env, check=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def wandb_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wandb_runs")
+    write_run(root, range(STEPS))
+    return root
+
+
+@pytest.fixture(scope="module")
+def resumed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wandb_resumed")
+    write_run(root, range(40))
+    write_run(root, range(35, 45), resumed=True)
+    return root
+
+
+def wandb_file(run_dir: Path) -> Path:
+    return next(run_dir.glob("run-*.wandb"))
+
+
+def test_every_logged_value_reads_back(wandb_root: Path) -> None:
+    (run_dir,) = find_wandb_runs(wandb_root)
+    started = datetime.now()
+    run = read_wandb_run(run_dir)
+
+    assert run.run_id == RUN_ID and run.project == "grpo-forensics-test"
+    assert run.writer and run.writer.startswith("wandb-core")
+    assert run.exit_code == 0 and run.notes == () and run.records_skipped == 0
+    assert run.metrics.schema == pl.Schema(METRIC_SCHEMA)
+    got = {(r["step"], r["key"]): r["value"] for r in run.metrics.iter_rows(named=True)}
+    want = {(s, k): v for s in range(STEPS) for k, v in flat(expected_row(s)).items()}
+    assert got.keys() == want.keys()  # strings and media (histograms) are not metrics
+    for where, value in want.items():
+        assert got[where] == value or (math.isnan(value) and math.isnan(got[where])), where
+    assert got[(COLLAPSE - 1, "grpo_actor/task_reward/avg")] > 0 and got[(COLLAPSE, "grpo_actor/task_reward/avg")] == 0.0
+    assert math.isnan(got[(NAN_STEP, "loss")]) and got[(INF_STEP, "grad_norm")] == math.inf
+
+    times = run.metrics["time"]
+    assert times.null_count() == 0 and times.dtype == pl.Datetime("ms")
+    assert abs((started - times.max()).total_seconds()) < 600  # naive local wall clock
+    assert run.metrics["line"].min() > 1 and run.metrics["file"].unique().to_list() == [str(wandb_file(run_dir))]
+
+    assert run.config["lr"] == 1e-6 and run.config["model"] == {"name": "qwen2.5-1.5b"} and run.config["big"] == BIG
+    assert run.summary["best_reward"] == 0.74
+    assert run.summary["grpo_actor/task_reward/avg"] == 0.0 and run.summary["actor"]["kl"] == (STEPS - 1) * 1e-4
+
+
+def test_latest_run_symlink_is_counted_once(wandb_root: Path) -> None:
+    runs = find_wandb_runs(wandb_root)
+    assert len(runs) == 1 and (wandb_root / "wandb" / "latest-run").is_symlink()
+    assert find_wandb_runs(wandb_root / "wandb" / "latest-run") == [runs[0].resolve()]
+    assert find_wandb_runs(wandb_root / "nowhere") == []
+
+
+@pytest.mark.parametrize("fraction", [0.6, 0.9])
+def test_file_cut_mid_block_keeps_everything_before_the_cut(wandb_root: Path, tmp_path: Path, fraction: float) -> None:
+    source = wandb_file(find_wandb_runs(wandb_root)[0])
+    data = source.read_bytes()
+    cut = tmp_path / "offline-run-20250101_000000-cut" / source.name
+    cut.parent.mkdir()
+    size = int(len(data) * fraction)
+    assert size % 32768 not in (0, 7)
+    cut.write_bytes(data[:size])
+
+    whole, part = read_wandb_run(source.parent), read_wandb_run(cut.parent)
+    assert any("torn last block" in n or "incomplete" in n for n in part.notes), part.notes
+    assert any("no exit record" in n for n in part.notes) and part.exit_code is None
+    assert 0 < part.metrics.height < whole.metrics.height
+    last = part.metrics["step"].max()
+    # Every row read is exactly the row the whole file has; the steps read are a prefix.
+    joined = part.metrics.join(whole.metrics, on=["step", "key"], how="left", suffix="_whole")
+    same = (pl.col("value") == pl.col("value_whole")) | (pl.col("value").is_nan() & pl.col("value_whole").is_nan())
+    assert joined.filter(~same.fill_null(False)).is_empty()
+    assert set(part.metrics["step"].unique()) == set(range(last + 1))
+
+
+def test_corrupt_chunk_is_skipped_and_the_next_block_read(wandb_root: Path, tmp_path: Path) -> None:
+    source = wandb_file(find_wandb_runs(wandb_root)[0])
+    data = bytearray(source.read_bytes())
+    assert len(data) > 3 * 32768
+    data[32768 + 2000] ^= 0xFF  # inside block 1
+    bad = tmp_path / source.name
+    bad.write_bytes(bytes(data))
+    run = read_wandb_run(bad)
+    assert run.records_skipped >= 1 and any("corrupt chunks" in n for n in run.notes)
+    assert run.exit_code == 0  # records after the damaged block are still read
+    assert run.metrics["step"].max() == STEPS - 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"not a wandb file at all", b":W&B\xe1\xbe\x00" + bytes(range(256)) * 50, b":W&B\xe1\xbe\x00" + b"\x00" * 70000],
+)
+def test_junk_never_raises(tmp_path: Path, content: bytes) -> None:
+    junk = tmp_path / "run-junk.wandb"
+    junk.write_bytes(content)
+    run = read_wandb_run(junk)
+    assert run.metrics.is_empty() and run.metrics.schema == pl.Schema(METRIC_SCHEMA)
+    assert run.notes
+
+
+def test_folder_without_log_says_so(tmp_path: Path) -> None:
+    folder = tmp_path / "wandb" / "offline-run-20250101_000000-abc"
+    folder.mkdir(parents=True)
+    run = read_wandb_run(folder)
+    assert run.run_id == "abc" and run.metrics.is_empty() and "no run-<id>.wandb" in run.notes[0]
+
+
+def test_resumed_run_merges_folders_later_wins(resumed_root: Path) -> None:
+    folders = find_wandb_runs(resumed_root)
+    assert len(folders) == 2 and {f.name.rsplit("-", 1)[-1] for f in folders} == {RUN_ID}
+    (run,) = read_wandb_runs(resumed_root)
+    assert len(run.paths) == 2 and any("resumed" in n for n in run.notes)
+    reward = dict(run.metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg").select("step", "value").iter_rows())
+    assert sorted(reward) == list(range(45))
+    assert reward[34] == 0.25 + 34 / 100 and all(reward[s] == 0.9 for s in range(35, 45))
+    assert run.metrics.select("step", "key").is_duplicated().sum() == 0
+    assert run.config["lr"] == 2e-6 and run.config["model"] == {"name": "qwen2.5-1.5b"}
+    assert run.summary["best_reward"] == 0.9
+
+
+def _legacy_log(path: Path, records: list[bytes]) -> None:
+    """Frame records the way wandb's legacy Python writer did (its DataStore, removed in 0.30)."""
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for payload in records:
+        first = True
+        while True:
+            room = 32768 - len(out) % 32768
+            if room < 7:
+                out += b"\x00" * room
+                continue
+            chunk, payload = payload[: room - 7], payload[room - 7 :]
+            last = not payload
+            kind = 1 if first and last else 2 if first else 4 if last else 3
+            out += struct.pack("<IHB", zlib.crc32(chunk, zlib.crc32(bytes([kind]))), len(chunk), kind) + chunk
+            first = False
+            if last:
+                break
+    path.write_bytes(bytes(out))
+
+
+def test_legacy_writer_records_give_the_same_rows(wandb_root: Path, tmp_path: Path) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    core = read_wandb_run(find_wandb_runs(wandb_root)[0])
+    records = [pb.Record(header=pb.HeaderRecord()).SerializeToString()]
+    run = pb.Record(run=pb.RunRecord(run_id="legacy1", project="p"))
+    run.run.config.update.add(key="model", value_json=json.dumps({"name": "qwen2.5-1.5b"}))
+    records.append(run.SerializeToString())
+    for step in range(STEPS):
+        record = pb.Record()
+        row = expected_row(step)
+        for key, value in row.items():
+            text = {"nan": "NaN", "inf": "Infinity"}.get(value, None) if isinstance(value, str) else json.dumps(value)
+            record.history.item.add(key=key, value_json=text)
+        record.history.item.add(key="hist", value_json=json.dumps({"_type": "histogram", "values": [1, 2], "bins": [0, 1, 2]}))
+        record.history.item.add(key="_step", value_json=str(step))
+        record.history.item.add(key="_timestamp", value_json="1735689600.5")
+        records.append(record.SerializeToString())
+    summary = pb.Record()
+    summary.summary.update.add(key="best_reward", value_json="0.74")
+    records.append(summary.SerializeToString())
+    records.append(pb.Record(exit=pb.RunExitRecord(exit_code=1)).SerializeToString())
+    path = tmp_path / "run-legacy1.wandb"
+    _legacy_log(path, records)
+
+    legacy = read_wandb_run(path)
+    assert legacy.writer == "legacy" and legacy.run_id == "legacy1" and legacy.exit_code == 1
+    assert legacy.config == {"model": {"name": "qwen2.5-1.5b"}} and legacy.summary == {"best_reward": 0.74}
+    assert legacy.metrics["time"].unique().to_list() == [datetime.fromtimestamp(1735689600.5)]
+    cols = ["step", "key", "value"]
+    assert legacy.metrics.select(cols).sort(cols).equals(core.metrics.select(cols).sort(cols))
+
+
+def test_online_without_api_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".config"))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    with pytest.raises(WandbUnavailable, match="my-team/grpo/abc123") as info:
+        read_wandb_online("https://wandb.ai/my-team/grpo/runs/abc123")
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(ValueError, match="ENTITY/PROJECT/RUN_ID"):
+        read_wandb_online("just-a-name")
+
