@@ -8,6 +8,8 @@ repeat for much longer before it counts as a collapse than one never seen before
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -93,13 +95,16 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     """
     steps = frame["step"].to_list()
     values = frame["value"].to_list()
+    where = _Positions(values)
     findings: list[Finding] = []
+    healthy_from = 0
     i = 0
     while i < len(values):
         run = _run_length(values, i)
         value = values[i]
-        history = values[:i] if not findings else values[_healthy_start(findings, steps) : i]
-        if _finite(value) and run >= t.min_run and _improbable(history, value, run, t):
+        seen = where.count(value, healthy_from, i)
+        if _finite(value) and run >= t.min_run and _improbable(seen, i - healthy_from, run, t):
+            history = values[healthy_from:i]
             end = _recovery(values, i + run, value, history, t)
             onset, end_step = steps[i], (steps[end] if end is not None else None)
             described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
@@ -109,10 +114,27 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
             )
             if end is None:
                 break
-            i = end
+            i = healthy_from = end
             continue
         i += run
     return findings
+
+
+class _Positions:
+    """Where each exact value occurs, to count it in any stretch of the series in log time."""
+
+    def __init__(self, values: list[float | None]) -> None:
+        self._at: dict[object, list[int]] = {}
+        for i, v in enumerate(values):
+            self._at.setdefault(_token(v), []).append(i)
+
+    def count(self, value: float | None, start: int, stop: int) -> int:
+        at = self._at.get(_token(value), [])
+        return bisect.bisect_left(at, stop) - bisect.bisect_left(at, start)
+
+
+def _token(value: float | None) -> object:
+    return "nan" if value is not None and math.isnan(value) else value
 
 
 def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
@@ -133,12 +155,13 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
         .sort("step")
     )
     flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
+    dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
     steps = wide["step"].to_list()
     findings = []
     i = 0
     while i < len(flags):
         run = _run_length(flags, i)
-        if flags[i] == 1.0 and run >= t.min_run and _improbable(flags[:i], 1.0, run, t):
+        if flags[i] == 1.0 and run >= t.min_run and _improbable(dead_before[i], i, run, t):
             findings.append(
                 Finding(
                     "zero_variance",
@@ -220,14 +243,14 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _improbable(history: list[float], value: float, run: int, t: Thresholds) -> bool:
-    """Would ``run`` consecutive ``value`` s be rarer than ``t.chance`` given the history?
+def _improbable(seen: int, history: int, run: int, t: Thresholds) -> bool:
+    """Would ``run`` consecutive repeats of a value seen ``seen`` times in ``history`` healthy
+    steps be rarer than ``t.chance``?
 
-    The healthy frequency of ``value`` is smoothed (one pseudo-observation each way) so a
-    short history cannot make a value look impossible or certain.
+    The healthy frequency is smoothed (half a pseudo-observation) so a short history cannot
+    make a value look impossible or certain.
     """
-    seen = sum(1 for v in history if _same(v, value))
-    p = (seen + 0.5) / (len(history) + 1.0)
+    p = (seen + 0.5) / (history + 1.0)
     return p**run < t.chance
 
 
@@ -248,11 +271,6 @@ def _recovery(values: list[float], start: int, value: float, history: list[float
         if stuck <= allowed and sum(others) / len(others) >= level:
             return j
     return None
-
-
-def _healthy_start(findings: list[Finding], steps: list[int]) -> int:
-    last_end = findings[-1].end_step
-    return steps.index(last_end) if last_end in steps else 0
 
 
 def _first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
