@@ -32,17 +32,25 @@ from forensics.detect import (
 from forensics.discover import find_runs
 from forensics.model import Analysis, Evidence, Incident, RunAnalysis
 from forensics.run import RunData, load_run
+from parsers.custom import load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform
 
 
-def analyze(paths: Sequence[Path], *, thresholds: Thresholds | None = None) -> Analysis:
+def analyze(
+    paths: Sequence[Path], *, thresholds: Thresholds | None = None, custom_format: Path | None = None
+) -> Analysis:
     """Analyze every run found under ``paths``.
+
+    ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
+        FormatDefinitionError: ``custom_format`` is malformed.
     """
     t = thresholds or Thresholds()
-    return Analysis([analyze_run(load_run(location), t) for location in find_runs(paths)])
+    fmt = load_custom_format(custom_format) if custom_format else None
+    locations = find_runs(paths, custom_format=fmt)
+    return Analysis([analyze_run(load_run(location, custom_format=fmt), t) for location in locations])
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
@@ -52,12 +60,15 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     findings = _findings(run, primary, events, t)
     incidents = [_incident(i, f, run, events) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = to_checkpoints(run.checkpoints)
-    notes = [f"primary metric: {why_primary}"]
+    notes = [f"primary metric: {why_primary}", *run.notes]
+    if run.series_sources:
+        taken = sorted(set(run.series_sources.values()))
+        notes.append(f"{len(run.series_sources)} series were found in several copies; taken from: {', '.join(taken)}")
     if run.steps.is_empty():
         notes.append("no training steps found: events are reported, no metric could be judged")
     return RunAnalysis(
         run_id=run.location.run_id,
-        framework=run.location.framework,  # type: ignore[arg-type]
+        framework=_framework(run),  # type: ignore[arg-type]
         root=str(run.location.root),
         sources=run.sources,
         primary_metric=primary,
@@ -69,7 +80,19 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         steps=run.steps,
         notes=notes,
         thresholds=t.to_dict(),
+        series_sources=run.series_sources,
     )
+
+
+def _framework(run: RunData) -> str:
+    """The discovered framework, or one recognised from the metric names of a copy-only run."""
+    if run.location.framework != "unknown" or run.metrics.is_empty():
+        return run.location.framework
+    if run.metrics["key"].str.contains(r"^(?:grpo|ppo)_actor/").any():
+        return "areal"
+    if run.metrics["key"].str.contains(r"^(?:critic|actor)/").any():
+        return "verl"
+    return "unknown"
 
 
 def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
@@ -89,7 +112,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
     onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time
-    verdict = explain(finding, events, run.metrics, onset_time)
+    has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
+    verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height

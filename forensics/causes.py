@@ -45,6 +45,8 @@ CAUSE_OF_KIND: dict[str, Cause] = {
     "process_killed": "training_worker_crash",
     "cuda_oom": "training_worker_crash",
     "nan_inf": "numerical_divergence",
+    "zero_advantages": "reward_pipeline",
+    "zero_logprobs": "reward_pipeline",
 }
 #: Failures whose cause is in their text: a rollout gave up after a timeout, or a refusal.
 _CAUSE_IN_MESSAGE: tuple[tuple[str, Cause], ...] = (
@@ -78,6 +80,7 @@ def explain(
     metrics: pl.DataFrame,
     onset_time: datetime | None,
     *,
+    has_server_log: bool = True,
     window_before: int = 3,
     window_after: int = 2,
     baseline: int = 50,
@@ -85,16 +88,17 @@ def explain(
     """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned)."""
     onset = finding.onset_step
     if finding.kind == "stall":
-        spans = _Windows((onset, onset), (onset - baseline, onset - 1))
+        spans = _Windows((onset, onset), (max(onset - baseline, 0), onset - 1))
     else:
-        spans = _Windows((onset - window_before, onset + window_after), (onset - window_before - baseline, onset - window_before - 1))
+        first = max(onset - window_before, 0)
+        spans = _Windows((first, onset + window_after), (max(first - baseline, 0), first - 1))
     attributed = _attribute(events)
     in_window = attributed.filter(pl.col("step").is_between(*spans.window))
     in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
     seen = dict(in_window.group_by("kind").len().iter_rows())
-    server = server_context(metrics, onset, onset_time, spans.window)
+    server = server_context(metrics, onset, onset_time, spans.window, has_server_log=has_server_log)
 
     if finding.kind == "nan_inf":
         return Verdict(

@@ -138,37 +138,49 @@ def _token(value: float | None) -> object:
 
 
 def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
-    """Steps where loss, gradient norm and advantages are all exactly zero: nothing was learned.
-    A zero loss with a live gradient is cosmetic and not reported.
+    """Steps with no learning signal: the loss is exactly zero and so is everything that would
+    drive it (gradient norm, advantages, the spread of rewards in a group). A zero loss with a
+    live gradient is cosmetic and not reported.
+
+    A stretch counts when it is improbable under the run's history, or when the run never had
+    a live step again after its first (a short hand-rolled run that died at iteration 1).
     """
     keys = set(metrics["key"].unique().to_list())
     loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
-    grad = _first_key(keys, ("grad_norm",))
-    adv = [k for k in keys if "advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"}]
-    if not (loss and grad and adv):
+    signals = [
+        k
+        for k in keys
+        if k.endswith("grad_norm")
+        or ("advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"})
+        or k.endswith(("reward/std", "score/std"))
+    ]
+    if not (loss and signals):
         return []
     wide = (
-        metrics.filter(pl.col("key").is_in([loss, grad, *adv]) & pl.col("step").is_not_null())
+        metrics.filter(pl.col("key").is_in([loss, *signals]) & pl.col("step").is_not_null())
         .group_by("step")
         .agg((pl.col("value") == 0).all().alias("dead"), pl.col("key").n_unique().alias("n"))
-        .filter(pl.col("n") == 2 + len(adv))
+        .filter(pl.col("n") == 1 + len(signals))
         .sort("step")
     )
     flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
     dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
     steps = wide["step"].to_list()
+    shown = next((k for k in sorted(signals) if k.endswith("reward/std")), loss)
     findings = []
     i = 0
     while i < len(flags):
         run = _run_length(flags, i)
-        if flags[i] == 1.0 and run >= t.min_run and _improbable(dead_before[i], i, run, t):
+        never_again = i <= 1 and i + run == len(flags) and run >= 2
+        if flags[i] == 1.0 and (never_again or (run >= t.min_run and _improbable(dead_before[i], i, run, t))):
             findings.append(
                 Finding(
                     "zero_variance",
-                    loss,
+                    shown,
                     steps[i],
                     steps[i + run] if i + run < len(steps) else None,
-                    f"{run} steps in a row with {loss}, {grad} and advantages all exactly 0 (dead batches)",
+                    f"{run} steps in a row with {loss} and {', '.join(sorted(signals))} all exactly 0 (dead batches: "
+                    "every reward in a group identical, nothing to learn from)",
                 )
             )
         i += run

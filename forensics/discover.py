@@ -1,34 +1,42 @@
-"""Find the runs under the paths a user gives: which log files belong together, where their
+"""Find the runs under the paths a user gives: which sources belong together, where their
 checkpoints live. Read-only: it lists directories and sniffs file heads, nothing more.
+
+A run is rooted at the folder holding its text logs (AReaL's ``logs/<user>/<exp>/<trial>``);
+copies of its numbers elsewhere under it (a ``wandb/`` folder, TensorBoard event files) are
+attached to it. Copies with no text log above them form a run of their own.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
+from parsers.custom import CustomFormat, looks_like_custom_loop
 
-# Folders that hold weights, dumps or traces, never a run's text logs.
+# Folders that hold weights, dumps or traces, never a run's logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
-              "eval-rollout", "perf_tracer", "session_tracer", "memory_snapshots", "wandb",
-              "__pycache__", ".git", "weight_update"}
-_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err)|[a-z_]+-\d+)(?:\.(?P<rot>\d+))?(?:\.gz)?$")
+              "eval-rollout", "perf_tracer", "session_tracer", "memory_snapshots",
+              "__pycache__", ".git", "weight_update", "node_modules"}
+_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)(?:\.(?P<rot>\d+))?(?:\.gz)?$")
+_WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _SERVER_LOGS = {"llm_server.log"}
 _TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0"}
+#: Copies of a run's numbers, as opposed to its own text logs.
+COPY_KINDS = {"wandb", "tensorboard"}
 
 
 @dataclass(frozen=True)
 class LogSource:
-    """One log file of a run; ``order`` puts rotated copies oldest first."""
+    """One source of a run; ``order`` puts rotated copies oldest first."""
 
     path: Path
     kind: str
-    order: int
+    order: int = 0
 
 
 @dataclass(frozen=True)
@@ -43,8 +51,10 @@ class RunLocation:
     skipped: tuple[str, ...] = field(default=())
 
 
-def find_runs(paths: Sequence[Path]) -> list[RunLocation]:
+def find_runs(paths: Sequence[Path], *, custom_format: CustomFormat | None = None) -> list[RunLocation]:
     """Every run under ``paths`` (folders are searched, files are taken as they are).
+
+    With ``custom_format``, logs it reads are runs too.
 
     Raises:
         PathNotFound: a path does not exist.
@@ -54,83 +64,137 @@ def find_runs(paths: Sequence[Path]) -> list[RunLocation]:
     for given in paths:
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
-        if given.is_file():
-            files, problems = [given], []
-        else:
-            files, problems = _walk(given)
-        runs.extend(_group(given, files, problems))
+        sources, problems = _classify([given], custom_format) if given.is_file() else _walk(given, custom_format)
+        runs.extend(_group(given, sources, problems))
     if not runs:
         shown = ", ".join(str(p) for p in paths)
-        raise NoRunsFound(f"{shown}: no AReaL trainer log or SGLang server log found")
+        raise NoRunsFound(
+            f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files)"
+        )
     return runs
 
 
-def _walk(top: Path) -> tuple[list[Path], list[str]]:
-    found: list[Path] = []
+def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:
+    files: list[Path] = []
+    sources: list[LogSource] = []
     problems: list[str] = []
 
     def on_error(exc: OSError) -> None:
         problems.append(f"{exc.filename}: {exc.strerror or exc}")
 
     for folder, dirs, names in os.walk(top, onerror=on_error, followlinks=False):
+        if Path(folder).name == "wandb" and any(_WANDB_RUN.match(d) for d in dirs):
+            sources.append(LogSource(Path(folder), "wandb"))
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        for name in sorted(names):
-            path = Path(folder, name)
-            if _LOG_NAME.match(name) and path.is_file():
-                found.append(path)
-    return found, problems
+        files += [Path(folder, name) for name in sorted(names)]
+    found, more = _classify(files, custom_format)
+    return sources + found, problems + more
 
 
-def _group(given: Path, files: list[Path], problems: list[str]) -> list[RunLocation]:
-    by_dir: dict[Path, list[LogSource]] = {}
-    skipped = list(problems)
+def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:
+    sources, problems = [], []
     for path in files:
         try:
-            if path.stat().st_size == 0:
+            if not path.is_file() or path.stat().st_size == 0:
                 continue
-            kind = _kind(path)
+            kind = _kind(path, custom_format)
         except OSError as exc:
-            skipped.append(f"{path}: {exc.strerror or exc}")
+            problems.append(f"{path}: {exc.strerror or exc}")
             continue
         if kind is None:
             continue
         match = _LOG_NAME.match(path.name)
         rotation = int(match.group("rot") or 0) if match else 0
-        by_dir.setdefault(path.parent, []).append(LogSource(path, kind, -rotation))
+        sources.append(LogSource(path, kind, -rotation))
+    return sources, problems
+
+
+#: Text-log sniffers, most specific first: the first that recognises a file names its kind.
+_SNIFFERS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
+    ("areal", looks_like_areal),
+    ("custom_log", looks_like_custom_loop),
+    ("sglang_server", looks_like_sglang),
+)
+
+
+def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
+    """What a file is, from its name and head; ``None`` for files this tool does not read."""
+    if "tfevents" in path.name:
+        return "tensorboard"
+    match = _LOG_NAME.match(path.name)
+    if not match:
+        return None
+    if custom_format is not None and custom_format.matches(path):
+        return "custom_log"
+    base = match.group("base")
+    if base in _SERVER_LOGS:
+        return "areal_server"
+    for kind, sniff in _SNIFFERS:
+        if sniff(path):
+            if kind == "areal":
+                return "areal_trainer" if base in _TRAINER_LOGS else "areal_log"
+            return kind
+    return None
+
+
+def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[RunLocation]:
+    by_root: dict[Path, list[LogSource]] = {}
+    for source in sources:
+        if source.kind not in COPY_KINDS:
+            by_root.setdefault(source.path.parent, []).append(source)
+    roots = sorted(by_root)
+    for source in sources:
+        if source.kind in COPY_KINDS:
+            # ``wandb/`` sits in the run's log folder; event files anywhere below it.
+            home = source.path.parent
+            owner = next((r for r in reversed(roots) if r == home or r in home.parents), home)
+            by_root.setdefault(owner, []).append(source)
     runs = []
-    for root, sources in sorted(by_dir.items()):
-        sources = _drop_superseded(sources)
+    for root, members in sorted(by_root.items()):
+        members = _drop_superseded(members)
         runs.append(
             RunLocation(
                 run_id=_run_id(given, root),
-                framework="areal",
+                framework=_framework(members),
                 root=root,
-                logs=tuple(sorted(sources, key=lambda s: (s.path.name.split(".")[0], s.order))),
+                logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
                 checkpoint_dir=_checkpoint_dir(root),
-                skipped=tuple(skipped),
+                skipped=tuple(problems),
             )
         )
-    return runs
+    return _tensorboard_per_folder(runs)
 
 
-def _kind(path: Path) -> str | None:
-    """What a log is, from its name and head; ``None`` for files this tool does not read."""
-    match = _LOG_NAME.match(path.name)
-    base = match.group("base") if match else path.name
-    if base in _SERVER_LOGS:
-        return "areal_server"
-    if looks_like_areal(path):
-        return "areal_trainer" if base in _TRAINER_LOGS else "areal_log"
-    if looks_like_sglang(path):
-        return "sglang_server"
-    return None
+def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:
+    """One TensorBoard source per run: the folder holding all of its event files."""
+    out = []
+    for run in runs:
+        events = [s for s in run.logs if s.kind == "tensorboard"]
+        if len(events) > 1:
+            common = Path(os.path.commonpath([str(s.path.parent) for s in events]))
+            rest = tuple(s for s in run.logs if s.kind != "tensorboard")
+            run = RunLocation(run.run_id, run.framework, run.root, (*rest, LogSource(common, "tensorboard")),
+                              run.checkpoint_dir, run.skipped)
+        out.append(run)
+    return out
+
+
+def _framework(members: list[LogSource]) -> str:
+    kinds = {s.kind for s in members}
+    if kinds & {"areal_trainer", "areal_log", "areal_server"}:
+        return "areal"
+    if "custom_log" in kinds:
+        return "custom"
+    return "unknown"
 
 
 def _drop_superseded(sources: list[LogSource]) -> list[LogSource]:
     """``merged.log`` already holds ``main.log`` and every role log: read it alone."""
     if not any(s.path.name.startswith("merged.log") for s in sources):
         return sources
-    return [s for s in sources if s.path.name.startswith(("merged.log", "llm_server.log"))]
+    return [s for s in sources if s.kind in COPY_KINDS or s.path.name.startswith(("merged.log", "llm_server.log"))]
 
 
 def _run_id(given: Path, root: Path) -> str:

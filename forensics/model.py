@@ -188,6 +188,8 @@ class RunAnalysis:
     steps: pl.DataFrame = field(repr=False)
     notes: list[str] = field(default_factory=list)
     thresholds: dict[str, Any] = field(default_factory=dict)
+    series_sources: dict[str, str] = field(default_factory=dict)
+    """For a series found in several copies (log, W&B, TensorBoard), the copy it was taken from."""
 
     def step_range(self) -> dict[str, int | None]:
         if self.steps.is_empty():
@@ -208,6 +210,7 @@ class RunAnalysis:
             "recommendation": self.recommendation.to_dict(),
             "notes": list(self.notes),
             "thresholds": dict(self.thresholds),
+            "series_sources": dict(sorted(self.series_sources.items())),
         }
 
 

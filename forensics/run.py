@@ -11,11 +11,15 @@ import polars as pl
 from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
 from forensics.fingerprint import fingerprint
+from forensics.merge import merge_sources, step_offset
 from forensics.model import SourceReport
 from parsers import read_areal_log, read_sglang_log
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
+from parsers.custom import CustomFormat, read_custom_log
 from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
+from parsers.tensorboard import read_tensorboard
+from parsers.wandb_run import read_wandb_runs
 
 
 @dataclass
@@ -31,19 +35,23 @@ class RunData:
     facts: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     """The run's dumped ``config.yaml``, flattened, when it is next to the logs."""
+    series_sources: dict[str, str] = field(default_factory=dict)
+    """For series found in several copies, the copy each was taken from."""
+    notes: list[str] = field(default_factory=list)
 
 
-def load_run(location: RunLocation) -> RunData:
+def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None) -> RunData:
     """Parse every source of ``location``; a file that cannot be read becomes a note, not an error."""
-    steps, metrics, events, sources = [], [], [], []
+    steps, events, sources = [], [], []
+    metrics: dict[str, list[pl.DataFrame]] = {}
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
-            parsed = [_read(reader, source.path) for reader in _READERS[source.kind]]
-        except (OSError, pl.exceptions.PolarsError) as exc:
+            parsed = [_read(reader, source.path, custom_format) for reader in _READERS[source.kind]]
+        except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
-        identity = fingerprint(source.path)
+        identity = fingerprint(source.path) if source.path.is_file() else None
         sources.append(
             SourceReport(
                 str(source.path),
@@ -60,15 +68,18 @@ def load_run(location: RunLocation) -> RunData:
         )
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
-            metrics.append(p.metrics.with_columns(pl.lit(rank).alias("rank")))
+            metrics.setdefault(p.source, []).append(p.metrics.with_columns(pl.lit(rank).alias("rank")))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
 
+    merged = merge_sources(_in_log_units({name: _latest_copy(pl.concat(frames)) for name, frames in metrics.items()}))
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
+    if all_steps.is_empty() and not merged.metrics.is_empty():
+        all_steps = _steps_from_metrics(merged.metrics)
     clock = step_clock(all_steps)
-    metrics_frame = _latest_copy(pl.concat(metrics)) if metrics else empty(METRIC_SCHEMA)
+    metrics_frame = merged.metrics if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
     checkpoints = read_areal_checkpoints(location.checkpoint_dir) if location.checkpoint_dir else empty(CHECKPOINT_SCHEMA)
     return RunData(
@@ -80,27 +91,46 @@ def load_run(location: RunLocation) -> RunData:
         sources=sources,
         facts=facts,
         config=read_areal_config(location.root / "config.yaml"),
+        series_sources=merged.series_sources,
+        notes=list(merged.notes),
     )
 
 
 @dataclass(frozen=True)
 class _Parsed:
-    """What any log parser yields, in the shape the run loader merges."""
+    """What any parser yields, in the shape the run loader merges."""
 
+    source: str
     steps: pl.DataFrame
     metrics: pl.DataFrame
     events: pl.DataFrame
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...]
-    facts: dict[str, str]
+    facts: dict[str, str] = field(default_factory=dict)
 
 
-def _read(reader: str, path: Path) -> _Parsed:
+def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> _Parsed:
     if reader == "areal":
         log = read_areal_log(path)
-        return _Parsed(log.steps, log.metrics.with_columns(pl.lit("areal").alias("source")), log.events,
-                       log.lines, log.unparsed_lines, log.notes, log.facts)
+        return _Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
+    if reader == "sglang":
+        return _read_sglang(path)
+    if reader == "custom":
+        loop = read_custom_log(path, custom_format)
+        return _Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
+    if reader == "wandb":
+        runs = read_wandb_runs(path)
+        frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
+        notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
+        return _Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
+                       sum(r.records_skipped for r in runs), notes)
+    board = read_tensorboard(path)
+    return _Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
+                   board.records_skipped, board.notes)
+
+
+def _read_sglang(path: Path) -> _Parsed:
     server = read_sglang_log(path)
     http = server.http.select(
         pl.col("minute").alias("time"),
@@ -109,21 +139,57 @@ def _read(reader: str, path: Path) -> _Parsed:
         pl.lit(str(path)).alias("file"),
         pl.col("first_line").alias("line"),
     )
-    metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)]).with_columns(pl.lit("sglang").alias("source"))
     notes = server.notes
     if server.servers.height > 1:
         notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
-    return _Parsed(empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes, {})
+    metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)])
+    return _Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
 
 
-#: Which parsers read each kind of log. ``llm_server.log`` interleaves AReaL's wrapper lines
-#: with SGLang's own output, so both read it.
+#: Which parsers read each kind of source. ``llm_server.log`` interleaves AReaL's wrapper
+#: lines with SGLang's own output, so both read it.
 _READERS: dict[str, tuple[str, ...]] = {
     "areal_trainer": ("areal",),
     "areal_log": ("areal",),
     "areal_server": ("areal", "sglang"),
     "sglang_server": ("sglang",),
+    "custom_log": ("custom",),
+    "wandb": ("wandb",),
+    "tensorboard": ("tensorboard",),
 }
+_COPIES = ("wandb", "tensorboard")
+
+
+def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Copies (W&B, TensorBoard) shifted to the text log's step numbers.
+
+    With a text log to compare against, the shift is the one under which values agree; without
+    one, AReaL's copies (``grpo_actor/…``, ``ppo_actor/…`` keys) are 0-based and move up by one.
+    """
+    reference = next((frames[s] for s in ("areal", "custom") if s in frames), None)
+    out = dict(frames)
+    for name in _COPIES:
+        if name not in frames:
+            continue
+        copy = frames[name]
+        if reference is not None:
+            offset = step_offset(reference, copy)
+        else:
+            offset = 1 if copy["key"].str.contains(r"^(?:grpo|ppo)_actor/").any() else 0
+        out[name] = copy.with_columns(pl.col("step") + offset)
+    return {name: frame.with_columns(pl.lit(name).alias("source")) for name, frame in out.items()}
+
+
+def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
+    """Step rows for a run known only from copies: each step's earliest value."""
+    return (
+        metrics.filter(pl.col("step").is_not_null())
+        .sort("time", nulls_last=True)
+        .group_by("step", maintain_order=True)
+        .agg(pl.col("time").first(), pl.col("file").first(), pl.col("line").first())
+        .select(list(STEP_SCHEMA))
+        .with_columns(pl.lit(0).alias("rank"))
+    )
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:

@@ -28,12 +28,19 @@ class ServerContext:
 
 
 def server_context(
-    metrics: pl.DataFrame, onset_step: int, onset_time: datetime | None, window: tuple[int, int], *, lookback: int = 10
+    metrics: pl.DataFrame,
+    onset_step: int,
+    onset_time: datetime | None,
+    window: tuple[int, int],
+    *,
+    has_server_log: bool = True,
+    lookback: int = 10,
 ) -> ServerContext:
     """Describe the server between ``onset_step - lookback`` and the end of ``window``."""
     server = metrics.filter((pl.col("source") == "sglang") & pl.col("step").is_not_null())
     if server.is_empty():
-        return ServerContext(("The server's own log has no stats or access lines here: its side is not visible.",), (), None)
+        blind = ("The server's own log has no stats or access lines here: its side is not visible.",)
+        return ServerContext(blind if has_server_log else (), (), None)
     sentences: list[str] = []
     evidence: list[Evidence] = []
 

@@ -91,6 +91,11 @@ class CustomFormat:
     step_line_at: str = "end"
     source: str = "custom"
 
+    def matches(self, path: Path) -> bool:
+        """True when a line in the head of ``path`` is one this format reads."""
+        head = re.sub(ANSI, "", sniff(path, 256 << 10))
+        return any(re.search(p.regex, head, re.MULTILINE) for p in self.patterns)
+
 
 @dataclass(frozen=True)
 class CustomLog:
