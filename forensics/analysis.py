@@ -30,27 +30,40 @@ from forensics.detect import (
     stall,
 )
 from forensics.discover import find_runs
+from forensics.errors import UnusableInput
 from forensics.model import Analysis, Evidence, Incident, RunAnalysis
-from forensics.run import RunData, load_run
+from forensics.observations import slow_start
+from forensics.run import RunData, load_online_wandb, load_run
+from parsers._formats import FormatDefinitionError
 from parsers.custom import load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform
 
 
 def analyze(
-    paths: Sequence[Path], *, thresholds: Thresholds | None = None, custom_format: Path | None = None
+    paths: Sequence[Path],
+    *,
+    thresholds: Thresholds | None = None,
+    custom_format: Path | None = None,
+    wandb_runs: Sequence[str] = (),
 ) -> Analysis:
-    """Analyze every run found under ``paths``.
+    """Analyze every run found under ``paths``, and hosted W&B runs by ``ENTITY/PROJECT/RUN_ID``.
 
     ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
-        FormatDefinitionError: ``custom_format`` is malformed.
+        UnusableInput: a W&B run cannot be fetched (no package, key or network), or
+            ``custom_format`` is malformed.
     """
     t = thresholds or Thresholds()
-    fmt = load_custom_format(custom_format) if custom_format else None
-    locations = find_runs(paths, custom_format=fmt)
-    return Analysis([analyze_run(load_run(location, custom_format=fmt), t) for location in locations])
+    try:
+        fmt = load_custom_format(custom_format) if custom_format else None
+    except (OSError, FormatDefinitionError) as exc:
+        raise UnusableInput(f"{custom_format}: {exc}") from exc
+    locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
+    runs = [load_run(location, custom_format=fmt) for location in locations]
+    runs += [load_online_wandb(name) for name in wandb_runs]
+    return Analysis([analyze_run(run, t) for run in runs])
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
@@ -81,6 +94,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         notes=notes,
         thresholds=t.to_dict(),
         series_sources=run.series_sources,
+        observations=slow_start(run.metrics, run.steps),
     )
 
 

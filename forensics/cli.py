@@ -33,6 +33,18 @@ EXIT_BUG = 70
 
 Paths = Annotated[list[Path], typer.Argument(help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")]
+LogFormat = Annotated[
+    Path | None,
+    typer.Option("--log-format", help="A TOML file declaring how to read a hand-rolled trainer's log (see README)."),
+]
+Wandb = Annotated[
+    list[str] | None,
+    typer.Option("--wandb", help="A hosted W&B run, ENTITY/PROJECT/RUN_ID (repeatable; needs network and a key)."),
+]
+OptionalPaths = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files."),
+]
 T = TypeVar("T")
 
 
@@ -62,12 +74,14 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
 
 @app.command()
 def analyze(
-    paths: Paths,
+    paths: OptionalPaths = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the analysis document to FILE, or '-' for stdout.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Folder for the HTML report (default ./grpo-forensics-report, never inside PATH).")] = None,
     html: Annotated[bool, typer.Option("--html/--no-html", help="Write the HTML report.")] = True,
     fail_on_incident: Annotated[bool, typer.Option("--fail-on-incident", help="Exit 1 when an incident is found.")] = False,
     markdown: Annotated[str | None, typer.Option("--markdown", help="Write a Markdown summary (for a GitHub/Jira ticket) to FILE, or '-' for stdout.")] = None,
+    log_format: LogFormat = None,
+    wandb: Wandb = None,
     debug: Debug = False,
 ) -> None:
     """Find incidents, their causes and the last healthy checkpoint; print a summary and write the report.
@@ -79,7 +93,9 @@ def analyze(
     def work() -> Analysis:
         if json_out == "-" and markdown == "-":
             raise UnusableInput("--json - and --markdown - cannot both write to stdout")
-        result = run_analysis(paths)
+        if not paths and not wandb:
+            raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
+        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or ())
         console = Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
@@ -87,7 +103,7 @@ def analyze(
         if markdown is not None:
             _write_text(render_markdown(result), markdown)
         if html:
-            folder = _report_dir(out, paths)
+            folder = _report_dir(out, paths or [])
             written = write_html(result, folder)
             console.print(f"report: {written}")
         return result
@@ -127,6 +143,7 @@ def best_checkpoint(
 def events(
     paths: Paths,
     kind: Annotated[list[str] | None, typer.Option("--kind", help="Only events of this kind (repeatable).")] = None,
+    log_format: LogFormat = None,
     debug: Debug = False,
 ) -> None:
     """Every event found, as JSON Lines on stdout.
@@ -135,7 +152,7 @@ def events(
     """
 
     def work() -> None:
-        for run in run_analysis(paths).runs:
+        for run in run_analysis(paths, custom_format=log_format).runs:
             frame = run.events
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))
@@ -148,9 +165,11 @@ def events(
 
 @app.command()
 def metrics(
-    paths: Paths,
+    paths: OptionalPaths = None,
     fmt: Annotated[str, typer.Option("--format", help="csv, jsonl or parquet.")] = "csv",
     output: Annotated[Path | None, typer.Option("--output", help="Write to FILE instead of stdout (required for parquet).")] = None,
+    log_format: LogFormat = None,
+    wandb: Wandb = None,
     debug: Debug = False,
 ) -> None:
     """The metric frame in long form: run_id, source, step, time, key, value.
@@ -164,7 +183,9 @@ def metrics(
             raise UnusableInput(f"--format must be csv, jsonl or parquet, not {fmt!r}")
         if fmt == "parquet" and output is None:
             raise UnusableInput("--format parquet needs --output FILE")
-        result = run_analysis(paths)
+        if not paths and not wandb:
+            raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
+        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or ())
         frame = pl.concat(
             [
                 r.metrics.select(

@@ -190,6 +190,8 @@ class RunAnalysis:
     thresholds: dict[str, Any] = field(default_factory=dict)
     series_sources: dict[str, str] = field(default_factory=dict)
     """For a series found in several copies (log, W&B, TensorBoard), the copy it was taken from."""
+    observations: list[str] = field(default_factory=list)
+    """Findings that are not incidents (e.g. steps getting slower instead of faster)."""
 
     def step_range(self) -> dict[str, int | None]:
         if self.steps.is_empty():
@@ -211,6 +213,7 @@ class RunAnalysis:
             "notes": list(self.notes),
             "thresholds": dict(self.thresholds),
             "series_sources": dict(sorted(self.series_sources.items())),
+            "observations": list(self.observations),
         }
 
 

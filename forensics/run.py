@@ -10,6 +10,7 @@ import polars as pl
 
 from forensics.align import assign_steps, step_clock
 from forensics.discover import RunLocation
+from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import merge_sources, step_offset
 from forensics.model import SourceReport
@@ -19,7 +20,7 @@ from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
 from parsers.tensorboard import read_tensorboard
-from parsers.wandb_run import read_wandb_runs
+from parsers.wandb_run import WandbUnavailable, read_wandb_online, read_wandb_runs
 
 
 @dataclass
@@ -94,6 +95,24 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
         series_sources=merged.series_sources,
         notes=list(merged.notes),
     )
+
+
+def load_online_wandb(name: str) -> RunData:
+    """A hosted W&B run's full history as a run (``ENTITY/PROJECT/RUN_ID``).
+
+    Raises:
+        UnusableInput: no ``wandb`` package, no API key, no network, or no such run.
+    """
+    try:
+        hosted = read_wandb_online(name)
+    except (WandbUnavailable, ValueError) as exc:
+        raise UnusableInput(f"--wandb {name}: {exc}") from exc
+    metrics = _in_log_units({"wandb": hosted.metrics})["wandb"]
+    steps = _steps_from_metrics(metrics)
+    location = RunLocation(name, "unknown", Path(name), (), None)
+    source = SourceReport(f"wandb:{name}", "wandb_online", hosted.records_read, hosted.records_skipped, hosted.notes)
+    return RunData(location, steps.drop("rank"), metrics, empty(EVENT_SCHEMA), empty(CHECKPOINT_SCHEMA), [source],
+                   config={f"wandb.{k}": v for k, v in hosted.config.items() if not isinstance(v, dict | list)})
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,8 @@ def _tables(run: RunAnalysis, prefix: str) -> str:
     out.append(f'<h2 id="{prefix}sources">Sources (parse coverage)</h2>')
     out.append(_table(["file", "kind", "lines read", "lines not understood", "notes (what was not found)"], src_rows)
                if src_rows else "<p>No sources.</p>")
+    if run.observations:
+        out.append("<h3>Observations</h3><ul>" + "".join(f"<li>{e(n)}</li>" for n in run.observations) + "</ul>")
     if run.notes:
         out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{e(n)}</li>" for n in run.notes) + "</ul>")
     return "\n".join(out)

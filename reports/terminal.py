@@ -62,6 +62,8 @@ def _run(run: RunAnalysis, console: Console) -> None:
         console.print(Text("No incident found: the run looks healthy.", style="bold green"), highlight=False)
     for inc in run.incidents:
         console.print(_incident(run, inc))
+    for text in run.observations:
+        console.print(Text(f"observation: {text}", style="yellow"), highlight=False)
     _recommendation(run, console)
 
 

@@ -1,0 +1,98 @@
+"""The same run read from its console log, a real offline W&B run, and a real TensorBoard file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+from areal_builder import RunSpec, healthy_reward, write_run
+
+from forensics import analyze
+from parsers import read_areal_log
+
+pytest.importorskip("wandb")
+tensorboardX = pytest.importorskip("tensorboardX")
+
+ONSET = 70
+KEYS = ("grpo_actor/task_reward/avg", "grpo_actor/actor_loss/avg", "grpo_actor/grad_norm")
+
+WANDB_WRITER = textwrap.dedent(
+    """
+    import json, sys, wandb
+    spec = json.loads(sys.argv[1])
+    run = wandb.init(mode="offline", dir=spec["dir"], project="copies", id="copyrun1")
+    for step, row in spec["rows"]:
+        run.log(row, step=step)
+    wandb.finish()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("console") / "outputs"
+    paths = write_run(root, RunSpec(last_step=100, reward=lambda s: 0.0 if s >= ONSET else healthy_reward(s)))
+    metrics = read_areal_log(paths.trainer_log).metrics.filter(pl.col("key").is_in(KEYS))
+    # AReaL hands W&B and TensorBoard its 0-based global step; its log prints it 1-based.
+    rows = [
+        (step - 1, dict(zip(group["key"], group["value"], strict=True)))
+        for (step,), group in metrics.sort("step").group_by("step", maintain_order=True)
+    ]
+    return paths, rows
+
+
+def write_wandb(target: Path, rows: list) -> None:
+    home = target / ".home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+               WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
+    spec = json.dumps({"dir": str(target), "rows": rows})
+    subprocess.run([sys.executable, "-c", WANDB_WRITER, spec], env=env, check=True, timeout=180)
+
+
+def onset_of(path: Path) -> tuple[int, str]:
+    [run] = analyze([path]).runs
+    [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    return incident.onset_step, run.framework
+
+
+def test_console_log_onset(console) -> None:
+    paths, _ = console
+    assert onset_of(paths.fileroot) == (ONSET, "areal")
+
+
+def test_wandb_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
+    _, rows = console
+    write_wandb(tmp_path / "wandb-only", rows)
+    assert onset_of(tmp_path / "wandb-only") == (ONSET, "areal")
+
+
+def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
+    _, rows = console
+    writer = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
+    for step, row in rows:
+        for key, value in row.items():
+            writer.add_scalar(key, value, step)
+    writer.close()
+    assert onset_of(tmp_path / "tb") == (ONSET, "areal")
+
+
+def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path) -> None:
+    paths, rows = console
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log_dir = tree / paths.log_dir.relative_to(paths.fileroot)
+    write_wandb(log_dir, rows[: len(rows) // 2])  # a W&B copy killed halfway through the run
+    [run] = analyze([tree]).runs
+    assert any(s.kind == "wandb" for s in run.sources)
+    assert run.series_sources["grpo_actor/task_reward/avg"] == "areal"
+    assert run.incidents[0].onset_step == ONSET
+    assert any("fewer steps" in note for note in run.notes)

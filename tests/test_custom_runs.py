@@ -1,0 +1,82 @@
+"""Hand-rolled loops: the seed 003 log, and a trainer read through a user-declared TOML format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+from typer.testing import CliRunner
+
+from forensics import analyze
+from forensics.cli import app
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FORMAT = FIXTURES / "custom_format_example.toml"
+runner = CliRunner()
+
+
+def test_seed003_dead_batches_with_reward_std_evidence_and_slow_second_iteration() -> None:
+    [run] = analyze([FIXTURES / "seed003"]).runs
+    assert run.framework == "custom"
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("zero_variance", 1, "reward_pipeline")
+    assert incident.metric == "reward/std"
+    assert any(e.kind == "zero_advantages" and "rewards_grouped=[[0.0" in e.text for e in incident.evidence)
+    std = run.metrics.filter((pl.col("key") == "reward/std") & (pl.col("step") >= 1))["value"]
+    assert (std == 0).all()
+    [slow] = run.observations
+    assert "step 1 103.6 s" in slow and "21.7 s for step 0" in slow and "samples_generated" in slow
+
+
+def write_toy_log(path: Path, steps: int = 60, collapse: int = 40) -> None:
+    lines = []
+    for step in range(1, steps + 1):
+        reward, std = (0.0, 0.0) if step >= collapse else (0.3 + (step % 7) / 20, 0.25 + (step % 3) / 20)
+        loss, grad = ("0.0000", "0.00") if step >= collapse else (f"{-0.01 - step / 1000:.4f}", f"{0.5 + step / 100:.2f}")
+        minute, second = divmod(step * 37, 60)
+        stamp = f"2025-06-01 {14 + minute // 60:02d}:{minute % 60:02d}:{second:02d}"
+        lines.append(f"{stamp} | step {step} | reward={reward:.4f} reward_std={std:.4f} loss={loss} grad_norm={grad}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_user_format_is_read_by_metrics_and_analyze(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    write_toy_log(log)
+    out = tmp_path / "m.csv"
+    result = runner.invoke(app, ["metrics", str(tmp_path / "run"), "--log-format", str(FORMAT), "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    rewards = pl.read_csv(out).filter(pl.col("key").str.contains("reward"))
+    assert rewards.height >= 60
+    doc_path = tmp_path / "a.json"
+    result = runner.invoke(app, ["analyze", str(tmp_path / "run"), "--log-format", str(FORMAT), "--json", str(doc_path), "--no-html"])
+    assert result.exit_code == 0, result.output
+    [run] = json.loads(doc_path.read_text())["runs"]
+    assert run["incidents"][0]["onset_step"] == 40
+    assert run["incidents"][0]["onset_time"] == "2025-06-01T14:24:40"
+
+
+def test_without_the_format_the_log_is_not_a_run(tmp_path: Path) -> None:
+    write_toy_log(tmp_path / "train.log")
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--no-html"])
+    assert result.exit_code == 2
+
+
+def test_broken_format_file_is_a_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\nregex = "(?P<step>\\\\d+"\nevil = "__import__(\'os\')"\n')
+    write_toy_log(tmp_path / "train.log")
+    result = runner.invoke(app, ["analyze", str(tmp_path), "--log-format", str(bad), "--no-html"])
+    assert result.exit_code == 2
+    assert "bad.toml" in result.stderr and "Traceback" not in result.output
+
+
+def test_hosted_wandb_run_without_key_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    for name in [k for k in __import__("os").environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".config"))
+    result = runner.invoke(app, ["analyze", "--wandb", "entity/project/run123", "--no-html"])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "entity/project/run123" in result.stderr
