@@ -1,0 +1,973 @@
+"""Ray session directories and Ray driver consoles → event frames.
+
+A session (``session_<date>_<time>_<us>_<pid>/logs/``) holds C++ component logs (``raylet.out``,
+``gcs_server.out``, ``python-core-worker-*.log``: ``[time L pid tid] (component) file:line: msg``),
+Python component logs (``monitor.log``, ``dashboard*.log``: ``time<TAB>LEVEL file:line -- msg``),
+worker stdout/stderr (``worker-<id>-<job>-<pid>.out|.err``, free-form application output tagged
+with ``:actor_name:``/``:task_name:`` markers), and JSON Lines event files (``events/``,
+``export_events/``). A console (driver output, ``job-driver-*.log``, verl's ``train.log``) has the
+``(Name pid=N, ip=…)`` prefixes and ``[repeated Nx across cluster]`` summaries Ray adds when it
+forwards worker output. See ``shared/formats/ray_verl.md``.
+
+Work is split as in :mod:`parsers.areal`: :func:`scan_parts` is one lazy, line-local pass (strip
+colours and prefixes, tag lines with cheap checks, keep only event candidates, traceback runs,
+time headers and markers), :func:`assemble_events` turns the few kept rows into events.
+
+Event frames have the :data:`~parsers.schema.EVENT_SCHEMA` columns plus ``count`` (how many
+occurrences one row stands for: ``[repeated 4x across cluster]`` is one row with count 4),
+``pid`` and ``worker`` (the process the event is about, and its actor/task name when known) and
+``detail`` (a worker's exit type and what its exit detail means, e.g. ``SYSTEM_ERROR
+(unexpected): exit code 3``). ``conform(frame, EVENT_SCHEMA)`` drops them.
+
+Example:
+    >>> session = read_ray_session(Path("/tmp/ray/session_2026-11-22_03-11-31_648770_32459"))  # doctest: +SKIP
+    >>> session.events.filter(pl.col("kind") == "actor_died")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import polars as pl
+
+from parsers._formats import LogFormat, load_format
+from parsers._lines import ANSI, collect_lines, sniff
+from parsers.schema import EVENT_SCHEMA
+
+__all__ = [
+    "RAY_EVENT_SCHEMA",
+    "WORKER_SCHEMA",
+    "RayLog",
+    "RaySession",
+    "RaySource",
+    "assemble_events",
+    "find_ray_sessions",
+    "has_prefixes",
+    "looks_like_ray_session",
+    "read_ray_console",
+    "read_ray_session",
+    "scan_parts",
+]
+
+#: Events with the extra columns this parser fills (see the module docstring).
+RAY_EVENT_SCHEMA: dict[str, pl.DataType] = {
+    **EVENT_SCHEMA,
+    "count": pl.Int64(),
+    "pid": pl.Int64(),
+    "worker": pl.String(),
+    "detail": pl.String(),
+}
+
+#: One row per worker ``.out``/``.err`` file: whose output it is.
+WORKER_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.String(),
+    "stream": pl.String(),
+    "worker_id": pl.String(),
+    "job_id": pl.String(),
+    "pid": pl.Int64(),
+    "name": pl.String(),
+    "name_kind": pl.String(),
+    "names": pl.List(pl.String()),
+    "lines": pl.Int64(),
+}
+
+SESSION_NAME = re.compile(r"session_(\d{4}-\d\d-\d\d)_(\d\d-\d\d-\d\d)_(\d{6})_(\d+)")
+_WORKER_FILE = re.compile(r"(?:io-)?worker-([0-9a-f]{56})-(?:([0-9a-f]{8})-)?(\d+)\.(out|err)(?:\.\d+)?(?:\.gz)?")
+_CORE_FILE = re.compile(r"python-core-(worker|driver)-([0-9a-f]{56})_(\d+)\.log(?:\.\d+)?(?:\.gz)?")
+_HEADER_START = r"^(?:\[\d{4}-\d\d-\d\d |\d{4}-\d\d-\d\d \d\d:|(?:\[rank\d+\]:)?\[?[IWEF]\d{3,4} \d\d:)"
+_ERROR_LEVEL = (
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [EC] |^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+(?:ERROR|CRITICAL) "
+    r"|^\[\d{4}-\d\d-\d\d [^\]]*\] \[(?:ERROR|CRITICAL)\]"
+)
+_CHAIN = r"^(?:During handling of the above exception|The above exception was the direct cause)"
+_REPEATED = r" \[repeated (\d+)x across cluster\]"
+_MARKER = r"^:(actor_name|task_name|job_id):(.*)$"
+_HEAD_CHARS = 400
+_MESSAGE_CHARS = 2000
+#: Lines after a traceback's exception line that still belong to its message (Ray appends
+#: ``\tclass_name: …`` and the death cause there).
+_TRACEBACK_TAIL = 12
+#: A SIGSEGV dump prints each line raw and again through Ray's logger: one crash, one event.
+_DUMP_SPAN = 40
+_FREE_FORM = {"ray_worker_out", "ray_worker_err", "ray_console", "ray_job_driver", "ray_debug_state", "verl_console"}
+_STRUCTURED = {"ray_raylet", "ray_gcs", "ray_core_worker", "ray_core_driver", "ray_component"}
+
+
+class RaySource(NamedTuple):
+    """One file that was read: what it is and how much of it was understood."""
+
+    path: str
+    kind: str
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RayLog:
+    """What one text log (a session file or a console) holds."""
+
+    path: str
+    kind: str
+    events: pl.DataFrame
+    lines: int
+    unparsed_lines: int
+    markers: pl.DataFrame
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RaySession:
+    """Everything read from one Ray session directory."""
+
+    path: str
+    name: str | None
+    started: datetime | None
+    events: pl.DataFrame
+    workers: pl.DataFrame
+    sources: list[RaySource]
+    notes: tuple[str, ...] = ()
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+@cache
+def _extras() -> dict[str, Any]:
+    """Parts of ``formats/ray.json`` the shared loader does not model."""
+    data = json.loads((resources.files("parsers") / "formats" / "ray.json").read_text(encoding="utf-8"))
+    return {"torch": frozenset(data["sources"]["torch"]), "ray": frozenset(e["kind"] for e in data["events"])}
+
+
+def source_of(kind: pl.Expr, default: str) -> pl.Expr:
+    """``torch`` for PyTorch/NCCL/CUDA kinds, ``ray`` for Ray's own, ``default`` otherwise."""
+    extras = _extras()
+    return (
+        pl.when(kind.is_in(list(extras["torch"])))
+        .then(pl.lit("torch"))
+        .when(kind.is_in(list(extras["ray"] - extras["torch"])))
+        .then(pl.lit("ray"))
+        .otherwise(pl.lit(default))
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The lazy, line-local pass
+
+
+def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyFrame:
+    """Colours, console prefixes and dedup suffixes removed; ``stream`` is the prefix, if any."""
+    text = pl.col("text")
+    # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
+    residue = text.str.contains(r"^\[[0-9;]+m")
+    cleaned = (
+        pl.when(text.str.contains("\x1b", literal=True))
+        .then(text.str.replace_all(ANSI, ""))
+        .when(residue)
+        .then(text.str.replace_all(r"\[[0-9;]+m", ""))
+        .otherwise(text)
+    )
+    structured = text.str.starts_with("{") & text.str.contains('"asctime"', literal=True)
+    as_header = pl.format(
+        "[{} {} 0 0] {}",
+        text.str.extract(r'"asctime":\s*"([^"]+)"', 1),
+        text.str.extract(r'"levelname":\s*"(\w)', 1),
+        text.str.extract(r'"message":\s*"((?:[^"\\]|\\.)*)"', 1).str.replace_all(r'\\"', '"'),
+    )
+    prefix_regex = "^(?:" + "|".join(f"(?:{p.lstrip('^')})" for p in fmt.prefixes.values()) + ")"
+    prefix = pl.when(pl.col("text").str.starts_with("(")).then(pl.col("text").str.extract(f"({prefix_regex})", 1))
+    if not prefixed:
+        prefix = pl.lit(None, pl.String)
+    repeated = pl.when(pl.col("text").str.contains("[repeated ", literal=True)).then(
+        pl.col("text").str.extract(_REPEATED, 1).cast(pl.Int64, strict=False)
+    )
+    return (
+        lines.with_columns(pl.col("text").str.strip_suffix("\r"))
+        .with_columns(pl.when(structured).then(as_header).otherwise(cleaned).alias("text"))
+        .with_columns(prefix.alias("stream"))
+        .with_columns(
+            pl.when(pl.col("stream").is_not_null())
+            .then(pl.col("text").str.slice(pl.col("stream").str.len_chars()))
+            .otherwise(pl.col("text"))
+            .alias("text"),
+            pl.col("stream").str.strip_chars().fill_null(""),
+            repeated.alias("count"),
+        )
+        .with_columns(
+            pl.when(pl.col("count").is_not_null())
+            .then(pl.col("text").str.replace(r" \[repeated \d+x across cluster\].*$", ""))
+            .otherwise(pl.col("text"))
+            .alias("text"),
+            pl.col("count").fill_null(1),
+        )
+    )
+
+
+def scan_parts(
+    lines: pl.LazyFrame,
+    fmt: LogFormat,
+    extra: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]] | None = None,
+    *,
+    prefixed: bool = True,
+) -> dict[str, pl.LazyFrame]:
+    """The lazy queries :func:`assemble_events` needs (``extra`` adds more over the same lines).
+
+    Every line is tagged with cheap anchored checks; only event candidates, traceback runs,
+    dated lines and Ray's markers leave the pass. ``prefixed=False`` (see :func:`has_prefixes`)
+    skips console prefixes, so running state is kept per file rather than per prefix.
+    """
+    norm = _normalized(lines, fmt, prefixed)
+    per_stream = (lambda e: e.over("stream")) if prefixed else (lambda e: e)  # noqa: E731
+    text = pl.col("text")
+    is_start = text.str.contains(fmt.traceback_start)
+    is_exc = text.str.contains(fmt.traceback_exception)
+    tbish = (
+        text.str.starts_with(" ")
+        | text.str.starts_with("\t")
+        | text.str.contains(r"^\s*$")
+        | is_start
+        | is_exc
+        | text.str.contains(_CHAIN)
+    )
+    tagged = norm.with_columns(
+        is_start.alias("is_start"),
+        is_exc.alias("is_exc"),
+        tbish.alias("tbish"),
+        text.str.contains(_HEADER_START).alias("header"),
+        (text.str.starts_with(":") & text.str.contains(_MARKER)).alias("marker"),
+    ).with_columns(
+        per_stream((~pl.col("tbish")).cast(pl.Int64).cum_sum()).alias("run"),
+        # The last dated line of the stream so far: where an undated event borrows its time.
+        per_stream(pl.when(pl.col("header")).then(pl.col("line")).forward_fill()).alias("dated_line"),
+        # A record: a line and the indented or blank lines after it.
+        per_stream((~(text.str.starts_with(" ") | text.str.starts_with("\t") | text.str.contains(r"^\s*$"))).cast(pl.Int64).cum_sum()).alias("record"),
+    )
+    candidates = tagged.filter(
+        text.str.contains(fmt.any_event) | pl.col("is_start") | text.str.contains(_ERROR_LEVEL)
+    ).select("line", "stream", "count", "dated_line", "record", text.str.head(_MESSAGE_CHARS))
+    runs = (
+        tagged.filter(pl.col("tbish"))
+        .group_by("stream", "run")
+        .agg(
+            pl.col("line").filter(pl.col("is_start")).min().alias("start"),
+            text.filter(pl.col("is_start")).first().str.head(_MESSAGE_CHARS).alias("start_text"),
+            pl.col("line").filter(pl.col("is_exc")).max().alias("exc_line"),
+            text.filter(pl.col("is_exc")).last().str.head(_MESSAGE_CHARS).alias("exc_text"),
+            pl.col("line").max().alias("end"),
+            pl.col("dated_line").filter(pl.col("is_start")).first().alias("dated_line"),
+            pl.col("record").filter(pl.col("is_start")).first().alias("record"),
+        )
+        .filter(pl.col("start").is_not_null())
+        .drop("run")
+    )
+    parts = {
+        "candidates": candidates,
+        "runs": runs,
+        "markers": tagged.filter(pl.col("marker")).select("line", "text"),
+        "dated": tagged.filter(pl.col("header")).select("line", text.str.head(64)),
+        "stats": tagged.select(
+            pl.col("line").max().alias("lines"),
+            # Text after a dated line continues that record (state dumps, OOM reports); only lines
+            # before the first dated line belong to none.
+            (~pl.col("header") & (pl.col("header").cast(pl.Int8).cum_max() == 0) & ~text.str.contains(r"^\s*$") & ~pl.col("marker"))
+            .sum()
+            .alias("unparsed"),
+            (pl.col("stream") != "").sum().alias("prefixed"),
+            text.filter(pl.col("header")).first().str.head(64).alias("first_dated"),
+        ),
+    }
+    if extra is not None:
+        parts.update(extra(norm))
+    return parts
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager assembly of the few kept rows
+
+
+def _parsed_head(frame: pl.DataFrame, fmt: LogFormat, year: int | None, since: datetime | None = None) -> pl.DataFrame:
+    """``time``, ``level`` and ``message`` of each row's ``text`` (lines without a header keep it all)."""
+    if frame.is_empty():
+        return frame.with_columns(
+            pl.lit(None, pl.Datetime("ms")).alias("time"), pl.lit(None, pl.String).alias("level"), pl.col("text").alias("message")
+        )
+    groups = frame.with_columns(pl.col("text").str.head(_HEAD_CHARS).str.extract_groups(fmt.line_regex).alias("g")).unnest("g")
+    long_time = pl.coalesce("time", "ptime", "dtime").str.strptime(pl.Datetime("ms"), fmt.timestamp_format, strict=False)
+    glog_time = pl.format(
+        "{}-{}-{} {}",
+        pl.lit(year, pl.Int64),
+        pl.col("gdate").str.head(pl.col("gdate").str.len_chars() - 2),
+        pl.col("gdate").str.tail(2),
+        pl.col("gtime"),
+    ).str.strptime(pl.Datetime("ms"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    if since is not None:
+        # A run that crosses New Year: a month-day before the session began is in the next year.
+        glog_time = pl.when(glog_time < pl.lit(since - timedelta(days=1))).then(glog_time.dt.offset_by("1y")).otherwise(glog_time)
+    # The message is everything after the header; the header regex never fails, so a line it
+    # cannot read whole keeps its text (a long line cut at _HEAD_CHARS is re-joined here).
+    header_chars = pl.col("text").str.head(_HEAD_CHARS).str.len_chars() - pl.col("message").str.len_chars()
+    return groups.select(
+        *frame.columns,
+        pl.coalesce(long_time, glog_time).alias("time"),
+        pl.coalesce("level", "plevel", "dlevel", "glevel").alias("level"),
+        pl.col("text").str.slice(header_chars).alias("message"),
+    ).drop("text")
+
+
+def _year_of(stats: pl.DataFrame) -> int | None:
+    """The year of the file's first dated line, when that line has one (glog lines do not)."""
+    found = stats.select(pl.col("first_dated").str.extract(r"(\d{4})-\d\d-\d\d", 1).cast(pl.Int64, strict=False).drop_nulls().first()).item()
+    return int(found) if found is not None else None
+
+
+def assemble_events(
+    path: str,
+    kind: str,
+    parts: dict[str, pl.DataFrame],
+    fmt: LogFormat,
+    *,
+    year: int | None = None,
+    since: datetime | None = None,
+    source: str = "ray",
+) -> RayLog:
+    """Events, line counts and markers of one file from the rows :func:`scan_parts` kept.
+
+    ``year`` dates glog lines (``[E419 10:42:28…]`` carry none), or ``since`` (the session start:
+    its year, and the next one for dates before it); without either the file's own first dated
+    line lends its year, else those times stay null.
+    """
+    year = since.year if since is not None and year is None else year
+    stats = parts["stats"]
+    total = int(stats["lines"].max() or 0)
+    free_form = kind in _FREE_FORM
+    unparsed = 0 if free_form else int(stats["unparsed"].sum() or 0)
+    notes = []
+    year = year if year is not None else _year_of(stats)
+    if year is None and stats["first_dated"].drop_nulls().len():
+        notes.append("glog lines without a year and no dated line to borrow one from: their times are null")
+
+    lines = _parsed_head(parts["candidates"], fmt, year, since)
+    classified = lines.with_columns(fmt.classify(pl.col("message")).alias("kind"))
+    is_error = pl.col("level").is_in(["E", "ERROR", "CRITICAL", "C"])
+    if kind in _STRUCTURED:
+        # A record's text after its dated first line restates it (OOM reports, error_message: …).
+        classified = classified.filter(pl.col("level").is_not_null())
+    named = classified.filter(pl.col("kind").is_not_null() | is_error).with_columns(
+        pl.col("kind").fill_null(pl.when(pl.col("level") == "C").then(pl.lit("fatal_check")).otherwise(pl.lit("log_error")))
+    )
+    tracebacks = _tracebacks(parts["runs"], fmt, year, since)
+    named, tracebacks = _fold_into_tracebacks(_with_detail(named), _with_detail(tracebacks))
+    events = pl.concat(
+        [
+            named.select("line", "stream", "count", "dated_line", "record", "time", "level", "kind", "message", "pid", "worker_id", "detail"),
+            tracebacks.select("line", "stream", "count", "dated_line", "record", "time", "level", "kind", "message", "pid", "worker_id", "detail"),
+        ],
+        how="vertical_relaxed",
+    ).sort("line")
+    events = _merge_restatements(_collapse_dumps(events))
+    events = _backfill_times(events, parts["dated"], fmt, year, since, within=3 if free_form else None)
+    prefix_pid = pl.col("stream").str.extract(r"pid=(\d+)", 1).cast(pl.Int64, strict=False)
+    # The process an event is about: the one its text names, else the one that printed it.
+    named_worker = pl.col("message").str.extract(r"ray::([\w<>.]+?)\.\w+\(\) \(pid=", 1)
+    prefix_worker = pl.when(pl.col("pid").is_null() | (pl.col("pid") == prefix_pid)).then(
+        pl.col("stream").str.extract(r"^\((?:([^()]*?) )?pid=", 1)
+    )
+    events = events.with_columns(
+        fmt.severity_of(pl.col("kind"), pl.col("level").fill_null("")).alias("severity"),
+        source_of(pl.col("kind"), source).alias("source"),
+        pl.lit(path).alias("file"),
+        pl.lit(None, pl.Int64).alias("step"),
+        pl.coalesce(named_worker, prefix_worker).alias("worker"),
+        pl.coalesce(pl.col("pid"), prefix_pid).alias("pid"),
+    )
+    if free_form and int(stats["prefixed"].sum() or 0):
+        notes.append("console lines carry no time of their own: times are null unless a dated line of the same stream precedes them")
+    return RayLog(
+        path=path,
+        kind=kind,
+        events=events.select(*RAY_EVENT_SCHEMA, "worker_id"),
+        lines=total,
+        unparsed_lines=unparsed,
+        markers=parts["markers"],
+        notes=tuple(notes),
+    )
+
+
+def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: datetime | None) -> pl.DataFrame:
+    """One event per traceback run, at its first line; kind from the last exception in the run."""
+    runs = runs.with_columns(
+        pl.when(pl.col("exc_line") >= pl.col("start")).then(pl.col("exc_text")).alias("exc_text")
+    ).with_columns(
+        # A traceback flattened onto one line (pasted copies) names its exception on that line.
+        pl.coalesce("exc_text", "start_text").alias("exception"),
+        pl.col("start_text").alias("text"),
+    )
+    parsed = _parsed_head(runs.select("start", "text"), fmt, year, since).rename({"start": "line"})
+    return (
+        runs.rename({"start": "line"})
+        .join(parsed.select("line", "time", "level"), on="line", how="left")
+        .with_columns(
+            fmt.traceback_kind(pl.col("exception")).alias("kind"),
+            pl.lit(1, pl.Int64).alias("count"),
+            pl.concat_str(pl.col("start_text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
+        )
+        .with_columns(pl.lit("ERROR").alias("level"))
+    )
+
+
+_EXIT_TYPE = r"(?:Worker exit type: |exit_type = |exits, type=|Owner worker exit type: |exit_type=)([A-Z_]+)"
+_PID = r"(?:Worker PID: |\bpid=|\bpid: |\(pid=)(\d+)"
+_WORKER_ID = r"(?:worker[ _]id ?[=:] ?|Worker ID: |on worker )([0-9a-f]{56})"
+
+
+def _with_detail(frame: pl.DataFrame) -> pl.DataFrame:
+    """``detail`` (exit type and what the exit detail means), ``pid`` and ``worker_id`` named in the text."""
+    text = pl.col("message")
+    meaning = (
+        pl.when(text.str.contains("connection error code 2"))
+        .then(pl.lit("connection to the worker lost (SIGKILL, kernel OOM killer, segfault or os._exit)"))
+        .when(text.str.contains(r"exit code -?\d+"))
+        .then(pl.format("exit code {}", text.str.extract(r"exit code (-?\d+)", 1)))
+        .when(text.str.contains("running low on memory|NODE_OUT_OF_MEMORY|OOMContext|memory pressure"))
+        .then(pl.lit("killed by the Ray memory monitor (host memory)"))
+        .when(text.str.contains(r"SIGTERM|exit code None"))
+        .then(pl.lit("SIGTERM"))
+        .when(text.str.contains(r"\*\*\* SIG[A-Z]+ received"))
+        .then(text.str.extract(r"\*\*\* (SIG[A-Z]+) received", 1))
+        .when(text.str.contains(r"killed by `ray\.kill`"))
+        .then(pl.lit("killed by ray.kill"))
+        .when(text.str.contains(r"exit_actor\(\) is called"))
+        .then(pl.lit("exit_actor() called"))
+        .when(text.str.contains("its owner has died"))
+        .then(pl.lit("its owner died"))
+        .when(text.str.contains("its node has died"))
+        .then(pl.lit("its node died"))
+        .when(text.str.contains(r"error raised in its creation task|creation_task_exception=1"))
+        .then(pl.lit("its constructor raised"))
+    )
+    exit_type = text.str.extract(_EXIT_TYPE, 1)
+    intent = pl.when(exit_type.str.starts_with("INTENDED")).then(pl.lit(" (intended)")).when(exit_type.is_not_null()).then(pl.lit(" (unexpected)"))
+    typed = pl.concat_str(exit_type, intent.fill_null(""))
+    return frame.with_columns(
+        pl.when(exit_type.is_not_null() | meaning.is_not_null())
+        .then(pl.concat_str(typed, meaning, separator=": ", ignore_nulls=True))
+        .alias("detail"),
+        pl.when(text.str.count_matches(_PID) == 1).then(text.str.extract(_PID, 1).cast(pl.Int64, strict=False)).alias("pid"),
+        text.str.extract(_WORKER_ID, 1).alias("worker_id"),
+    )
+
+
+def _fold_into_tracebacks(named: pl.DataFrame, tracebacks: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Line events that only repeat their traceback's kind join it (their detail too)."""
+    if named.is_empty() or tracebacks.is_empty():
+        return named, tracebacks
+    blocks = tracebacks.select(
+        "stream", pl.col("line").alias("tb_line"), pl.col("end").alias("tb_end"), pl.col("kind").alias("tb_kind")
+    ).sort("tb_line")
+    placed = named.sort("line").join_asof(blocks, left_on="line", right_on="tb_line", by="stream", strategy="backward", check_sortedness=False)
+    inside = (pl.col("line") <= pl.col("tb_end") + _TRACEBACK_TAIL) & (pl.col("kind") == pl.col("tb_kind"))
+    folded = placed.filter(inside.fill_null(False))
+    kept = placed.filter(~inside.fill_null(False)).drop("tb_line", "tb_end", "tb_kind")
+    # Not the pid: inside a traceback it names the caller as often as the process that died.
+    moved = folded.group_by("stream", "tb_line").agg(
+        pl.col("detail").drop_nulls().first().alias("moved_detail"),
+        pl.col("worker_id").drop_nulls().first().alias("moved_worker_id"),
+    )
+    tracebacks = (
+        tracebacks.join(moved, left_on=["stream", "line"], right_on=["stream", "tb_line"], how="left")
+        .with_columns(
+            pl.coalesce("detail", "moved_detail").alias("detail"),
+            pl.coalesce("worker_id", "moved_worker_id").alias("worker_id"),
+        )
+        .drop("moved_detail", "moved_worker_id")
+    )
+    return kept, tracebacks
+
+
+def _backfill_times(
+    events: pl.DataFrame, dated: pl.DataFrame, fmt: LogFormat, year: int | None, since: datetime | None, *, within: int | None
+) -> pl.DataFrame:
+    """An event without a time of its own takes the last dated line of its stream before it.
+
+    ``within`` limits how many lines back that line may be (free-form output interleaves
+    processes, so an older dated line there says little about when the event happened).
+    """
+    if events.is_empty():
+        return events
+    needed = dated.filter(pl.col("line").is_in(events["dated_line"].drop_nulls().implode()))
+    stamps = _parsed_head(needed, fmt, year, since).select(pl.col("line").alias("dated_line"), pl.col("time").alias("dated_time"))
+    near = pl.lit(True) if within is None else (pl.col("line") - pl.col("dated_line") <= within)
+    joined = events.join(stamps, on="dated_line", how="left", maintain_order="left")
+    return joined.with_columns(pl.coalesce("time", pl.when(near).then(pl.col("dated_time"))).alias("time")).drop("dated_time")
+
+
+def _merge_restatements(events: pl.DataFrame) -> pl.DataFrame:
+    """An undated line that restates the event just above it (same kind and stream, in that
+    event's record or the next one, no other process or rank named) continues it: ``Memory on
+    the node …`` after ``OutOfMemoryError: Task was killed …``, the death cause after
+    ``ActorDiedError``'s indented context, ``what():`` and ``*** SIGABRT`` after ``terminate called …``."""
+    if events.height < 2:
+        return events
+    rank = pl.col("message").str.extract(r"\[[Rr]ank ?(\d+)\]", 1)
+    ordered = events.with_columns(rank.alias("rank")).sort("stream", "kind", "line")
+    keys = ["stream", "kind"]
+    same = lambda col: (pl.col(col).is_null() | pl.col(col).shift(1).over(keys).is_null() | (pl.col(col) == pl.col(col).shift(1).over(keys)))  # noqa: E731
+    # The same rank named again a few lines on is the same failure retold (``what():`` of an abort).
+    retold = (pl.col("rank") == pl.col("rank").shift(1).over(keys)) & (pl.col("line") - pl.col("line").shift(1).over(keys) <= _TRACEBACK_TAIL)
+    restates = (
+        pl.col("level").is_null()
+        & ((pl.col("record") - pl.col("record").shift(1).over(keys) <= 1) | retold.fill_null(False))
+        & same("pid")
+        & same("worker_id")
+        & same("rank")
+    ).fill_null(False)
+    grouped = ordered.with_columns((~restates).cum_sum().alias("merged"))
+    first = [pl.col(c).first() for c in ("line", "stream", "count", "dated_line", "record", "time", "level", "kind", "message")]
+    known = [pl.col(c).drop_nulls().first() for c in ("pid", "worker_id", "detail")]
+    merged = grouped.group_by("merged", maintain_order=True).agg(*first, *known)
+    return merged.select(events.columns).sort("line")
+
+
+def _collapse_dumps(events: pl.DataFrame) -> pl.DataFrame:
+    """A crash dump is one event: its ``PC: @ 0x…``/frame lines, re-logged copies included."""
+    frame_line = (pl.col("kind") == "log_error") & pl.col("message").str.contains(r"(?:PC: )?@ +0x[0-9a-f]+")
+    in_dump = (pl.col("kind") == "segfault") | frame_line
+    dumps = events.filter(in_dump).sort("line")
+    if dumps.is_empty() or (dumps["kind"] == "segfault").sum() == 0:
+        return events
+    dumps = dumps.with_columns(
+        ((pl.col("line") - pl.col("line").shift(1).over("stream")).fill_null(_DUMP_SPAN + 1) > _DUMP_SPAN)
+        .cum_sum()
+        .over("stream")
+        .alias("dump")
+    )
+    crash = pl.col("kind") == "segfault"
+    merged = dumps.group_by("stream", "dump", maintain_order=True).agg(
+        pl.col("line").filter(crash).first(),
+        pl.col("count").first(),
+        pl.col("dated_line").first(),
+        pl.col("record").first(),
+        pl.col("time").drop_nulls().first(),
+        pl.col("level").drop_nulls().first(),
+        pl.col("kind").filter(crash).first(),
+        pl.col("message").filter(crash).first(),
+        pl.col("pid").drop_nulls().first(),
+        pl.col("worker_id").drop_nulls().first(),
+        pl.col("detail").drop_nulls().first(),
+    )
+    rest = events.filter(~in_dump)
+    # Frame lines far from any crash line stay what they were.
+    stray = dumps.filter(~pl.col("dump").is_in(merged.filter(pl.col("kind").is_not_null())["dump"].implode())).drop("dump")
+    merged = merged.filter(pl.col("kind").is_not_null())
+    return pl.concat([rest, stray.select(rest.columns), merged.select(rest.columns)], how="vertical_relaxed").sort("line")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def read_ray_console(path: Path, *, year: int | None = None) -> RayLog:
+    """Events of a Ray driver console (captured stdout, ``job-driver-*.log``), plain or gzipped.
+
+    ``year`` dates glog lines (NCCL watchdog headers carry no year) when the file has no dated line.
+    """
+    return _read_text(Path(path), "ray_console", year, None)
+
+
+def has_prefixes(path: Path, fmt: LogFormat) -> bool:
+    """Whether the head of ``path`` has Ray console prefixes (``(Name pid=N)``, ``(raylet)``)."""
+    head = re.sub(ANSI, "", sniff(path, 256 << 10))
+    prefix = re.compile("|".join(fmt.prefixes.values()))
+    return any(prefix.match(re.sub(r"^(?:\[[0-9;]+m)+", "", line)) for line in head.splitlines()[:5000])
+
+
+def _read_text(path: Path, kind: str, year: int | None, since: datetime | None) -> RayLog:
+    fmt = load_format("ray")
+    prefixed = has_prefixes(path, fmt)
+    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, prefixed=prefixed))
+    return assemble_events(str(path), kind, parts, fmt, year=year, since=since)
+
+
+def _file_kind(path: Path) -> str | None:
+    name = re.sub(r"\.\d+$", "", path.name)
+    parent = path.parent.name
+    if parent in ("events", "export_events") and name.startswith("event_"):
+        return "ray_export_events" if parent == "export_events" else "ray_events"
+    if match := _WORKER_FILE.fullmatch(path.name):
+        return f"ray_worker_{match[4]}"
+    if match := _CORE_FILE.fullmatch(path.name):
+        return f"ray_core_{match[1]}"
+    for prefix, kind in (("raylet.", "ray_raylet"), ("gcs_server.", "ray_gcs"), ("job-driver-", "ray_job_driver"), ("debug_state", "ray_debug_state")):
+        if name.startswith(prefix):
+            return kind
+    if name.endswith((".log", ".out", ".err", ".txt", ".gz")):
+        return "ray_component"
+    return None
+
+
+def _logs_dir(session_dir: Path) -> Path:
+    return session_dir / "logs" if (session_dir / "logs").is_dir() else session_dir
+
+
+def looks_like_ray_session(path: Path) -> bool:
+    """True for a session folder (or its ``logs/``) that holds Ray's component logs."""
+    logs = _logs_dir(Path(path))
+    return any((logs / name).exists() for name in ("raylet.out", "gcs_server.out", "events")) or bool(
+        SESSION_NAME.fullmatch(Path(path).name) and logs.is_dir()
+    )
+
+
+def find_ray_sessions(root: Path) -> list[Path]:
+    """Every Ray session folder under ``root`` (or ``root`` itself), each once, sorted.
+
+    Session folders are recognised by name (``session_<date>_<time>_<us>_<pid>``), whether or not
+    a ``session_latest`` link points at one; a ``session_latest`` that is a real folder (a copy
+    made with links followed) counts only when no named sibling holds the same logs. A ``logs``
+    folder of Ray component logs whose session folder lost its name is found too.
+    """
+    root = Path(root)
+    if root.name == "logs" and SESSION_NAME.fullmatch(root.parent.name):
+        return [root.parent]
+    found: dict[str, Path] = {}
+    latest: list[Path] = []
+    for folder, dirs, _files in os.walk(root):
+        here = Path(folder)
+        if SESSION_NAME.fullmatch(here.name) or (here == root and looks_like_ray_session(here) and here.name != "logs"):
+            found.setdefault(os.path.realpath(here), here)
+            dirs[:] = []
+            continue
+        if here.name == "logs" and (here / "raylet.out").exists() and not SESSION_NAME.fullmatch(here.parent.name):
+            found.setdefault(os.path.realpath(here), here)
+            dirs[:] = []
+            continue
+        for name in list(dirs):
+            candidate = here / name
+            if name == "session_latest":
+                latest.append(candidate)
+                dirs.remove(name)
+            elif candidate.is_symlink():
+                dirs.remove(name)
+    for link in latest:
+        target = os.path.realpath(link)
+        if target in found or not os.path.isdir(target) or Path(target).name in {p.name for p in found.values()}:
+            continue
+        siblings = [p for p in found.values() if p.parent == link.parent]
+        if link.is_symlink() or not any(_same_listing(link, s) for s in siblings):
+            found[target] = link
+    return sorted(found.values())
+
+
+def _same_listing(a: Path, b: Path) -> bool:
+    def listing(session: Path) -> set[tuple[str, int]]:
+        logs = _logs_dir(session)
+        try:
+            return {(e.name, e.stat().st_size) for e in os.scandir(logs) if e.is_file()}
+        except OSError:
+            return set()
+
+    return listing(a) == listing(b)
+
+
+def read_ray_session(session_dir: Path) -> RaySession:
+    """Parse every file of one Ray session folder (or its ``logs/`` folder) into frames."""
+    session_dir = Path(session_dir)
+    logs = _logs_dir(session_dir)
+    match = SESSION_NAME.search(session_dir.name) or SESSION_NAME.search(str(session_dir.resolve()))
+    started = datetime.strptime(f"{match[1]} {match[2]}.{match[3]}", "%Y-%m-%d %H-%M-%S.%f") if match else None
+    fmt = load_format("ray")
+    texts: list[RayLog] = []
+    json_files: list[tuple[Path, str]] = []
+    for path in sorted(p for p in logs.rglob("*") if p.is_file() and not p.is_symlink()):
+        kind = _file_kind(path)
+        if kind is None:
+            continue
+        if kind in ("ray_events", "ray_export_events"):
+            json_files.append((path, kind))
+        elif path.stat().st_size == 0:
+            texts.append(RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})))
+        else:
+            texts.append(_read_text(path, kind, None, started))
+    workers = _workers(texts)
+    text_events = _attribute(texts, workers)
+    text_events = _drop_unconfirmed_deaths(text_events, [t for t in texts if t.kind == "ray_gcs" and t.lines])
+    offset, how = _epoch_offset(text_events, json_files)
+    json_logs = [_read_json_events(path, kind, fmt, offset) for path, kind in json_files]
+    events = pl.concat([text_events, *[log.events for log in json_logs]], how="vertical_relaxed")
+    events = _fill_exit_details(events).with_columns(
+        pl.coalesce("worker", pl.col("pid").replace_strict(_pid_names(workers), default=None, return_dtype=pl.String)).alias("worker")
+    )
+    events = events.sort("time", "file", "line", nulls_last=True).select(*RAY_EVENT_SCHEMA)
+    sources = [RaySource(log.path, log.kind, log.lines, log.unparsed_lines, log.notes) for log in [*texts, *json_logs]]
+    notes = []
+    if any(not log.events.is_empty() for log in json_logs):
+        notes.append(f"events/ and export_events/ times are epoch seconds shown as local time, UTC{_signed(offset)} ({how})")
+    if not any(t.kind == "ray_gcs" for t in texts):
+        notes.append("no gcs_server.out: not the head node's session, or copied without it")
+    free = sum(1 for t in texts if t.kind in ("ray_worker_out", "ray_worker_err") and t.lines)
+    if free:
+        notes.append(f"{free} worker .out/.err files are free-form application output: only recognised lines count")
+    return RaySession(
+        path=str(session_dir),
+        name=match[0] if match else None,
+        started=started,
+        events=events,
+        workers=workers,
+        sources=sources,
+        notes=tuple(notes),
+        facts=_facts(texts),
+    )
+
+
+def _empty_events() -> pl.DataFrame:
+    return pl.DataFrame(schema={**RAY_EVENT_SCHEMA, "worker_id": pl.String()})
+
+
+def _workers(texts: list[RayLog]) -> pl.DataFrame:
+    """Worker files → worker id, job, pid, and the actor/task names Ray wrote into them."""
+    rows = []
+    for log in texts:
+        match = _WORKER_FILE.fullmatch(Path(log.path).name)
+        if not match:
+            continue
+        found = log.markers.with_columns(pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
+        names = found.filter(pl.col("1").is_in(["actor_name", "task_name"]))
+        kinds = names["1"].to_list()
+        values = [v.strip() for v in names["2"].to_list()]
+        job = found.filter(pl.col("1") == "job_id")["2"].to_list()
+        rows.append(
+            {
+                "file": log.path,
+                "stream": match[4],
+                "worker_id": match[1],
+                "job_id": match[2] or (job[0] if job else None),
+                "pid": int(match[3]),
+                "name": values[0] if values else None,
+                "name_kind": kinds[0].split("_")[0] if kinds else None,
+                "names": list(dict.fromkeys(values)),
+                "lines": log.lines,
+            }
+        )
+    return pl.DataFrame(rows, schema=WORKER_SCHEMA)
+
+
+def _pid_names(workers: pl.DataFrame) -> dict[int, str]:
+    return {pid: name for pid, name in workers.select("pid", "name").drop_nulls().unique("pid").iter_rows()}
+
+
+def _attribute(texts: list[RayLog], workers: pl.DataFrame) -> pl.DataFrame:
+    """All text events, each with the pid it is about (from its text, its worker id, or its file)."""
+    by_id = dict(workers.select("worker_id", "pid").unique("worker_id").iter_rows())
+    frames = []
+    for log in texts:
+        if log.events.is_empty():
+            continue
+        name = Path(log.path).name
+        own = _WORKER_FILE.fullmatch(name) or _CORE_FILE.fullmatch(name)
+        file_pid = pl.lit(int(own[3]) if own else None, pl.Int64)
+        # Worker output is the worker's own; a core-worker log mostly talks about other
+        # processes, except for the crash dumps of its own process.
+        own_event = pl.lit(log.kind.startswith("ray_worker")) | pl.col("kind").is_in(["segfault", "fatal_check"])
+        named_pid = pl.col("worker_id").replace_strict(by_id, default=None, return_dtype=pl.Int64)
+        frames.append(log.events.with_columns(pl.coalesce("pid", named_pid, pl.when(own_event).then(file_pid)).alias("pid")))
+    return pl.concat(frames, how="vertical_relaxed") if frames else _empty_events()
+
+
+def _drop_unconfirmed_deaths(events: pl.DataFrame, gcs: list[RayLog]) -> pl.DataFrame:
+    """An owner's ``state: DEAD`` notice counts only when the GCS saw that worker fail.
+
+    Owners are notified of every actor death, also of actors destroyed on purpose (references
+    dropped, ``ray.kill``, shutdown); the GCS log, when present, tells the two apart.
+    """
+    if not gcs or events.is_empty():
+        return events
+    failed = events.filter(
+        pl.col("kind").is_in(["worker_died", "host_oom_kill", "actor_died"]) & pl.col("file").is_in([g.path for g in gcs])
+    )["worker_id"].drop_nulls()
+    notice = pl.col("message").str.contains("received notification on actor, state: DEAD", literal=True)
+    return events.filter(~notice | pl.col("worker_id").is_in(failed.implode()))
+
+
+def _fill_exit_details(events: pl.DataFrame) -> pl.DataFrame:
+    """Death events without a detail of their own take the exit record of the same worker."""
+    deaths = ["worker_died", "host_oom_kill", "actor_died", "segfault"]
+    exits = (
+        events.filter(pl.col("kind").is_in(deaths) & pl.col("detail").is_not_null())
+        .sort("time", nulls_last=True)
+        .group_by("worker_id", maintain_order=True)
+        .agg(pl.col("detail").first())
+        .drop_nulls("worker_id")
+    )
+    by_worker = dict(exits.iter_rows())
+    by_pid = dict(
+        events.filter(pl.col("kind").is_in(deaths) & pl.col("detail").is_not_null() & pl.col("pid").is_not_null())
+        .group_by("pid", maintain_order=True)
+        .agg(pl.col("detail").first())
+        .iter_rows()
+    )
+    fill = pl.coalesce(
+        pl.col("worker_id").replace_strict(by_worker, default=None, return_dtype=pl.String),
+        pl.col("pid").replace_strict(by_pid, default=None, return_dtype=pl.String),
+    )
+    return events.with_columns(
+        pl.when(pl.col("kind").is_in(deaths) & pl.col("detail").is_null()).then(fill).otherwise(pl.col("detail")).alias("detail")
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON event files
+
+
+_LABEL_KINDS = {
+    "RAY_WORKER_FAILURE": "worker_died",
+    "RAY_NODE_REMOVED": "node_dead",
+    "RAYLET_MARKED_DEAD": "node_dead",
+    "RAY_FATAL_CHECK_FAILED": "fatal_check",
+    "Out of Memory": "host_oom_kill",
+}
+#: A literal every interesting line of an export file contains.
+_EXPORT_FILTER = {"ACTOR": '"DEAD"', "NODE": '"DEAD"', "TASK": "TASK_EXECUTION_EXCEPTION"}
+
+
+def _read_json_events(path: Path, kind: str, fmt: LogFormat, offset: timedelta) -> RayLog:
+    """``events/`` (``label``/``message``) and ``export_events/`` (state records) → events."""
+    family = re.sub(r"^event_(?:EXPORT_)?([A-Z]+).*", r"\1", path.name)
+    # Export files are mostly state updates: only lines with the literal are decoded there.
+    keep = pl.col("text").str.contains(_EXPORT_FILTER.get(family, "{"), literal=True) if kind == "ray_export_events" else pl.col("text").str.strip_chars() != ""
+    parts = collect_lines(
+        path,
+        lambda lines: {
+            "rows": lines.filter(keep),
+            "stats": lines.select(pl.col("line").max().alias("lines")),
+        },
+    )
+    patterns = [(p.kind, re.compile(p.regex)) for p in fmt.events]
+    rows, broken = [], 0
+    for line, text in parts["rows"].iter_rows():
+        try:
+            record = json.loads(text)
+        except ValueError:
+            broken += 1
+            continue
+        found = _json_event(record, kind, patterns, fmt)
+        if found:
+            event_kind, severity, message = found
+            stamp = record.get("timestamp")
+            when = datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None) + offset if isinstance(stamp, (int, float)) else None
+            fields = record.get("custom_fields") or {}
+            rows.append((when, event_kind, severity, line, message, fields.get("worker_id")))
+    frame = pl.DataFrame(
+        rows, schema={"time": pl.Datetime("ms"), "kind": pl.String, "severity": pl.String, "line": pl.Int64, "message": pl.String, "worker_id": pl.String}, orient="row"
+    )
+    # The GCS exports an actor's final state more than once; an actor dies once.
+    frame = frame.unique(["kind", "message"] if kind == "ray_export_events" else ["time", "kind", "message"], keep="first", maintain_order=True)
+    frame = _with_detail(frame).with_columns(
+        pl.lit(None, pl.Int64).alias("step"),
+        source_of(pl.col("kind"), "ray").alias("source"),
+        pl.lit(str(path)).alias("file"),
+        pl.lit(1, pl.Int64).alias("count"),
+        pl.lit(None, pl.String).alias("worker"),
+        pl.coalesce("worker_id", pl.col("message").str.extract(_WORKER_ID, 1)).alias("worker_id"),
+    )
+    total = int(parts["stats"]["lines"].max() or 0)
+    notes = (f"{broken} lines are not JSON",) if broken else ()
+    return RayLog(str(path), kind, frame.select(*RAY_EVENT_SCHEMA, "worker_id"), total, broken, parts["rows"].head(0), notes)
+
+
+def _json_event(record: dict[str, Any], kind: str, patterns: list[tuple[str, re.Pattern[str]]], fmt: LogFormat) -> tuple[str, str, str] | None:
+    severities = {p.kind: p.severity for p in fmt.events}
+    if kind == "ray_events":
+        message = str(record.get("message", "")).replace("\\n", "\n")
+        label = str(record.get("label", ""))
+        event_kind = next((k for k, rx in patterns if rx.search(message)), None) or _LABEL_KINDS.get(label)
+        level = str(record.get("severity", "")).upper()
+        if event_kind is None and level in ("ERROR", "FATAL"):
+            event_kind = "log_error"
+        if event_kind is None:
+            return None
+        severity = severities.get(event_kind) or ("fatal" if level == "FATAL" else "error")
+        return event_kind, severity, f"{label}: {message}"[:_MESSAGE_CHARS]
+    data = record.get("event_data") or {}
+    source = str(record.get("source_type", ""))
+    if source == "EXPORT_ACTOR" and data.get("state") == "DEAD":
+        cause = data.get("death_cause") or {}
+        if "oom_context" in cause:
+            return "host_oom_kill", "fatal", f"actor {data.get('class_name')} (pid={data.get('pid')}) DEAD: {cause['oom_context'].get('error_message', '')}"[:_MESSAGE_CHARS]
+        context = cause.get("actor_died_error_context") or {}
+        message = str(context.get("error_message", ""))
+        if "creation_task_failure_context" in cause:
+            message = "The actor died because of an error raised in its creation task"
+        if context.get("reason") in ("OUT_OF_SCOPE", "REF_DELETED", "RAY_KILL") or "INTENDED" in message or not (message or cause):
+            return None
+        event_kind = "node_dead" if context.get("reason") == "NODE_DIED" else "actor_died"
+        return event_kind, severities.get(event_kind, "error"), f"actor {data.get('class_name')} (pid={data.get('pid')}) DEAD: {message}"[:_MESSAGE_CHARS]
+    if source == "EXPORT_NODE" and data.get("state") == "DEAD":
+        info = data.get("death_info") or {}
+        if info.get("reason") in (None, "EXPECTED_TERMINATION"):
+            return None
+        return "node_dead", "fatal", f"node {data.get('node_name')} DEAD: {info.get('reason')} {info.get('reason_message', '')}"
+    if source == "EXPORT_TASK":
+        error = (data.get("state_updates") or {}).get("error_info") or {}
+        if error.get("error_type") != "TASK_EXECUTION_EXCEPTION":
+            return None
+        message = str(error.get("error_message", ""))
+        exception = next((ln for ln in reversed(message.splitlines()) if re.match(fmt.traceback_exception, ln)), message)
+        event_kind = next((k for k, rx in fmt.traceback_kinds if re.search(rx, exception)), "traceback")
+        name = (data.get("task_info") or {}).get("func_or_class_name", "task")
+        return event_kind, "error", f"{name} raised: {exception}"[:_MESSAGE_CHARS]
+    return None
+
+
+def _epoch_offset(events: pl.DataFrame, json_files: list[tuple[Path, str]]) -> tuple[timedelta, str]:
+    """The session's UTC offset, so epoch stamps read as the local times the text logs print.
+
+    Lines that print both (``*** SIGSEGV received at time=…`` dumps) decide first; then the same worker's failure seen in a
+    text log and in ``events/``; else this machine's own zone.
+    """
+    pairs: list[tuple[datetime, float]] = []
+    dumps = events.filter(pl.col("message").str.contains("received at time=") & pl.col("time").is_not_null())
+    for when, message in dumps.select("time", "message").iter_rows():
+        pairs.append((when, float(re.search(r"received at time=(\d+)", message)[1])))
+    how = "from crash dumps that print both"
+    if not pairs and json_files:
+        local = dict(events.filter(pl.col("worker_id").is_not_null() & pl.col("time").is_not_null()).group_by("worker_id").agg(pl.col("time").min()).iter_rows())
+        for path, kind in json_files:
+            if kind != "ray_events" or path.stat().st_size == 0:
+                continue
+            for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue
+                worker = (record.get("custom_fields") or {}).get("worker_id")
+                if worker in local and isinstance(record.get("timestamp"), (int, float)):
+                    pairs.append((local[worker], float(record["timestamp"])))
+        how = "from worker failures seen in both text and JSON logs"
+    quarter = 15 * 60
+    offsets = sorted(round((when - datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)).total_seconds() / quarter) * quarter for when, stamp in pairs)
+    if offsets:
+        return timedelta(seconds=offsets[len(offsets) // 2]), how
+    zone = datetime.now().astimezone().utcoffset() or timedelta(0)
+    return zone, "this machine's time zone: nothing in the session ties the two clocks"
+
+
+def _signed(offset: timedelta) -> str:
+    minutes = int(offset.total_seconds() // 60)
+    return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _facts(texts: list[RayLog]) -> dict[str, str]:
+    """The Ray version (``monitor.log`` prints it at start), when present."""
+    for log in texts:
+        if Path(log.path).name.startswith("monitor.log") and log.lines:
+            with open(log.path, "rb") as fh:
+                head = fh.read(64 << 10).decode("utf-8", errors="replace")
+            if found := re.search(r"Ray version: (\S+)", head):
+                return {"ray_version": found[1]}
+    return {}

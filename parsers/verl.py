@@ -1,0 +1,304 @@
+"""verl training logs → frames: the console metric lines and the JSON Lines file logger.
+
+Console (``train.log``, a Ray ``job-driver-*.log``, the TaskRunner's ``worker-*.out``): verl prints
+one ``step:N - key:value - …`` line per global step through Ray, so it usually carries a
+``(TaskRunner pid=N)`` prefix (``(main_task pid=N)`` before March 2025). Values are ``:.3f``
+strings up to July 2025 and ``pprint.pformat`` reprs after (``0.0424``, ``np.float64(0.5)``,
+``nan``, ``True``). ``step:0`` holds only the validation run before training; a restart that
+appends to the same log prints steps again, and the later value wins. Lines a terminal copy
+wrapped are re-joined. Console lines carry no time stamp: ``time`` is null (``timing_s/step``
+is a metric, not a clock). Everything else in the console (Ray failures, tracebacks, NCCL and
+CUDA errors) is read by :mod:`parsers.ray` in the same pass, plus verl's own lines
+(``formats/verl.json``: checkpoint saves, resumes, non-finite grad norms).
+
+File logger (``trainer.logger=['console','file']``): ``{"step": N, "data": {key: value}}`` per
+line, at ``$VERL_FILE_LOGGER_PATH`` or ``${VERL_FILE_LOGGER_ROOT:-.}/<project>/<experiment>.jsonl``.
+NaN and ±Inf were written as ``null``: they come back as NaN.
+
+Example:
+    >>> log = read_verl_log(Path("outputs/train.log"))  # doctest: +SKIP
+    >>> log.metrics.filter(pl.col("key") == "critic/score/mean")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers._formats import LogFormat, load_format
+from parsers._lines import ANSI, collect_lines, sniff
+from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts
+from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform
+
+__all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
+
+
+@dataclass(frozen=True)
+class VerlLog:
+    """What one verl log holds."""
+
+    path: str
+    kind: str
+    """``verl_console`` or ``verl_jsonl`` (the file logger)."""
+    steps: pl.DataFrame
+    metrics: pl.DataFrame
+    events: pl.DataFrame
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...] = ()
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+@cache
+def _config() -> dict[str, Any]:
+    """The parts of ``formats/verl.json`` the shared format loader does not model."""
+    data = json.loads((resources.files("parsers") / "formats" / "verl.json").read_text(encoding="utf-8"))
+    return {"step": data["step_line"], "facts": data["facts"]}
+
+
+@cache
+def _console_format() -> LogFormat:
+    """Ray's console format with verl's own events tried first."""
+    ray, verl = load_format("ray"), load_format("verl")
+    return replace(ray, name="verl", source="verl", events=verl.events + ray.events)
+
+
+def looks_like_verl_log(path: Path) -> bool:
+    """True when the head of ``path`` has verl metric lines, verl's trainer prefix or file-logger records."""
+    head = re.sub(ANSI, "", sniff(Path(path), 1 << 20))
+    return bool(re.search(r"(?m)(?:^|\) )step:\d+ - [^\s:]+:|\((?:TaskRunner|main_task) pid=\d+\)|^\{\"step\": ?\d+, ?\"data\"", head))
+
+
+def read_verl_log(path: Path) -> VerlLog:
+    """Parse a verl console log or file-logger JSONL (plain or gzipped) into frames."""
+    path = Path(path)
+    first = next((ln for ln in sniff(path, 64 << 10).splitlines() if ln.strip()), "")
+    if first.lstrip().startswith("{") and '"step"' in first:
+        return _read_jsonl(path)
+    return _read_console(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Console
+
+
+def _step_parts(norm: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
+    """Metric lines (and the pieces a wrapped copy split them into), config facts."""
+    cfg = _config()
+    text = pl.col("text")
+    is_step = text.str.starts_with(cfg["step"]["start"])
+    # A piece of a wrapped copy has no prefix of its own and holds "key:value" text; pieces are
+    # kept wherever they are, _joined decides which follow a metric line.
+    loose = ~is_step & (pl.col("stream") == "") & text.str.contains(r":|^[\d.eE+-]+$")
+    piece = loose & text.str.contains(" - ", literal=True) & text.str.contains(cfg["step"]["continuation"])
+    # A wrap can also leave a lone token ("ep:12.5") right under the rest of its line.
+    piece = piece | (loose & (is_step | piece).shift(1).fill_null(False) & text.str.contains(r"^\S+$"))
+    return {
+        "step_lines": norm.filter(is_step | piece).select("line", "text", is_step.alias("is_step")),
+        "facts": norm.filter(text.str.contains(cfg["facts"]) | text.str.contains("Total training steps: ", literal=True)).select("line", "text"),
+    }
+
+
+def _read_console(path: Path) -> VerlLog:
+    fmt = _console_format()
+    prefixed = has_prefixes(path, fmt)
+    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed))
+    log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
+    joined, orphans = _joined(parts["step_lines"])
+    metrics, bad = _metrics(joined, str(path))
+    events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
+    steps = _steps(metrics, str(path))
+    if not joined.is_empty() and joined["step"].min() == 0 and steps.filter(pl.col("step") == 0).is_empty():
+        notes.append("step 0 holds only the validation run before training (val_before_train)")
+    if orphans:
+        notes.append(f"{orphans} lines look like pieces of a wrapped metric line but follow none")
+    if bad:
+        notes.append(f"{bad} metric values were not numbers and were skipped")
+    if steps.height:
+        notes.append("console lines carry no time: step and metric times are null (timing_s/step holds each step's duration)")
+    else:
+        notes.append("no verl step:N metric lines")
+    return VerlLog(
+        path=str(path),
+        kind="verl_console",
+        steps=steps,
+        metrics=metrics,
+        events=events,
+        lines=log.lines,
+        unparsed_lines=orphans + bad,
+        notes=tuple([*(n for n in log.notes if not n.startswith("console lines carry no time")), *notes]),
+        facts=_facts(parts["facts"]),
+    )
+
+
+def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Metric lines with the pieces that directly follow them appended; pieces with no line above."""
+    rows = rows.sort("line").with_columns(
+        # A block of consecutive lines; a piece belongs to the metric line that opens its block.
+        (pl.col("line") != pl.col("line").shift(1) + 1).fill_null(True).cum_sum().alias("block"),
+        pl.col("is_step").cum_sum().alias("record"),
+    )
+    attached = pl.col("is_step") | (pl.col("is_step").cast(pl.Int32).cum_sum().over("block") > 0)
+    orphans = rows.filter(~attached).height
+    # A hard wrap cuts anywhere, even inside a number: glue the pieces back as they were.
+    frame = rows.filter(attached).group_by("record", maintain_order=True).agg(pl.col("line").first(), pl.col("text").str.join(""))
+    step = _config()["step"]
+    parsed = frame.with_columns(pl.col("text").str.strip_chars_end().str.extract_groups(step["regex"]).alias("g")).unnest("g")
+    orphans += parsed.filter(pl.col("step").is_null()).height
+    return parsed.filter(pl.col("step").is_not_null()).select("line", pl.col("step").cast(pl.Int64), "rest"), orphans
+
+
+def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
+    """``key:value`` tokens → long rows; for a step logged twice, each key's later value wins."""
+    if joined.is_empty():
+        return pl.DataFrame(schema=METRIC_SCHEMA), 0
+    numpy_scalar = _config()["step"]["numpy_scalar"]
+    tokens = (
+        joined.select("line", "step", pl.col("rest").str.split(" - ").list.slice(1).alias("token"))
+        .explode("token")
+        .filter(pl.col("token").is_not_null() & (pl.col("token") != ""))
+        .with_columns(pl.col("token").str.splitn(":", 2).struct.rename_fields(["key", "raw"]).alias("kv"))
+        .unnest("kv")
+        .with_columns(pl.col("raw").str.strip_chars().str.replace(numpy_scalar, "$1").alias("raw"))
+        .with_columns(
+            pl.when(pl.col("raw").is_in(["True", "np.True_"]))
+            .then(pl.lit(1.0))
+            .when(pl.col("raw").is_in(["False", "np.False_"]))
+            .then(pl.lit(0.0))
+            .otherwise(pl.col("raw").cast(pl.Float64, strict=False))
+            .alias("value")
+        )
+    )
+    bad = tokens.filter(pl.col("value").is_null()).height
+    kept = tokens.filter(pl.col("value").is_not_null()).sort("line").unique(["step", "key"], keep="last", maintain_order=True)
+    kept = kept.with_columns(pl.lit(path).alias("file"), pl.lit("verl").alias("source"))
+    return conform(kept.sort("step", "line"), METRIC_SCHEMA), bad
+
+
+def _steps(metrics: pl.DataFrame, path: str) -> pl.DataFrame:
+    """Training steps (a validation-only line is not one), each at the last line that logged it."""
+    validation = _config()["step"]["validation_keys"]
+    training = metrics.filter(~pl.col("key").str.contains(validation))
+    rows = training.group_by("step").agg(pl.col("line").max()).sort("step")
+    return conform(rows.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
+
+
+def _with_steps(events: pl.DataFrame, joined: pl.DataFrame) -> pl.DataFrame:
+    """Events between the ``step:N`` line and the next happened during step N + 1 (verl prints a
+    step's metrics when the step is over)."""
+    if events.is_empty() or joined.is_empty():
+        return events
+    marks = joined.select(pl.col("line").alias("step_line"), (pl.col("step") + 1).alias("during")).sort("step_line")
+    placed = events.sort("line").join_asof(marks, left_on="line", right_on="step_line", strategy="backward")
+    return placed.with_columns(pl.coalesce("step", "during").alias("step")).select(events.columns)
+
+
+def _resumes(joined: pl.DataFrame, events: pl.DataFrame, path: str) -> tuple[pl.DataFrame, list[str]]:
+    """A step that is not above the one logged before it means the run restarted into the same log.
+
+    Where verl's own resume line is missing between the two, a ``run_resumed`` event marks it.
+    """
+    if joined.height < 2:
+        return events, []
+    ordered = joined.sort("line").with_columns(
+        pl.col("step").shift(1).alias("before"), pl.col("line").shift(1).alias("previous_line")
+    )
+    # Training only moves forward; a step at or below the one just logged (the validation line
+    # at the resumed step included) is where a restart begins.
+    restarts = ordered.filter(pl.col("step") <= pl.col("before"))
+    if restarts.is_empty():
+        return events, []
+    explicit = events.filter(pl.col("kind") == "run_resumed")["line"]
+    marks = []
+    for line, step, before, previous in restarts.select("line", "step", "before", "previous_line").iter_rows():
+        if not explicit.filter((explicit > previous) & (explicit < line)).is_empty():
+            continue
+        marks.append(
+            {
+                "time": None,
+                "step": step,
+                "source": "verl",
+                "kind": "run_resumed",
+                "severity": "warning",
+                "file": path,
+                "line": line,
+                "message": f"step:{step} logged again after step:{before}: the run restarted and appended to this log",
+                "count": 1,
+            }
+        )
+    added = pl.DataFrame(marks, schema={k: v for k, v in RAY_EVENT_SCHEMA.items() if k in marks[0]} if marks else None)
+    merged = pl.concat([events, added], how="diagonal_relaxed").sort("line") if marks else events
+    repeated = joined.group_by("step").len().filter(pl.col("len") > 1).height
+    note = f"{repeated} steps were logged more than once (restarts appending to this log); each metric's later value wins"
+    return merged.select(events.columns), [note]
+
+
+def _facts(rows: pl.DataFrame) -> dict[str, str]:
+    """Run settings from the config verl prints at start (``pprint`` of the resolved config)."""
+    facts: dict[str, str] = {}
+    regex = re.compile(_config()["facts"])
+    for text in rows.sort("line")["text"]:
+        for key, value in regex.findall(text):
+            facts.setdefault(key, value.strip("'"))
+        if found := re.search(r"Total training steps: (\d+)", text):
+            facts.setdefault("total_training_steps", found[1])
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------
+# File logger
+
+
+def _read_jsonl(path: Path) -> VerlLog:
+    parts = collect_lines(path, lambda lines: {"rows": lines.filter(pl.col("text").str.strip_chars() != "")})
+    rows = parts["rows"]
+    records: list[tuple[int, int, str, float]] = []
+    broken = nulls = skipped = 0
+    for line, text in rows.iter_rows():
+        try:
+            record = json.loads(text)
+            step, data = int(record["step"]), record["data"]
+            if not isinstance(data, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            broken += 1
+            continue
+        for key, value in data.items():
+            if value is None:
+                nulls += 1
+                records.append((step, line, key, float("nan")))
+            elif isinstance(value, (bool, int, float)):
+                records.append((step, line, key, float(value)))
+            else:
+                skipped += 1
+    frame = pl.DataFrame(records, schema={"step": pl.Int64, "line": pl.Int64, "key": pl.String, "value": pl.Float64}, orient="row")
+    metrics = frame.sort("line").unique(["step", "key"], keep="last", maintain_order=True).with_columns(
+        pl.lit(str(path)).alias("file"), pl.lit("verl").alias("source")
+    )
+    metrics = conform(metrics.sort("step", "line"), METRIC_SCHEMA)
+    notes = ["the file logger writes no time: step and metric times are null"]
+    if nulls:
+        notes.append(f"{nulls} values were null (the file logger writes NaN and ±Inf as null): read as NaN")
+    if skipped:
+        notes.append(f"{skipped} values were not numbers (strings, lists) and were skipped")
+    if broken:
+        notes.append(f"{broken} lines are not {{\"step\": N, \"data\": {{…}}}} records (a write cut short?)")
+    facts = {"project_name": path.parent.name, "experiment_name": path.name.removesuffix(".gz").removesuffix(".jsonl")}
+    return VerlLog(
+        path=str(path),
+        kind="verl_jsonl",
+        steps=_steps(metrics, str(path)),
+        metrics=metrics,
+        events=pl.DataFrame(schema=RAY_EVENT_SCHEMA),
+        lines=int(rows["line"].max() or 0),
+        unparsed_lines=broken,
+        notes=tuple(notes),
+        facts=facts,
+    )

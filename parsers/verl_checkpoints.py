@@ -1,0 +1,327 @@
+"""The checkpoints a verl run left on disk, whether each is complete, and how to resume from one.
+
+Layout (``shared/formats/ray_verl.md`` §5.6; verl ``ray_trainer._save_checkpoint``,
+``fsdp_checkpoint_manager.py``, ``megatron_checkpoint_manager.py``), under
+``trainer.default_local_dir`` (default ``checkpoints/<project>/<experiment>``)::
+
+    latest_checkpointed_iteration.txt      the step of the last finished save (not with async_save)
+    global_step_<N>/                       state after logged step N (verl counts steps from 1)
+        data.pt                            dataloader state
+        actor/  (critic/ when a critic is trained)
+            model_world_size_<W>_rank_<R>.pt, optim_…, extra_state_…   FSDP: one of each per rank
+            fsdp_config.json               {"FSDP_version", "world_size"}, written after the shards
+            huggingface/                   config + tokenizer (+ weights with contents=hf_model)
+            dist_ckpt/, transformer_config.json                     Megatron instead
+
+Judged from names, sizes and JSON headers only: nothing is unpickled, nothing is written, and
+unreadable or junk files become ``problems``, never exceptions. A checkpoint is ``resumable``
+when it is complete and holds optimizer and extra (scheduler, RNG) state for every role.
+
+verl resumes with ``trainer.resume_mode=auto`` (the folder ``latest_checkpointed_iteration.txt``
+names under ``trainer.default_local_dir``) or ``trainer.resume_mode=resume_path
+trainer.resume_from_path=…/global_step_N``; :func:`resume_args` gives those overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+import struct
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from parsers.schema import CHECKPOINT_SCHEMA
+
+__all__ = [
+    "TRACKER",
+    "find_verl_checkpoint_roots",
+    "latest_checkpointed_iteration",
+    "read_verl_checkpoints",
+    "resume_args",
+    "resume_command",
+]
+
+TRACKER = "latest_checkpointed_iteration.txt"
+_STEP_FOLDER = re.compile(r"global_step_(\d+)")
+_SHARD = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt")
+_ROLES = ("actor", "critic")
+_MAX_JSON = 10_000_000
+
+
+def find_verl_checkpoint_roots(root: Path) -> list[Path]:
+    """Folders under ``root`` (``root`` included) that hold ``global_step_N/`` folders or a tracker file."""
+    found = []
+    for folder, dirs, files in os.walk(Path(root)):
+        steps = [d for d in dirs if _STEP_FOLDER.fullmatch(d)]
+        if steps or TRACKER in files:
+            found.append(Path(folder))
+        dirs[:] = [d for d in dirs if not _STEP_FOLDER.fullmatch(d)]
+    return sorted(found)
+
+
+def latest_checkpointed_iteration(ckpt_root: Path) -> int | None:
+    """The step ``latest_checkpointed_iteration.txt`` names, or None when it is missing or unreadable."""
+    try:
+        text = (Path(ckpt_root) / TRACKER).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:
+    """One row per ``global_step_N`` folder under ``ckpt_root``, sorted by step.
+
+    Returns:
+        :data:`~parsers.schema.CHECKPOINT_SCHEMA` rows: ``step`` N (log units), ``kind``
+        ``verl``, ``role`` the roles saved (``actor``, ``actor+critic``). A tracker that names a
+        folder that is gone adds a row for that folder, incomplete. Empty when nothing is found.
+    """
+    ckpt_root = Path(ckpt_root)
+    folders = {int(m[1]): ckpt_root / m[0] for e in _entries(ckpt_root) if (m := _STEP_FOLDER.fullmatch(e.name)) and _is_dir(e)}
+    tracker = latest_checkpointed_iteration(ckpt_root)
+    tracker_exists = os.path.lexists(ckpt_root / TRACKER)
+    # What other saves of the run wrote tells what a save of this verl version writes.
+    layout = {name: any((f / role / name).exists() for f in folders.values() for role in _ROLES) for name in ("fsdp_config.json", "huggingface")}
+    rows = []
+    for step, folder in sorted(folders.items()):
+        problems, notes, roles, resumable = _inspect(folder, layout)
+        if tracker is not None and step > tracker:
+            notes.append(f"newer than {TRACKER} ({tracker}): trainer.resume_mode=auto would not pick it")
+        complete = not problems
+        rows.append((str(folder), step, "verl", "+".join(roles) or None, complete, complete and resumable, _mtime(folder), problems + notes))
+    if tracker is not None and tracker not in folders:
+        missing = ckpt_root / f"global_step_{tracker}"
+        rows.append((str(missing), tracker, "verl", None, False, False, None, [f"{TRACKER} names global_step_{tracker}, which is missing"]))
+    elif tracker is None and tracker_exists:
+        for row in rows:
+            row[-1].append(f"{TRACKER} is unreadable or not a step number")
+    frame = pl.DataFrame(rows, schema=CHECKPOINT_SCHEMA, orient="row")
+    return frame.sort("step", "path", nulls_last=True)
+
+
+def _inspect(folder: Path, layout: dict[str, bool]) -> tuple[list[str], list[str], list[str], bool]:
+    """(problems, notes, roles present, whether every role holds optimizer and extra state)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    roles = [role for role in _ROLES if _is_dir(folder / role)]
+    if "actor" not in roles:
+        problems.append("actor/ missing")
+    resumable = bool(roles)
+    for role in roles:
+        role_problems, role_resumable, role_notes = _inspect_role(folder / role, layout)
+        problems += [f"{role}/{p}" for p in role_problems]
+        notes += [f"{role}/{n}" for n in role_notes]
+        resumable = resumable and role_resumable
+    if not os.path.lexists(folder / "data.pt"):
+        notes.append("data.pt missing: a resume restarts the dataloader from the beginning")
+    elif problem := _check_file(folder / "data.pt"):
+        problems.append(problem)
+    return problems, notes, roles, resumable
+
+
+def _inspect_role(role_dir: Path, layout: dict[str, bool]) -> tuple[list[str], bool, list[str]]:
+    names = {e.name: Path(e.path) for e in _scandir(role_dir)}
+    problems: list[str] = []
+    notes: list[str] = []
+    if "dist_ckpt" in names:
+        problems += _check_dist_ckpt(names["dist_ckpt"])
+        resumable = True
+        notes.append("dist_ckpt/: optimizer state assumed inside (not checked without loading it)")
+    elif any(_SHARD.fullmatch(n) for n in names) or "fsdp_config.json" in names:
+        shard_problems, resumable, shard_notes = _check_fsdp_shards(names, layout["fsdp_config.json"])
+        problems += shard_problems
+        notes += shard_notes
+    else:
+        return ["no model state (model_world_size_*_rank_*.pt or dist_ckpt/)"], False, notes
+    if "huggingface" in names:
+        problems += _check_huggingface(names["huggingface"])
+    elif layout["huggingface"]:
+        problems.append("huggingface/ missing (other saves of this run have it)")
+    return problems, resumable and not problems, notes
+
+
+def _check_fsdp_shards(names: dict[str, Path], manifest_expected: bool) -> tuple[list[str], bool, list[str]]:
+    """Every rank's model shard, the optimizer and extra state of every rank or of none."""
+    problems: list[str] = []
+    notes: list[str] = []
+    shards: dict[str, dict[int, Path]] = {"model": {}, "optim": {}, "extra_state": {}}
+    sizes = set()
+    for name, path in names.items():
+        if match := _SHARD.fullmatch(name):
+            shards[match[1]][int(match[3])] = path
+            sizes.add(int(match[2]))
+    world = None
+    if "fsdp_config.json" in names:
+        data, problem = _read_json(names["fsdp_config.json"])
+        if problem:
+            problems.append(problem)
+        elif isinstance(data, dict) and isinstance(data.get("world_size"), int):
+            world = data["world_size"]
+    elif manifest_expected:
+        # verl writes fsdp_config.json after every rank's shards: without it the save did not finish.
+        problems.append("fsdp_config.json missing: the save did not finish")
+    if len(sizes) > 1:
+        problems.append(f"shards from different world sizes: {sorted(sizes)}")
+    world = world or (max(sizes) if sizes else None)
+    if world is None:
+        return problems + ["no model shards"], False, notes
+    present = {}
+    for part, ranks in shards.items():
+        missing = sorted(set(range(world)) - set(ranks))
+        present[part] = len(ranks)
+        if ranks and missing:
+            problems.append(f"{part} shards missing for ranks {_ranges(missing)} ({len(ranks)} of {world} present)")
+        problems += [p for p in (_check_file(path) for _, path in sorted(ranks.items())) if p]
+    if not present["model"]:
+        problems.append(f"no model shards (model_world_size_{world}_rank_*.pt)")
+    resumable = True
+    for part, what in (("optim", "optimizer"), ("extra_state", "scheduler/RNG")):
+        if not present[part]:
+            resumable = False
+            notes.append(f"no {what} state ({part}_world_size_*): checkpoint.save_contents left it out, so it cannot resume")
+    return problems, resumable, notes
+
+
+def _check_dist_ckpt(folder: Path) -> list[str]:
+    names = {e.name: Path(e.path) for e in _scandir(folder)}
+    if not names:
+        return ["dist_ckpt/ is empty"]
+    problems = []
+    # torch_dist writes .metadata after all ranks' shards; metadata.json is Megatron's own marker.
+    if ".metadata" not in names and "metadata.json" not in names:
+        problems.append("dist_ckpt/.metadata missing: the save did not finish")
+    shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
+    if ".metadata" in names and not shards:
+        problems.append("dist_ckpt/ has no *.distcp shards")
+    return problems + [f"dist_ckpt/{p}" for p in map(_check_file, shards) if p]
+
+
+def _check_huggingface(folder: Path) -> list[str]:
+    """config.json, and any weights it holds whole: every indexed shard, readable headers."""
+    names = {e.name: Path(e.path) for e in _scandir(folder)}
+    problems = []
+    if "config.json" not in names:
+        problems.append("huggingface/config.json missing")
+    elif problem := _read_json(names["config.json"])[1]:
+        problems.append(f"huggingface/{problem}")
+    for name in sorted(names):
+        if name.endswith(".index.json"):
+            data, problem = _read_json(names[name])
+            weight_map = data.get("weight_map") if isinstance(data, dict) else None
+            if problem or not isinstance(weight_map, dict):
+                problems.append(f"huggingface/{problem or name + ' has no weight_map'}")
+                continue
+            for shard in sorted({str(v) for v in weight_map.values()}):
+                if shard not in names:
+                    problems.append(f"huggingface/{shard} listed in {name} is missing")
+    for name, path in sorted(names.items()):
+        if name.endswith(".safetensors") and (problem := _check_safetensors(path)):
+            problems.append(f"huggingface/{problem}")
+    return problems
+
+
+def _check_safetensors(path: Path) -> str | None:
+    """A u64 header length, that many bytes of JSON, then at least the data the header describes."""
+    if problem := _check_file(path):
+        return problem
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8).ljust(8, b"\0"))
+            if length > size - 8:
+                return f"{path.name} header is unreadable (declared {length} bytes in a {size}-byte file)"
+            header = json.loads(fh.read(length))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return f"{path.name} header is unreadable"
+    if end > size - 8 - length:
+        return f"{path.name} is truncated ({size - 8 - length:,} of {end:,} data bytes)"
+    return None
+
+
+def resume_args(path: Path) -> list[str]:
+    """The verl overrides that resume from ``path``.
+
+    ``…/global_step_N`` → ``trainer.resume_mode=resume_path trainer.resume_from_path=<it>``;
+    a checkpoint root → ``trainer.resume_mode=auto trainer.default_local_dir=<it>`` (verl then
+    loads the folder ``latest_checkpointed_iteration.txt`` names). Paths are made absolute: with
+    ``ray job submit --working-dir`` a relative one resolves inside Ray's working-dir copy.
+    """
+    path = Path(path).absolute()
+    if _STEP_FOLDER.fullmatch(path.name):
+        return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={path}"]
+    if any(_STEP_FOLDER.fullmatch(e.name) for e in _entries(path)) or (path / TRACKER).exists():
+        return ["trainer.resume_mode=auto", f"trainer.default_local_dir={path}"]
+    raise ValueError(f"{path} is neither a global_step_N folder nor a verl checkpoint root")
+
+
+def resume_command(path: Path, launch: str | None = None) -> str:
+    """A command line that resumes from ``path``: ``launch`` (the run's own command) plus :func:`resume_args`."""
+    base = launch or "python3 -m verl.trainer.main_ppo <the run's original overrides>"
+    return f"{base} {shlex.join(resume_args(path))}"
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``0-2, 5``."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
+def _check_file(path: Path) -> str | None:
+    """A non-empty regular file (a FIFO would block a read, hence the stat first)."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        return f"{path.name} cannot be read: {error.strerror or type(error).__name__}"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path.name} is not a regular file"
+    return f"{path.name} is empty (0 bytes)" if info.st_size == 0 else None
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    if problem := _check_file(path):
+        return None, problem
+    try:
+        if path.stat().st_size > _MAX_JSON:
+            return None, f"{path.name} is implausibly large"
+        return json.loads(path.read_bytes()), None
+    except OSError as error:
+        return None, f"{path.name} cannot be read: {error.strerror or type(error).__name__}"
+    except (ValueError, RecursionError):
+        return None, f"{path.name} does not parse as JSON"
+
+
+def _scandir(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        return list(os.scandir(folder))
+    except OSError:
+        return []
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(Path(e.path) for e in _scandir(folder))
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _mtime(path: Path) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(os.lstat(path).st_mtime)
+    except (OSError, ValueError, OverflowError):
+        return None

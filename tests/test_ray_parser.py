@@ -1,0 +1,406 @@
+"""Ray sessions and consoles: the real Ray 2.60 sessions and issue excerpts in ``shared/samples``,
+plus what the verl fixture builder writes. Expected kinds are what a reader of each file would list."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import read_line, tree_state
+from verl_builder import VerlRunSpec, nccl_hang_run, ray_oom_kill_run, write_verl_run
+
+from parsers.ray import RAY_EVENT_SCHEMA, find_ray_sessions, looks_like_ray_session, read_ray_console, read_ray_session
+from parsers.schema import EVENT_SCHEMA, conform
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+SAMPLES = SHARED / "samples" / "ray"
+EXCERPTS = SHARED / "samples" / "real" / "ray_verl"
+CONTRACT_KINDS = {
+    "request_timeout", "connection_refused", "connection_reset", "retries_exhausted", "workflow_failed", "server_launch",
+    "server_ready", "server_exit", "server_launch_failed", "health_check_failed", "watchdog_timeout", "scheduler_exception",
+    "child_crash", "cuda_oom", "kv_cache_retract", "kv_cache_oom", "host_oom_kill", "nccl_timeout", "nccl_error",
+    "illegal_memory_access", "segfault", "fatal_check", "actor_died", "worker_died", "node_dead", "gcs_unreachable",
+    "raylet_died", "weight_update_failed", "cache_flush_failed", "traceback", "nan_inf", "overflow_skip",
+    "checkpoint_saved", "run_resumed",
+}
+
+needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+
+
+def _session(name: str) -> Path:
+    return next((SAMPLES / name).glob("session_*"))
+
+
+def _kinds(events: pl.DataFrame) -> set[str]:
+    return set(events["kind"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue excerpts: one file each, read as a console (they are pasted console or log text)
+
+EXCERPT_KINDS = {
+    "issue1158_nccl_alltoall_timeout.log": {"nccl_timeout"},  # two ranks' watchdog lines
+    "issue18586_core_worker_log_actor_dead.log": {"actor_died"},  # DEAD notice, creation task raised
+    "issue2828_cuda_oom.log": {"cuda_oom"},
+    "issue2950_ray_oom_kill.log": {"host_oom_kill"},
+    "issue3324_raytaskerror_ncclerror.log": {"nccl_error"},  # a traceback flattened onto one line
+    "issue34695_raylet_oom_summary.log": {"host_oom_kill"},
+    "issue41676_raylet_out_spilling.log": set(),  # spilling is pressure, not a failure
+    "issue45041_agent_log_raylet_terminated.log": {"raylet_died"},
+    "issue4921_actor_died_sigkill.log": {"actor_died"},
+    "issue7412_step_timing_tail.log": set(),  # the tail of a metric line
+}
+EXCERPT_COUNTS = {"issue1158_nccl_alltoall_timeout.log": 2, "issue2950_ray_oom_kill.log": 1, "issue4921_actor_died_sigkill.log": 1,
+                  "issue3324_raytaskerror_ncclerror.log": 1, "issue45041_agent_log_raylet_terminated.log": 2}
+
+
+@needs_samples
+def test_every_excerpt_has_an_expectation() -> None:
+    assert {p.name for p in EXCERPTS.glob("*.log")} == set(EXCERPT_KINDS)
+
+
+@needs_samples
+@pytest.mark.parametrize("name", sorted(EXCERPT_KINDS))
+def test_excerpt_yields_the_events_a_reader_would_list(name: str) -> None:
+    log = read_ray_console(EXCERPTS / name)
+    assert _kinds(log.events) == EXCERPT_KINDS[name]
+    if name in EXCERPT_COUNTS:
+        assert log.events.height == EXCERPT_COUNTS[name]
+    for row in log.events.iter_rows(named=True):
+        assert row["message"].strip() in read_line(EXCERPTS / name, row["line"]) or "…" in row["message"]
+        assert row["kind"] in CONTRACT_KINDS
+
+
+@needs_samples
+def test_excerpt_details() -> None:
+    nccl = read_ray_console(EXCERPTS / "issue1158_nccl_alltoall_timeout.log", year=2025)
+    assert set(nccl.events["source"]) == {"torch"}
+    assert [t.isoformat() for t in nccl.events["time"]] == ["2025-04-19T10:42:28.858000", "2025-04-19T10:42:28.883000"]
+    # Without a year the watchdog's glog header cannot be dated.
+    assert read_ray_console(EXCERPTS / "issue1158_nccl_alltoall_timeout.log").events["time"].null_count() == 2
+
+    died = read_ray_console(EXCERPTS / "issue4921_actor_died_sigkill.log").events.row(0, named=True)
+    assert died["detail"].startswith("SYSTEM_ERROR (unexpected): connection to the worker lost")
+
+    oom = read_ray_console(EXCERPTS / "issue2950_ray_oom_kill.log").events.row(0, named=True)
+    assert oom["severity"] == "fatal" and oom["pid"] == 4100606 and "memory monitor" in oom["detail"]
+
+    flattened = read_ray_console(EXCERPTS / "issue3324_raytaskerror_ncclerror.log").events.row(0, named=True)
+    assert flattened["worker"] == "TaskRunner" and flattened["pid"] == 1384013
+
+    summary = read_ray_console(EXCERPTS / "issue34695_raylet_oom_summary.log").events.row(0, named=True)
+    assert summary["time"].isoformat() == "2023-04-19T16:22:19.798000" and summary["severity"] == "fatal"
+
+    assert read_ray_console(EXCERPTS / "issue18586_core_worker_log_actor_dead.log").events["detail"].to_list() == ["its constructor raised"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real Ray 2.60 sessions (shared/samples/ray/*/session_*)
+
+SESSION_KINDS = {
+    # os._exit(1) in WorkerDict rank 1: the raylet event, GCS exit and actor records, the owner's DEAD notice.
+    "a_actor_exit": {"worker_died", "actor_died"},
+    # SIGKILL from outside: Ray records the same shape as a); the signal is nowhere.
+    "b_sigkill": {"worker_died", "actor_died"},
+    # A Python exception: only the TaskRunner's stderr has it (the actors' later destruction is on purpose).
+    "c_task_exception": {"traceback"},
+    # SIGSEGV in RolloutWorker: its dump (stderr and core-worker log) plus the worker and actor deaths.
+    "d_segfault": {"worker_died", "actor_died", "segfault"},
+    # Ray's memory monitor kills two workers: the kill, and the two actors' deaths with OOM detail.
+    "e_oom": {"host_oom_kill", "actor_died"},
+}
+SESSION_PIDS = {"a_actor_exit": 32666, "b_sigkill": 471, "d_segfault": 1060}
+
+
+@needs_samples
+@pytest.mark.parametrize("name", sorted(SESSION_KINDS))
+def test_session_yields_the_events_a_reader_would_list(name: str) -> None:
+    session = read_ray_session(_session(name))
+    events = session.events
+    assert _kinds(events) == SESSION_KINDS[name]
+    assert list(events.columns) == list(RAY_EVENT_SCHEMA)
+    assert conform(events, EVENT_SCHEMA).columns == list(EVENT_SCHEMA)
+    assert set(events["source"]) == {"ray"}
+    # Shutdown (ray.shutdown after the failure) destroys every actor and the node: no alarms from it.
+    assert events.filter(pl.col("kind").is_in(["node_dead", "raylet_died", "gcs_unreachable", "log_error"])).is_empty()
+    for row in events.iter_rows(named=True):
+        if "/events/" not in row["file"]:
+            assert row["message"][:60].strip() in read_line(row["file"], row["line"]) or "…" in row["message"]
+    if name in SESSION_PIDS:
+        deaths = events.filter(pl.col("kind").is_in(["worker_died", "actor_died"]))
+        assert set(deaths["pid"]) == {SESSION_PIDS[name]}
+        assert deaths["detail"].str.starts_with("SYSTEM_ERROR (unexpected): connection to the worker lost").all()
+        assert deaths["time"].null_count() == 0
+    assert session.name == _session(name).name and session.started.year == 2026
+    assert session.facts["ray_version"] == "2.60.0"
+
+
+@needs_samples
+def test_session_specifics() -> None:
+    d = read_ray_session(_session("d_segfault")).events
+    crash = d.filter(pl.col("kind") == "segfault")
+    # One crash per file, though each dump prints every line raw and again through Ray's logger.
+    assert crash.height == 2 and crash["file"].n_unique() == 2
+    assert set(crash["worker"]) == {"RolloutWorker"} and set(crash["detail"]) == {"SIGSEGV"}
+    assert str(crash["time"].min()) == "2026-11-22 03:12:12.265000"
+
+    e = read_ray_session(_session("e_oom")).events
+    oom = e.filter(pl.col("kind") == "host_oom_kill")
+    assert {Path(f).name for f in oom["file"]} == {"event_RAYLET.log", "raylet.out", "gcs_server.out"}
+    assert set(oom["pid"].drop_nulls()) == {1388, 1389}
+    dead = e.filter(pl.col("kind") == "actor_died")
+    assert set(dead["worker"]) == {"RolloutWorker", "WorkerDict"}
+    assert dead["detail"].str.contains("memory monitor").all()
+
+    c = read_ray_session(_session("c_task_exception")).events.row(0, named=True)
+    assert c["pid"] == 703 and c["worker"] == "WorkerDict" and "ZeroDivisionError" in c["message"]
+    assert Path(c["file"]).name.endswith("-704.err")
+
+
+@needs_samples
+def test_session_workers_and_sources() -> None:
+    session = read_ray_session(_session("a_actor_exit"))
+    workers = session.workers
+    assert workers.height == 8
+    assert dict(workers.filter(pl.col("stream") == "out").select("pid", "name").iter_rows()) == {
+        32603: "WorkerDict", 32604: "TaskRunner", 32665: "RolloutWorker", 32666: "WorkerDict"
+    }
+    assert set(workers["name_kind"]) == {"actor"} and set(workers["job_id"]) == {"01000000", "ffffffff"}
+    logs = _session("a_actor_exit") / "logs"
+    every_file = {str(p) for p in logs.rglob("*") if p.is_file()}
+    assert {s.path for s in session.sources} == every_file
+    kinds = {Path(s.path).name: s.kind for s in session.sources}
+    assert kinds["raylet.out"] == "ray_raylet" and kinds["gcs_server.out"] == "ray_gcs"
+    assert kinds["event_RAYLET.log"] == "ray_events" and kinds["event_EXPORT_ACTOR.log"] == "ray_export_events"
+    assert kinds["monitor.log"] == "ray_component" and kinds["debug_state.txt"] == "ray_debug_state"
+    raylet = next(s for s in session.sources if s.path.endswith("raylet.out"))
+    assert raylet.lines == 241 and raylet.unparsed_lines == 0
+
+
+@needs_samples
+@pytest.mark.parametrize(
+    ("name", "kinds"),
+    [
+        ("a_actor_exit", {"worker_died", "actor_died"}),
+        ("b_sigkill", {"worker_died", "actor_died"}),
+        ("c_task_exception", {"traceback"}),
+        ("d_segfault", {"worker_died", "actor_died", "segfault"}),
+        ("e_oom", {"host_oom_kill"}),
+    ],
+)
+def test_driver_console_of_each_session(name: str, kinds: set[str]) -> None:
+    events = read_ray_console(SAMPLES / name / "driver.log").events
+    assert _kinds(events) == kinds
+    if name == "c_task_exception":
+        # The driver's own traceback, and the one Ray reports from the TaskRunner for rank 1.
+        assert events.height == 2 and set(events["worker"].drop_nulls()) == {"WorkerDict"}
+    if name == "a_actor_exit":
+        traceback = events.filter(pl.col("kind") == "actor_died").row(0, named=True)
+        assert traceback["message"].startswith("Traceback (most recent call last): … ray.exceptions.ActorDiedError")
+        assert traceback["detail"].startswith("SYSTEM_ERROR (unexpected)")
+    if name == "e_oom":
+        assert events.height == 1 and "2 worker(s) were killed" in events["message"][0]
+
+
+@needs_samples
+def test_inputs_are_not_touched(tmp_path: Path) -> None:
+    copy = tmp_path / "b"
+    shutil.copytree(SAMPLES / "b_sigkill", copy)
+    before = tree_state(copy)
+    read_ray_session(next(copy.glob("session_*")))
+    read_ray_console(copy / "driver.log")
+    assert tree_state(copy) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Discovery
+
+
+@needs_samples
+def test_find_ray_sessions_in_the_samples() -> None:
+    found = find_ray_sessions(SAMPLES)
+    assert [p.parent.name for p in found] == sorted(SESSION_KINDS)
+    assert all(looks_like_ray_session(p) for p in found)
+
+
+@needs_samples
+def test_session_latest_counts_once(tmp_path: Path) -> None:
+    source = _session("a_actor_exit")
+    linked = tmp_path / "ray"
+    shutil.copytree(source, linked / source.name)
+    os.symlink(source.name, linked / "session_latest")
+    assert find_ray_sessions(tmp_path) == [linked / source.name]
+    # A copy made with links followed: session_latest is a real folder with the same logs.
+    copied = tmp_path / "copied"
+    shutil.copytree(linked, copied, symlinks=False)
+    assert not (copied / "session_latest").is_symlink()
+    assert find_ray_sessions(copied) == [copied / source.name]
+    # Only session_latest survived: it is the session.
+    alone = tmp_path / "alone"
+    shutil.copytree(source, alone / "session_latest")
+    assert find_ray_sessions(alone) == [alone / "session_latest"]
+    assert read_ray_session(alone / "session_latest").events.height == read_ray_session(source).events.height
+    # Pointing at the session itself, or at its logs folder.
+    assert find_ray_sessions(linked / source.name) == [linked / source.name]
+    assert find_ray_sessions(linked / source.name / "logs") == [linked / source.name]
+
+
+@needs_samples
+def test_logs_folder_without_its_session_name(tmp_path: Path) -> None:
+    logs = tmp_path / "node3" / "logs"
+    shutil.copytree(_session("b_sigkill") / "logs", logs)
+    assert find_ray_sessions(tmp_path) == [logs]
+    session = read_ray_session(logs)
+    assert session.name is None and _kinds(session.events) == SESSION_KINDS["b_sigkill"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Line-format details
+
+
+def test_console_prefixes_dedup_colours_and_nested_prefixes(tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "\n".join(
+            [
+                "2026-01-05 10:00:00,000\tINFO worker.py:2038 -- Started a local Ray instance.",
+                "\x1b[36m(WorkerDict pid=97397, ip=10.0.0.2)\x1b[0m [rank3]:[E105 10:20:00.941975491 ProcessGroupNCCL.cpp:632] [Rank 3] "
+                "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=26, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                "Timeout(ms)=600000) ran for 600007 milliseconds before timing out.\x1b[32m [repeated 3x across cluster] (Ray "
+                "deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://docs.ray.io/.)\x1b[0m",
+                "[36m(VllmServer pid=222967, ip=10.66.3.172)[0m (EngineCore_DP0 pid=223561) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                "(raylet, ip=10.0.0.128) [2022-07-25 08:35:14,805 C 157 212] (raylet) gcs_rpc_client.h:537: Check failed: Failed to connect to GCS within 60 seconds",
+                '{"asctime":"2026-01-05 10:30:00,123","levelname":"ERROR","message":"Raylet is terminated. Termination is unexpected.","filename":"process_watcher.py","lineno":116}',
+                "[2023-07-24 13:21:32,378] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648",
+            ]
+        )
+        + "\n"
+    )
+    events = read_ray_console(log).events
+    rows = {row["kind"]: row for row in events.iter_rows(named=True)}
+    assert set(rows) == {"nccl_timeout", "cuda_oom", "gcs_unreachable", "raylet_died", "overflow_skip"}
+    nccl = rows["nccl_timeout"]
+    assert nccl["count"] == 3 and nccl["pid"] == 97397 and nccl["worker"] == "WorkerDict"
+    assert nccl["time"].isoformat() == "2026-01-05T10:20:00.941000"  # the year of the file's first dated line
+    assert "repeated" not in nccl["message"] and "\x1b" not in nccl["message"]
+    assert rows["cuda_oom"]["worker"] == "VllmServer" and rows["cuda_oom"]["message"].startswith("torch.OutOfMemoryError")
+    assert rows["gcs_unreachable"]["severity"] == "fatal" and rows["gcs_unreachable"]["time"].year == 2022
+    assert rows["raylet_died"]["time"].isoformat() == "2026-01-05T10:30:00.123000"
+    assert rows["overflow_skip"]["source"] == "torch" and rows["overflow_skip"]["severity"] == "warning"
+    assert set(events.filter(pl.col("kind") != "overflow_skip")["source"]) == {"torch", "ray"}
+
+
+def test_chained_traceback_is_one_event_kind_from_its_end(tmp_path: Path) -> None:
+    log = tmp_path / "worker.err"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "a.py", line 1, in f\n'
+        "KeyError: 'x'\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "a.py", line 3, in g\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call.\n"
+        "other output\n"
+        "Traceback (most recent call last):\n"
+        '  File "b.py", line 9, in h\n'
+        "ValueError: bad\n"
+    )
+    events = read_ray_console(log).events
+    assert events.select("line", "kind").rows() == [(1, "illegal_memory_access"), (12, "traceback")]
+    assert events["message"][1] == "Traceback (most recent call last): … ValueError: bad"
+
+
+def test_gzipped_and_rotated_session_files(tmp_path: Path) -> None:
+    logs = tmp_path / "session_2026-03-01_10-00-00_000001_42" / "logs"
+    logs.mkdir(parents=True)
+    line = "[2026-03-01 10:05:00,000 C 7 7] (raylet) node_manager.cc:170: This node has beem marked as dead."
+    (logs / "raylet.out.1").write_text(line + "\n")
+    with gzip.open(logs / "gcs_server.out.2.gz", "wt") as fh:
+        fh.write("[2026-03-01 10:05:01,000 I 8 8] (gcs_server) gcs_node_manager.cc:734: , death reason = UNEXPECTED_TERMINATION, death message = lost\n")
+    (logs / "worker-" f"{'a' * 56}-01000000-99.err").write_bytes(b":actor_name:WorkerDict\n\xff\xfe garbage\n[rank0]:[E301 10:04:59.000000001 ProcessGroupNCCL.cpp:1] NCCL error in: x, unhandled system error\n")
+    session = read_ray_session(logs.parent)
+    events = session.events
+    assert events.select("kind", "severity").rows() == [("nccl_error", "error"), ("node_dead", "fatal"), ("node_dead", "fatal")]
+    assert events["time"].to_list()[0].isoformat() == "2026-03-01T10:04:59"  # glog year from the session name
+    assert events["worker"][0] == "WorkerDict" and events["pid"][0] == 99
+    kinds = {Path(s.path).name: s.kind for s in session.sources}
+    assert kinds == {"raylet.out.1": "ray_raylet", "gcs_server.out.2.gz": "ray_gcs", f"worker-{'a' * 56}-01000000-99.err": "ray_worker_err"}
+
+
+def test_json_and_export_events(tmp_path: Path) -> None:
+    logs = tmp_path / "session_2026-03-01_10-00-00_000001_42" / "logs"
+    (logs / "events").mkdir(parents=True)
+    (logs / "export_events").mkdir()
+    removed = {"custom_fields": {"node_id": "ab"}, "event_id": "1", "host_name": "h", "label": "RAY_NODE_REMOVED",
+               "message": "The node with node id: ab and address: 10.0.0.3 and node name: n has been marked dead because the detector has missed too many heartbeats from it.",
+               "pid": "65", "severity": "ERROR", "source_type": "GCS", "timestamp": 1772359500}
+    chatter = {**removed, "label": "RAY_JOB_STARTED", "message": "Job started", "severity": "INFO"}
+    (logs / "events" / "event_GCS.log").write_text(json.dumps(chatter) + "\n" + json.dumps(removed) + "\nnot json\n")
+    dead = {"event_data": {"actor_id": "x", "class_name": "WorkerDict", "pid": 4242, "state": "DEAD", "death_cause": {
+        "actor_died_error_context": {"error_message": "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker exits unexpectedly. Worker exits with an exit code 3..", "reason": "WORKER_DIED"}}},
+        "event_id": "2", "source_type": "EXPORT_ACTOR", "timestamp": 1772359600}
+    scoped = {"event_data": {"class_name": "A", "pid": 1, "state": "DEAD", "death_cause": {"actor_died_error_context": {"error_message": "all references removed", "reason": "OUT_OF_SCOPE"}}},
+              "event_id": "3", "source_type": "EXPORT_ACTOR", "timestamp": 1772359601}
+    alive = {**dead, "event_data": {**dead["event_data"], "state": "ALIVE"}}
+    (logs / "export_events" / "event_EXPORT_ACTOR.log").write_text("\n".join(json.dumps(r) for r in (alive, dead, dead, scoped)) + "\n")
+    task = {"event_data": {"state_updates": {"error_info": {"error_type": "TASK_EXECUTION_EXCEPTION", "error_message": "Traceback (most recent call last):\n  File \"x\"\ntorch.OutOfMemoryError: CUDA out of memory."}},
+            "task_info": {"func_or_class_name": "WorkerDict.update_actor"}}, "event_id": "4", "source_type": "EXPORT_TASK", "timestamp": 1772359602}
+    (logs / "export_events" / "event_EXPORT_TASK_4242.log").write_text(json.dumps(task) + "\n")
+    session = read_ray_session(logs.parent)
+    rows = session.events.select("kind", "pid", "detail", "line").rows()
+    assert rows == [
+        ("node_dead", None, None, 2),
+        ("actor_died", 4242, "SYSTEM_ERROR (unexpected): exit code 3", 2),
+        ("cuda_oom", None, None, 1),
+    ]
+    gcs = next(s for s in session.sources if s.path.endswith("event_GCS.log"))
+    assert gcs.unparsed_lines == 1 and gcs.lines == 3
+    assert any("epoch seconds" in note for note in session.notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sessions the verl fixture builder writes
+
+
+def test_nccl_hang_session(tmp_path: Path) -> None:
+    paths = nccl_hang_run(tmp_path / "run")
+    assert find_ray_sessions(tmp_path) == [paths.session]
+    events = read_ray_session(paths.session).events
+    assert _kinds(events) == {"nccl_timeout", "fatal_check", "worker_died", "actor_died"}
+    timeout = events.filter(pl.col("kind") == "nccl_timeout").row(0, named=True)
+    assert timeout["source"] == "torch" and timeout["worker"] == "WorkerDict"
+    assert timeout["time"].isoformat() == "2026-11-22T03:28:41.648000"  # glog header dated from the session name
+    abort = events.filter(pl.col("kind") == "fatal_check")
+    assert abort.height == 1 and abort["detail"][0] == "SIGABRT"  # terminate, what() and *** SIGABRT are one abort
+    deaths = events.filter(pl.col("kind").is_in(["worker_died", "actor_died"]))
+    assert set(deaths["pid"]) == {timeout["pid"]} and deaths["time"].min() >= timeout["time"].replace(microsecond=0)
+
+
+def test_oom_kill_session_and_wide_nccl_console(tmp_path: Path) -> None:
+    paths = ray_oom_kill_run(tmp_path / "oom")
+    events = read_ray_session(paths.session).events
+    assert _kinds(events) == {"host_oom_kill", "actor_died"}
+    assert events.filter(pl.col("kind") == "host_oom_kill")["detail"].drop_nulls().str.contains("memory monitor").all()
+    wide = write_verl_run(tmp_path / "wide", VerlRunSpec(world_size=4, failure="nccl_hang", fail_at=5))
+    console = read_ray_console(wide.train_log).events
+    timeout = console.filter(pl.col("kind") == "nccl_timeout")
+    assert timeout["count"].to_list() == [2]  # ranks 0–2 time out, one line carries "[repeated 2x across cluster]"
+
+
+def test_glog_dates_cross_new_year(tmp_path: Path) -> None:
+    logs = tmp_path / "session_2025-12-31_23-50-00_000001_42" / "logs"
+    logs.mkdir(parents=True)
+    (logs / f"worker-{'b' * 56}-01000000-7.err").write_text(
+        "[rank0]:[E1231 23:59:59.000000001 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: x\n"
+        "[rank0]:[E101 00:10:00.000000001 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: y\n"
+    )
+    times = read_ray_session(logs.parent).events["time"].to_list()
+    assert [t.isoformat() for t in times] == ["2025-12-31T23:59:59", "2026-01-01T00:10:00"]

@@ -1,0 +1,292 @@
+"""verl console logs (both value eras), the JSONL file logger, restarts, and checkpoints."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import tree_state
+from verl_builder import (
+    VerlRunSpec,
+    metric_line,
+    nccl_hang_run,
+    ray_oom_kill_run,
+    write_checkpoint,
+    write_verl_run,
+    zero_score_run,
+)
+
+from parsers.schema import CHECKPOINT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
+from parsers.verl import looks_like_verl_log, read_verl_log
+from parsers.verl_checkpoints import (
+    find_verl_checkpoint_roots,
+    latest_checkpointed_iteration,
+    read_verl_checkpoints,
+    resume_args,
+    resume_command,
+)
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+EXCERPTS = SAMPLES / "real" / "ray_verl"
+needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+
+
+def _value(log, step: int, key: str) -> float:
+    return log.metrics.filter((pl.col("step") == step) & (pl.col("key") == key))["value"].item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Console
+
+
+def test_pformat_era_console(tmp_path: Path) -> None:
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=10, save_freq=5, nan_steps=frozenset({4})))
+    log = read_verl_log(paths.train_log)
+    assert log.steps["step"].to_list() == list(range(1, 11))
+    assert list(log.steps.columns) == list(STEP_SCHEMA) and list(log.metrics.columns) == list(METRIC_SCHEMA)
+    assert log.steps["time"].null_count() == 10 and any("no time" in n for n in log.notes)
+    # np.float64(…) wrappers, ints, 1e-06, nan all read as numbers.
+    assert _value(log, 4, "actor/grad_norm") != _value(log, 4, "actor/grad_norm")  # NaN kept as NaN
+    assert _value(log, 3, "training/global_step") == 3.0 and _value(log, 3, "actor/lr") == 1e-06
+    assert 0.3 < _value(log, 10, "critic/score/mean") < 0.7
+    # The validation run before training is step 0: metrics, not a training step.
+    assert log.metrics.filter(pl.col("step") == 0)["key"].to_list() == ["val-core/openai/gsm8k/reward/mean@1"]
+    assert any("step 0 holds only the validation" in n for n in log.notes)
+    assert set(log.metrics["source"]) == {"verl"} and log.metrics["time"].null_count() == log.metrics.height
+    kinds = log.events.select("kind", "step").rows()
+    assert ("nan_inf", 4) in kinds and ("checkpoint_saved", 5) in kinds and ("checkpoint_saved", 10) in kinds
+    assert set(log.events.filter(pl.col("kind") == "checkpoint_saved")["source"]) == {"verl"}
+    assert log.facts["project_name"] == "verl_grpo_example_gsm8k" and log.facts["save_freq"] == "5" and log.kind == "verl_console"
+    assert log.facts["default_local_dir"] == str(paths.ckpt_root)
+    assert log.unparsed_lines == 0
+
+
+def test_fixed_era_console_with_main_task_prefix(tmp_path: Path) -> None:
+    paths = write_verl_run(tmp_path / "old", VerlRunSpec(steps=6, era="fixed", prefix="main_task", colour=False, save_freq=0))
+    log = read_verl_log(paths.train_log)
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5, 6]
+    assert _value(log, 5, "actor/lr") == 0.0  # ":.3f" of 1e-06
+    assert "actor/entropy_loss" in set(log.metrics["key"])
+    assert looks_like_verl_log(paths.train_log)
+
+
+def test_value_spellings() -> None:
+    line = metric_line(3, {"a": 0.5, "b": 7, "c": float("nan")}, "pformat")
+    assert line == "step:3 - a:0.5 - b:7 - c:nan"
+    assert metric_line(3, {"a": 0.5, "b": float("inf")}, "fixed") == "step:3 - a:0.500 - b:inf"
+
+
+def test_odd_values_wrapped_lines_and_gzip(tmp_path: Path) -> None:
+    full = (
+        "step:7 - actor/pg_loss:np.float64(-0.25) - actor/grad_norm:inf - critic/score/mean:np.float32(0.125) - "
+        "training/flag:True - perf/x:-inf - response_length/mean:3.5e+02 - timing_s/adv:0.036577751860022545 - timing_s/step:12.5"
+    )
+    # A terminal copy hard-wraps the line anywhere, even inside a number (verl issue 7412).
+    pieces = [full[i : i + 70] for i in range(0, len(full), 70)]
+    text = "\n".join(["(TaskRunner pid=1) step:6 - actor/pg_loss:0.1 - timing_s/step:10.0", *pieces, "(TaskRunner pid=1) step:8 - actor/pg_loss:0.2"])
+    plain = tmp_path / "train.log"
+    plain.write_text(text + "\n")
+    packed = tmp_path / "train.log.gz"
+    with gzip.open(packed, "wt") as fh:
+        fh.write(text + "\n")
+    for path in (plain, packed):
+        log = read_verl_log(path)
+        assert log.steps["step"].to_list() == [6, 7, 8]
+        row = dict(log.metrics.filter(pl.col("step") == 7).select("key", "value").iter_rows())
+        assert row["actor/pg_loss"] == -0.25 and row["actor/grad_norm"] == math.inf and row["perf/x"] == -math.inf
+        assert row["critic/score/mean"] == 0.125 and row["training/flag"] == 1.0 and row["response_length/mean"] == 350.0
+        assert row["timing_s/adv"] == 0.036577751860022545 and row["timing_s/step"] == 12.5
+        assert log.unparsed_lines == 0
+
+
+@needs_samples
+def test_metric_tail_without_its_head_is_unparsed() -> None:
+    log = read_verl_log(EXCERPTS / "issue7412_step_timing_tail.log")
+    assert log.steps.is_empty() and log.unparsed_lines == 2 and log.events.is_empty()
+
+
+def test_restart_into_the_same_log_later_copy_wins(tmp_path: Path) -> None:
+    spec = VerlRunSpec(steps=12, save_freq=4, restart=(10, 8), test_freq=0)
+    paths = write_verl_run(tmp_path / "run", spec)
+    log = read_verl_log(paths.train_log)
+    assert log.steps["step"].to_list() == list(range(1, 13))
+    # Steps 9 and 10 ran twice; the second attempt's values win and point at its lines.
+    lines = dict(log.steps.select("step", "line").iter_rows())
+    assert lines[9] > lines[12 - 4] and lines[10] > lines[9]
+    first_attempt = [ln for ln in paths.train_log.read_text().splitlines() if "step:9 -" in ln][0]
+    assert lines[9] != paths.train_log.read_text().splitlines().index(first_attempt) + 1
+    resumed = log.events.filter(pl.col("kind") == "run_resumed")
+    assert resumed.height == 1 and "Load from checkpoint folder" in resumed["message"][0]
+    assert any("logged more than once" in n for n in log.notes)
+
+
+def test_restart_without_a_resume_line_is_marked(tmp_path: Path) -> None:
+    log_path = tmp_path / "train.log"
+    rows = [metric_line(s, {"critic/score/mean": 0.5, "timing_s/step": 1.0}, "pformat") for s in (1, 2, 3, 4, 2, 3, 4, 5)]
+    log_path.write_text("\n".join(f"(TaskRunner pid=9) {r}" for r in rows) + "\n")
+    log = read_verl_log(log_path)
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5]
+    marks = log.events.filter(pl.col("kind") == "run_resumed")
+    assert marks.select("line", "step", "source").rows() == [(5, 2, "verl")]
+    assert log.steps.filter(pl.col("step") == 3)["line"].item() == 6
+
+
+def test_jsonl_file_logger(tmp_path: Path) -> None:
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=5, nan_steps=frozenset({2}), save_freq=0))
+    assert paths.jsonl == tmp_path / "run" / "verl_grpo_example_gsm8k" / "qwen2_7b_function_rm.jsonl"
+    first = json.loads(paths.jsonl.read_text().splitlines()[1])
+    assert first["step"] == 1 and isinstance(first["data"], dict)
+    with paths.jsonl.open("a") as fh:
+        fh.write('{"step": 6, "data": {"x": "text", "y": [1, 2], "critic/score/mean": 0.5}}\n{"step": 7, "da')
+    log = read_verl_log(paths.jsonl)
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5, 6]
+    assert math.isnan(_value(log, 2, "actor/grad_norm"))  # written as null
+    assert _value(log, 6, "critic/score/mean") == 0.5
+    assert log.unparsed_lines == 1 and log.lines == 8 and log.kind == "verl_jsonl"
+    assert any("null" in n for n in log.notes) and any("not numbers" in n for n in log.notes)
+    assert log.facts == {"project_name": "verl_grpo_example_gsm8k", "experiment_name": "qwen2_7b_function_rm"}
+    console = read_verl_log(paths.train_log)
+    both = console.metrics.join(log.metrics, on=["step", "key"], suffix="_jsonl").filter(pl.col("step") < 6)
+    assert both.height > 50 and both.filter(~pl.col("value").is_nan()).select((pl.col("value") == pl.col("value_jsonl")).all()).item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+
+
+def test_zero_score_scenario(tmp_path: Path) -> None:
+    log = read_verl_log(zero_score_run(tmp_path / "zero").train_log)
+    score = log.metrics.filter((pl.col("key") == "critic/score/mean") & (pl.col("step") >= 1))
+    assert score.height == 12 and score["value"].to_list() == [0.0] * 12
+    assert set(log.events["kind"]) <= {"checkpoint_saved"}
+
+
+def test_nccl_hang_scenario_console(tmp_path: Path) -> None:
+    paths = nccl_hang_run(tmp_path / "hang")
+    log = read_verl_log(paths.train_log)
+    assert log.steps["step"].max() == 7
+    events = log.events
+    assert set(events["kind"]) == {"checkpoint_saved", "nccl_timeout", "fatal_check", "worker_died", "actor_died"}
+    failures = events.filter(pl.col("kind") != "checkpoint_saved")
+    assert set(failures["step"]) == {8}  # after step:7, during step 8
+    assert events.filter(pl.col("kind") == "nccl_timeout")["message"][0].count("Timeout(ms)=600000") == 1
+    assert read_verl_checkpoints(paths.ckpt_root)["step"].to_list() == [4]
+
+
+def test_oom_kill_scenario_console(tmp_path: Path) -> None:
+    log = read_verl_log(ray_oom_kill_run(tmp_path / "oom").train_log)
+    assert log.steps["step"].max() == 5
+    oom = log.events.filter(pl.col("kind") == "host_oom_kill")
+    assert oom.height == 1 and oom["step"][0] == 6 and oom["severity"][0] == "fatal"
+
+
+@needs_samples
+def test_sample_driver_console_has_steps_and_failure() -> None:
+    log = read_verl_log(SAMPLES / "ray" / "a_actor_exit" / "driver.log")
+    assert log.steps["step"].to_list() == [1, 2]
+    assert set(log.events["kind"]) == {"worker_died", "actor_died"} and set(log.events["step"]) == {3}
+
+
+def test_inputs_are_not_touched(tmp_path: Path) -> None:
+    paths = nccl_hang_run(tmp_path / "hang")
+    before = tree_state(paths.root)
+    read_verl_log(paths.train_log)
+    read_verl_log(paths.jsonl)
+    read_verl_checkpoints(paths.ckpt_root)
+    assert tree_state(paths.root) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def test_checkpoints_complete_and_resumable(tmp_path: Path) -> None:
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=12, save_freq=4))
+    frame = read_verl_checkpoints(paths.ckpt_root)
+    assert frame.schema == pl.Schema(CHECKPOINT_SCHEMA)
+    assert frame.select("step", "kind", "role", "complete", "resumable").rows() == [
+        (4, "verl", "actor", True, True), (8, "verl", "actor", True, True), (12, "verl", "actor", True, True)
+    ]
+    assert frame["problems"].to_list() == [[], [], []] and frame["time"].null_count() == 0
+    assert latest_checkpointed_iteration(paths.ckpt_root) == 12
+    assert find_verl_checkpoint_roots(tmp_path) == [paths.ckpt_root]
+
+
+def test_checkpoint_problems(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    for step in (10, 20, 30, 40, 50, 60):
+        write_checkpoint(root / f"global_step_{step}", 4, hf_weights=step == 60)
+    (root / "global_step_20" / "actor" / "model_world_size_4_rank_3.pt").unlink()
+    (root / "global_step_20" / "actor" / "model_world_size_4_rank_2.pt").unlink()
+    for rank in range(4):
+        (root / "global_step_30" / "actor" / f"optim_world_size_4_rank_{rank}.pt").unlink()
+    (root / "global_step_40" / "actor" / "fsdp_config.json").unlink()
+    (root / "global_step_50" / "actor" / "extra_state_world_size_4_rank_0.pt").write_bytes(b"")
+    weights = root / "global_step_60" / "actor" / "huggingface" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-2])
+    (root / "global_step_70").mkdir()
+    (root / "latest_checkpointed_iteration.txt").write_text("50")
+    frame = read_verl_checkpoints(root)
+    rows = {row["step"]: row for row in frame.iter_rows(named=True)}
+    assert not rows[20]["complete"] and "actor/model shards missing for ranks 2-3 (2 of 4 present)" in rows[20]["problems"]
+    assert rows[30]["complete"] and not rows[30]["resumable"] and any("no optimizer state" in p for p in rows[30]["problems"])
+    assert not rows[40]["complete"] and "actor/fsdp_config.json missing: the save did not finish" in rows[40]["problems"]
+    assert not rows[50]["complete"] and "actor/extra_state_world_size_4_rank_0.pt is empty (0 bytes)" in rows[50]["problems"]
+    assert not rows[60]["complete"] and any("model.safetensors is truncated" in p for p in rows[60]["problems"])
+    assert any("newer than latest_checkpointed_iteration.txt (50)" in p for p in rows[60]["problems"])
+    assert rows[70]["problems"][0] == "actor/ missing" and not rows[70]["complete"] and rows[70]["role"] is None
+    assert rows[10]["complete"] and rows[10]["resumable"]
+
+
+def test_tracker_naming_a_missing_folder_and_megatron_layout(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    actor = root / "global_step_5" / "actor"
+    (actor / "dist_ckpt").mkdir(parents=True)
+    (actor / "huggingface").mkdir()
+    (actor / "huggingface" / "config.json").write_text("{}")
+    (actor / "dist_ckpt" / "__0_0.distcp").write_bytes(b"x" * 8)
+    (actor / "dist_ckpt" / ".metadata").write_bytes(b"x" * 8)
+    (root / "global_step_5" / "data.pt").write_bytes(b"x")
+    broken = root / "global_step_6" / "actor" / "dist_ckpt"
+    broken.mkdir(parents=True)
+    (broken / "__0_0.distcp").write_bytes(b"x")
+    (root / "latest_checkpointed_iteration.txt").write_text("7")
+    rows = read_verl_checkpoints(root).select("step", "complete", "resumable", "problems").rows()
+    assert rows[0][:3] == (5, True, True)
+    assert rows[1][:3] == (6, False, False) and "actor/dist_ckpt/.metadata missing: the save did not finish" in rows[1][3]
+    assert rows[2] == (7, False, False, ["latest_checkpointed_iteration.txt names global_step_7, which is missing"])
+
+
+def test_resume_args(tmp_path: Path) -> None:
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=8, save_freq=4))
+    step = paths.checkpoints[-1]
+    assert resume_args(step) == ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={step}"]
+    assert resume_args(paths.ckpt_root) == ["trainer.resume_mode=auto", f"trainer.default_local_dir={paths.ckpt_root}"]
+    assert resume_command(step, "python3 -m verl.trainer.main_ppo data.train_files=x").endswith(f"trainer.resume_from_path={step}")
+    with pytest.raises(ValueError):
+        resume_args(tmp_path)
+
+
+def test_empty_and_missing_roots(tmp_path: Path) -> None:
+    assert read_verl_checkpoints(tmp_path / "nope").is_empty()
+    assert read_verl_checkpoints(tmp_path).schema == pl.Schema(CHECKPOINT_SCHEMA)
+    shutil.rmtree(tmp_path)
+
+
+def test_neighbouring_lines_are_not_glued_to_a_metric_line(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text(
+        "(TaskRunner pid=1) step:1 - actor/pg_loss:0.1 - timing_s/step:10.0\n"
+        "(WorkerDict pid=2) done\n"
+        "(TaskRunner pid=1) step:2 - actor/pg_loss:0.2 - timing_s/step:11.0\n"
+        "validation - generation end\n"
+        "(TaskRunner pid=1) step:3 - actor/pg_loss:0.3 - timing_s/step:12.0\n"
+    )
+    log = read_verl_log(path)
+    assert log.metrics.filter(pl.col("key") == "timing_s/step")["value"].to_list() == [10.0, 11.0, 12.0]
+    assert log.unparsed_lines == 0
