@@ -4,6 +4,8 @@ record gets the step it fell in (the step in progress when it was written).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
 
 
@@ -44,4 +46,25 @@ def step_durations(steps: pl.DataFrame) -> pl.DataFrame:
             (pl.col("time").diff().dt.total_milliseconds() / 1000.0).alias("seconds"),
         )
         .filter(pl.col("seconds").is_not_null() & (pl.col("seconds") >= 0))
+    )
+
+
+def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, start: datetime) -> pl.DataFrame:
+    """Times for a step log that prints none (verl's console): ``start`` plus the summed
+    per-step durations the log does print (``timing_s/step``). Unchanged without them."""
+    durations = (
+        metrics.filter((pl.col("key") == "timing_s/step") & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(pl.col("value").last())
+        .sort("step")
+        .select("step", (pl.col("value").cum_sum() * 1000).cast(pl.Int64).alias("elapsed_ms"))
+    )
+    if durations.is_empty():
+        return steps
+    return (
+        steps.drop("time")
+        .join(durations, on="step", how="left")
+        .with_columns((pl.lit(start) + pl.duration(milliseconds=pl.col("elapsed_ms"))).cast(pl.Datetime("ms")).alias("time"))
+        .drop("elapsed_ms")
+        .select(steps.columns)
     )

@@ -23,6 +23,7 @@ from forensics.detect import (
     Finding,
     Thresholds,
     choose_primary,
+    crashes,
     dead_batches,
     non_finite,
     reward_collapses,
@@ -117,8 +118,10 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
+    crashed = crashes(run.steps, events)
+    found += crashed
     stalled = stall(run.steps, events, step_durations(run.steps), t)
-    if stalled:
+    if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(stalled)
     return found
 

@@ -114,7 +114,7 @@ def explain(
     if deciding.is_empty():
         return _no_fault(finding, spans, seen, server)
 
-    cause: Cause = deciding.sort("time", "line", nulls_last=True).row(0, named=True)["cause"]
+    cause = _root_cause(deciding.sort("time", "line", nulls_last=True))
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
     if cause == "inference_server_crash" and _memory_first(in_window, first):
         cause = "inference_server_oom"
@@ -126,10 +126,33 @@ def explain(
         confidence -= 0.1
     if cause == "inference_server_unresponsive" and server.silent_before_onset:
         confidence += 0.1
-    explanation = " ".join([_explain_rates(kinds, spans, first), *server.sentences, _escalation(attributed, spans, cause)])
+    if finding.kind == "crash":
+        confidence = max(confidence, 0.85)  # a process death is seen, not inferred
+    explanation = " ".join(
+        [_explain_rates(kinds, spans, first), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
+    )
     deciding_lines = _evidence(in_window, cause)
     evidence = deciding_lines[:12] + server.evidence + _later_evidence(attributed, spans, cause) + deciding_lines[12:]
     return Verdict(cause, round(min(confidence, 0.95), 2), evidence[:20], explanation.strip(), seen)
+
+
+#: When failures land together, the one that explains the others: a hung collective or an
+#: exhausted memory kills workers, not the other way round.
+_ROOT_FIRST: tuple[Cause, ...] = ("nccl_timeout", "inference_server_oom", "numerical_divergence")
+_TOGETHER_SECONDS = 10.0
+
+
+def _root_cause(deciding: pl.DataFrame) -> Cause:
+    """The earliest failure's cause, unless a root cause landed within seconds of it."""
+    first = deciding.row(0, named=True)
+    if first["time"] is not None:
+        near = deciding.filter(
+            (pl.col("time") - first["time"]).dt.total_milliseconds().abs() <= _TOGETHER_SECONDS * 1000
+        )["cause"].to_list()
+        for cause in _ROOT_FIRST:
+            if cause in near:
+                return cause
+    return first["cause"]
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
@@ -195,6 +218,19 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
 
 def _when(time: datetime | None) -> str:
     return time.isoformat(sep=" ", timespec="seconds") if time else "an unknown time"
+
+
+def _what_died(window: pl.DataFrame) -> str:
+    """How a training run's processes failed, in the terms a reader would look for."""
+    kinds = set(window["kind"].to_list())
+    if "nccl_timeout" in kinds:
+        return ("It looks like a hang in a collective: the NCCL watchdog fired (its default timeout is 600 s), "
+                "then the processes aborted — not a slow step.")
+    if "host_oom_kill" in kinds:
+        return "A worker was killed for host memory (Ray's memory monitor or the kernel's OOM killer)."
+    if kinds & {"actor_died", "worker_died"}:
+        return "A worker process died."
+    return ""
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.model import Checkpoint, Incident, Recommendation
+from parsers.verl_checkpoints import resume_command as verl_resume_command
 
 _HF_WARNING = (
     "HF exports hold model weights only: resuming from one starts a fresh optimizer (Adam moments "
@@ -18,8 +19,9 @@ _HF_WARNING = (
 
 
 def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
-    """Checkpoint records from a parser's checkpoint frame (actor/default role only)."""
-    rows = frame.filter(pl.col("step").is_not_null() & pl.col("role").is_in(["default", "actor"]))
+    """Checkpoint records from a parser's checkpoint frame (the policy's: AReaL ``default``/``actor``,
+    verl's whole ``global_step_N``)."""
+    rows = frame.filter(pl.col("step").is_not_null() & pl.col("role").str.contains(r"^(?:default|actor)"))
     return [
         Checkpoint(
             path=r["path"],
@@ -70,11 +72,18 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
 
 
 def _kind_warnings(chosen: Checkpoint) -> list[str]:
-    return [_HF_WARNING] if chosen.kind == "hf_export" else []
+    if chosen.kind == "hf_export":
+        return [_HF_WARNING]
+    if chosen.kind == "verl" and not chosen.resumable:
+        return ["This verl checkpoint has no optimizer state: resuming restarts the optimizer."]
+    return []
 
 
 def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) -> str | None:
-    """An AReaL launch line that starts from ``chosen``, when the log says how the run was started."""
+    """A launch line that starts from ``chosen``: verl's resume flags, or AReaL's launcher when the
+    log says how the run was started."""
+    if chosen.kind == "verl":
+        return verl_resume_command(Path(chosen.path))
     script = _trainer_script(facts.get("launch_command", ""))
     if script is None:
         return None

@@ -103,7 +103,9 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         run = _run_length(values, i)
         value = values[i]
         seen = where.count(value, healthy_from, i)
-        if _finite(value) and run >= t.min_run and _improbable(seen, i - healthy_from, run, t):
+        # Constant from the first step to the last: never healthy, nothing to compare with.
+        never_varied = i == 0 and run == len(values)
+        if _finite(value) and run >= t.min_run and (never_varied or _improbable(seen, i - healthy_from, run, t)):
             history = values[healthy_from:i]
             end = _recovery(values, i + run, value, history, t)
             onset, end_step = steps[i], (steps[end] if end is not None else None)
@@ -236,6 +238,32 @@ def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t:
         last_step_time=last["time"],
         until=after["time"].max(),
     )
+
+
+#: Events that mean a training process died or a collective hung for good.
+CRASH_KINDS = (
+    "actor_died", "worker_died", "host_oom_kill", "segfault", "fatal_check", "illegal_memory_access",
+    "nccl_timeout", "nccl_error", "raylet_died", "node_dead", "gcs_unreachable", "job_exit",
+)
+
+
+def crashes(steps: pl.DataFrame, events: pl.DataFrame) -> list[Finding]:
+    """A training worker died (or a collective hung), reported even when no metric moved.
+
+    One finding per step in which a crash happened; a crash after the last logged step ended
+    the run, one before it was survived (the run logged steps again).
+    """
+    dead = events.filter(pl.col("kind").is_in(CRASH_KINDS) & pl.col("step").is_not_null())
+    if dead.is_empty():
+        return []
+    last = int(steps["step"].max()) if not steps.is_empty() else None
+    findings = []
+    for (step,), group in dead.sort("time", "line", nulls_last=True).group_by("step", maintain_order=True):
+        kinds = ", ".join(sorted(set(group["kind"].to_list())))
+        after = None if last is None or step > last else step + 1
+        fate = "and the run logged no step after it" if after is None else "and the run went on"
+        findings.append(Finding("crash", None, int(step), after, f"a training process failed during step {step} ({kinds}) {fate}"))
+    return findings
 
 
 def _run_length(values: list[float], i: int) -> int:

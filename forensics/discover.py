@@ -17,6 +17,8 @@ from pathlib import Path
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers.custom import CustomFormat, looks_like_custom_loop
+from parsers.verl import looks_like_verl_log
+from parsers.verl_checkpoints import find_verl_checkpoint_roots
 
 # Folders that hold weights, dumps or traces, never a run's logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
@@ -24,10 +26,12 @@ _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval"
               "__pycache__", ".git", "weight_update", "node_modules"}
 _LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)(?:\.(?P<rot>\d+))?(?:\.gz)?$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
+_RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
 _TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0"}
-#: Copies of a run's numbers, as opposed to its own text logs.
-COPY_KINDS = {"wandb", "tensorboard"}
+#: Sources that attach to the run whose text logs sit above them: copies of its numbers
+#: (W&B, TensorBoard, verl's JSONL logger) and the Ray session its workers ran in.
+COPY_KINDS = {"wandb", "tensorboard", "verl_jsonl", "ray_session"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,10 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
             continue
+        if _RAY_SESSION.match(Path(folder).name):
+            sources.append(LogSource(Path(folder), "ray_session"))
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
@@ -114,6 +122,7 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
 #: Text-log sniffers, most specific first: the first that recognises a file names its kind.
 _SNIFFERS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
     ("areal", looks_like_areal),
+    ("verl_log", looks_like_verl_log),
     ("custom_log", looks_like_custom_loop),
     ("sglang_server", looks_like_sglang),
 )
@@ -123,6 +132,8 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
     """What a file is, from its name and head; ``None`` for files this tool does not read."""
     if "tfevents" in path.name:
         return "tensorboard"
+    if path.name.endswith(".jsonl"):
+        return "verl_jsonl" if looks_like_verl_log(path) else None
     match = _LOG_NAME.match(path.name)
     if not match:
         return None
@@ -160,7 +171,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 framework=_framework(members),
                 root=root,
                 logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
-                checkpoint_dir=_checkpoint_dir(root),
+                checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members),
                 skipped=tuple(problems),
             )
         )
@@ -185,6 +196,8 @@ def _framework(members: list[LogSource]) -> str:
     kinds = {s.kind for s in members}
     if kinds & {"areal_trainer", "areal_log", "areal_server"}:
         return "areal"
+    if "verl_log" in kinds or "verl_jsonl" in kinds:
+        return "verl"
     if "custom_log" in kinds:
         return "custom"
     return "unknown"
@@ -206,6 +219,14 @@ def _run_id(given: Path, root: Path) -> str:
     except ValueError:
         rel = Path(root.name)
     return str(rel) if str(rel) != "." else root.resolve().name
+
+
+def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
+    """verl saves ``global_step_N/`` under ``trainer.default_local_dir`` (``checkpoints/<project>/<exp>``)."""
+    if not any(s.kind in ("verl_log", "verl_jsonl") for s in members):
+        return None
+    found = find_verl_checkpoint_roots(root)
+    return found[0] if found else None
 
 
 def _checkpoint_dir(root: Path) -> Path | None:

@@ -14,7 +14,7 @@ import polars as pl
 
 _OFFSETS = range(-2, 3)
 #: On a tie, text logs win: their rows point at a file and line a reader can open.
-_PREFERENCE = {"areal": 0, "verl": 1, "custom": 2, "tensorboard": 3, "wandb": 4}
+_PREFERENCE = {"areal": 0, "verl": 1, "custom": 2, "verl_jsonl": 3, "tensorboard": 4, "wandb": 5}
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from forensics.align import assign_steps, step_clock
+from forensics.align import assign_steps, reconstruct_times, step_clock
 from forensics.discover import RunLocation
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
@@ -18,8 +19,11 @@ from parsers import read_areal_log, read_sglang_log
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat, read_custom_log
+from parsers.ray import read_ray_session
 from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
 from parsers.tensorboard import read_tensorboard
+from parsers.verl import read_verl_log
+from parsers.verl_checkpoints import read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, read_wandb_online, read_wandb_runs
 
 
@@ -52,6 +56,8 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
+        if any(p.reports for p in parsed):
+            sources.extend(r for p in parsed for r in p.reports)
         identity = fingerprint(source.path) if source.path.is_file() else None
         sources.append(
             SourceReport(
@@ -79,10 +85,20 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
     if all_steps.is_empty() and not merged.metrics.is_empty():
         all_steps = _steps_from_metrics(merged.metrics)
+    notes = list(merged.notes)
+    if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
+        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]))
+        if all_steps["time"].null_count() < all_steps.height:
+            notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
     clock = step_clock(all_steps)
     metrics_frame = merged.metrics if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
-    checkpoints = read_areal_checkpoints(location.checkpoint_dir) if location.checkpoint_dir else empty(CHECKPOINT_SCHEMA)
+    if location.checkpoint_dir is None:
+        checkpoints = empty(CHECKPOINT_SCHEMA)
+    elif location.framework == "verl":
+        checkpoints = read_verl_checkpoints(location.checkpoint_dir)
+    else:
+        checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     return RunData(
         location=location,
         steps=_latest_steps(all_steps),
@@ -93,7 +109,7 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
         facts=facts,
         config=read_areal_config(location.root / "config.yaml"),
         series_sources=merged.series_sources,
-        notes=list(merged.notes),
+        notes=notes,
     )
 
 
@@ -127,6 +143,8 @@ class _Parsed:
     unparsed_lines: int
     notes: tuple[str, ...]
     facts: dict[str, str] = field(default_factory=dict)
+    reports: tuple[SourceReport, ...] = ()
+    """Per-file coverage when one source is many files (a Ray session)."""
 
 
 def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> _Parsed:
@@ -138,6 +156,17 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> _Parse
     if reader == "custom":
         loop = read_custom_log(path, custom_format)
         return _Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
+    if reader in ("verl", "verl_jsonl"):
+        log = read_verl_log(path)
+        steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
+        return _Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
+                       log.notes, log.facts)
+    if reader == "ray":
+        session = read_ray_session(path)
+        reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes) for r in session.sources)
+        facts = {"ray_session_started": session.started.isoformat()} if session.started else {}
+        return _Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
+                       sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)
     if reader == "wandb":
         runs = read_wandb_runs(path)
         frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
@@ -175,8 +204,11 @@ _READERS: dict[str, tuple[str, ...]] = {
     "custom_log": ("custom",),
     "wandb": ("wandb",),
     "tensorboard": ("tensorboard",),
+    "verl_log": ("verl",),
+    "verl_jsonl": ("verl_jsonl",),
+    "ray_session": ("ray",),
 }
-_COPIES = ("wandb", "tensorboard")
+_COPIES = ("wandb", "tensorboard", "verl_jsonl")
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -185,7 +217,7 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     With a text log to compare against, the shift is the one under which values agree; without
     one, AReaL's copies (``grpo_actor/…``, ``ppo_actor/…`` keys) are 0-based and move up by one.
     """
-    reference = next((frames[s] for s in ("areal", "custom") if s in frames), None)
+    reference = next((frames[s] for s in ("areal", "verl", "custom") if s in frames), None)
     out = dict(frames)
     for name in _COPIES:
         if name not in frames:

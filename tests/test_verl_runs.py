@@ -1,0 +1,53 @@
+"""verl runs on Ray, end to end: the NCCL hang, the score that is zero from step 1, the OOM kill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
+
+from forensics import analyze
+from forensics.cli import app
+
+runner = CliRunner()
+
+
+def only(root: Path):
+    [run] = analyze([root]).runs
+    assert run.framework == "verl"
+    return run
+
+
+def test_nccl_hang_then_death_is_a_collective_hang(tmp_path: Path) -> None:
+    nccl_hang_run(tmp_path / "run")
+    run = only(tmp_path / "run")
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 8, "nccl_timeout")
+    assert "hang in a collective" in incident.summary
+    files = {Path(e.file).name for e in incident.evidence}
+    assert "train.log" in files and any(name.startswith("worker-") for name in files)
+    assert run.recommendation.checkpoint.endswith("global_step_4")
+    assert "trainer.resume_from_path=" in run.recommendation.resume_command
+    result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run")])
+    assert result.exit_code == 0 and result.stdout.strip().endswith("global_step_4")
+
+
+def test_score_zero_from_the_first_step_is_reward_wiring(tmp_path: Path) -> None:
+    zero_score_run(tmp_path / "run")
+    run = only(tmp_path / "run")
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 1, "reward_pipeline")
+    assert run.primary_metric == "critic/score/mean"
+    result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run")])
+    assert result.exit_code == 4
+
+
+def test_ray_memory_monitor_kill_is_a_worker_crash(tmp_path: Path) -> None:
+    ray_oom_kill_run(tmp_path / "run")
+    run = only(tmp_path / "run")
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 6, "training_worker_crash")
+    assert any(e.kind == "host_oom_kill" for e in incident.evidence)
+    assert incident.confidence >= 0.85
+    assert run.recommendation.step == 4
