@@ -1,0 +1,26 @@
+"""The public surface is pinned: nothing leaks out or goes missing unnoticed."""
+
+from __future__ import annotations
+
+import forensics
+import parsers
+import reports
+
+
+def test_public_names_are_exactly_all() -> None:
+    for module in (forensics, parsers, reports):
+        public = sorted(n for n in vars(module) if not n.startswith("_") and not isinstance(getattr(module, n), type(forensics)))
+        assert sorted(module.__all__) == public, module.__name__
+
+
+def test_every_command_has_help_with_an_example_and_is_in_the_readme() -> None:
+    from pathlib import Path
+
+    from forensics.cli import app
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for command in app.registered_commands:
+        doc = command.callback.__doc__ or ""
+        name = command.name or command.callback.__name__
+        assert "Example:" in doc, name
+        assert f"grpo-forensics {name}" in readme, name
