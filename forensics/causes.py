@@ -128,9 +128,8 @@ def explain(
         confidence += 0.1
     if finding.kind == "crash":
         confidence = max(confidence, 0.85)  # a process death is seen, not inferred
-    explanation = " ".join(
-        [_explain_rates(kinds, spans, first), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
-    )
+    parts = [_explain_rates(kinds, spans, first), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
+    explanation = " ".join(p for p in parts if p)
     deciding_lines = _evidence(in_window, cause)
     evidence = deciding_lines[:12] + server.evidence + _later_evidence(attributed, spans, cause) + deciding_lines[12:]
     return Verdict(cause, round(min(confidence, 0.95), 2), evidence[:20], explanation.strip(), seen)
