@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from forensics.align import assign_steps, reconstruct_times, step_clock
-from forensics.discover import RunLocation
+from forensics.discover import LogSource, RunLocation
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import merge_sources, step_offset
@@ -56,23 +56,7 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
-        if any(p.reports for p in parsed):
-            sources.extend(r for p in parsed for r in p.reports)
-        identity = fingerprint(source.path) if source.path.is_file() else None
-        sources.append(
-            SourceReport(
-                str(source.path),
-                source.kind,
-                max(p.lines for p in parsed),
-                # Each parser counts the other's lines as its own failures; a line neither
-                # understood is unparsed by both, so the smaller count is the true one.
-                min(p.unparsed_lines for p in parsed),
-                tuple(note for p in parsed for note in p.notes),
-                bytes=identity.size if identity else None,
-                digest=identity.digest if identity else None,
-                digest_method=identity.method if identity else None,
-            )
-        )
+        sources.extend(_coverage(source, parsed))
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
             metrics.setdefault(p.source, []).append(p.metrics.with_columns(pl.lit(rank).alias("rank")))
@@ -111,6 +95,28 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
         series_sources=merged.series_sources,
         notes=notes,
     )
+
+
+def _coverage(source: LogSource, parsed: list[_Parsed]) -> list[SourceReport]:
+    """What was read of one source: per file for a Ray session, else one line for the file."""
+    per_file = [r for p in parsed for r in p.reports]
+    if per_file:
+        return per_file
+    identity = fingerprint(source.path) if source.path.is_file() else None
+    return [
+        SourceReport(
+            str(source.path),
+            source.kind,
+            max(p.lines for p in parsed),
+            # Each parser counts the other's lines as its own failures; a line neither
+            # understood is unparsed by both, so the smaller count is the true one.
+            min(p.unparsed_lines for p in parsed),
+            tuple(note for p in parsed for note in p.notes),
+            bytes=identity.size if identity else None,
+            digest=identity.digest if identity else None,
+            digest_method=identity.method if identity else None,
+        )
+    ]
 
 
 def load_online_wandb(name: str) -> RunData:
