@@ -128,7 +128,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
-    onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time
+    onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time or _first_failure(finding, events)
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
@@ -149,10 +149,39 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         evidence=verdict.evidence,
         wasted_steps=wasted,
         wasted_hours=hours,
-        summary=f"{finding.summary}. {verdict.explanation}",
+        summary=" ".join(p for p in (f"{finding.summary}.", _step_in_progress(finding, run, events), verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen),
     )
+
+
+def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:
+    failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"]))
+    times = failed["time"].drop_nulls()
+    return times.min() if len(times) else None  # type: ignore[return-value]
+
+
+def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> str:
+    """For a run that stopped: how long the unfinished step had run, against the run's own steps,
+    which tells a hang from a step that is merely slow."""
+    if finding.kind not in ("stall", "crash"):
+        return ""
+    before = run.steps.filter((pl.col("step") < finding.onset_step) & pl.col("time").is_not_null())
+    if before.is_empty():
+        return ("No step had finished yet: an oversized first step looks the same as a deadlock, so compare "
+                "with the first step of a healthy run before calling it one.")
+    failed_at = _first_failure(finding, events) or finding.until
+    durations = step_durations(run.steps)
+    if failed_at is None or durations.is_empty():
+        return ""
+    ran = (failed_at - before["time"].max()).total_seconds()
+    typical = float(durations["seconds"].median())
+    if typical <= 0 or ran < 0:
+        return ""
+    verdict = ("far longer than a step takes: stuck, not slow" if ran > 3 * typical
+               else "within a normal step's time: not stuck")
+    return (f"Step {finding.onset_step} had run {ran / 60:.1f} min when it failed, {ran / typical:.1f}× the run's "
+            f"median step ({typical:.0f} s): {verdict}.")
 
 
 def _last_time(steps: pl.DataFrame) -> datetime | None:

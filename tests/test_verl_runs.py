@@ -25,6 +25,7 @@ def test_nccl_hang_then_death_is_a_collective_hang(tmp_path: Path) -> None:
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 8, "nccl_timeout")
     assert "hang in a collective" in incident.summary
+    assert "stuck, not slow" in incident.summary
     files = {Path(e.file).name for e in incident.evidence}
     assert "train.log" in files and any(name.startswith("worker-") for name in files)
     assert run.recommendation.checkpoint.endswith("global_step_4")
@@ -51,3 +52,11 @@ def test_ray_memory_monitor_kill_is_a_worker_crash(tmp_path: Path) -> None:
     assert any(e.kind == "host_oom_kill" for e in incident.evidence)
     assert incident.confidence >= 0.85
     assert run.recommendation.step == 4
+
+
+def test_a_hang_in_the_first_step_is_not_called_a_deadlock_outright(tmp_path: Path) -> None:
+    nccl_hang_run(tmp_path / "run", fail_at=1)
+    [run] = analyze([tmp_path / "run"]).runs
+    [incident] = run.incidents
+    assert incident.kind == "crash" and incident.cause == "nccl_timeout"
+    assert "No step had finished yet" in incident.summary
