@@ -7,9 +7,10 @@ with its true line number.
 
 from __future__ import annotations
 
-import gzip
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -28,10 +29,9 @@ def scan_lines(path: Path) -> pl.LazyFrame:
 
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:
     """Yield the lines of ``path`` in chunks, gzip-aware, undecodable bytes replaced."""
-    opener = gzip.open if _is_gzip(path) else open
     first_line = 1
     rest = b""
-    with opener(path, "rb") as fh:
+    with _open(path) as fh:
         while True:
             block = fh.read(chunk_bytes)
             data = rest + block
@@ -56,6 +56,44 @@ def _chunk_frame(data: bytes, first_line: int) -> pl.LazyFrame:
         .with_row_index("line", offset=first_line)
         .with_columns(pl.col("line").cast(pl.Int64), pl.col("text").str.strip_suffix("\r"))
     )
+
+
+class _GzipTolerant:
+    """A gzip reader that ends quietly where the stream is torn (a log gzipped while being cut)."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        self._inflate = zlib.decompressobj(47)  # gzip header, multi-member handled below
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n and not self._done:
+            raw = self._inflate.unconsumed_tail or self._fh.read(1 << 20)
+            if not raw:
+                self._done = True
+                break
+            try:
+                out += self._inflate.decompress(raw, n - len(out))
+            except zlib.error:  # corrupt or truncated member: keep what was inflated
+                self._done = True
+                break
+            if self._inflate.eof:  # next gzip member, if any (concatenated .gz files)
+                unused = self._inflate.unused_data
+                self._inflate = zlib.decompressobj(47)
+                if unused:
+                    out += self._inflate.decompress(unused, max(1, n - len(out)))
+        return bytes(out)
+
+    def __enter__(self) -> _GzipTolerant:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+
+def _open(path: Path) -> Any:
+    return _GzipTolerant(path) if _is_gzip(path) else open(path, "rb")  # noqa: SIM115
 
 
 def _is_gzip(path: Path) -> bool:
@@ -84,11 +122,14 @@ def collect_lines(
         parts = extract(chunk)
         for name, frame in zip(parts, pl.collect_all(list(parts.values())), strict=True):
             pieces.setdefault(name, []).append(frame)
+    if not pieces:  # an empty gzip member: no chunk at all, but the extract's frames (empty) still
+        empty = pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String})
+        parts = extract(empty)
+        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
     return {name: pl.concat(frames) for name, frames in pieces.items()}
 
 
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:
     """The first ``n_bytes`` of ``path`` (decompressed, lossily decoded) for format detection."""
-    opener = gzip.open if _is_gzip(path) else open
-    with opener(path, "rb") as fh:
+    with _open(path) as fh:
         return fh.read(n_bytes).decode("utf-8", errors="replace")

@@ -241,7 +241,7 @@ def _table_metrics(
     ).filter(pl.col("key").is_not_null() & (pl.col("key") != ""))
     bad_values = cells.filter(pl.col("value").is_null()).height
     cells = cells.filter(pl.col("value").is_not_null())
-    if owned.filter(pl.col("latest")).group_by("header").len()["len"].max() > 1:
+    if (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1:
         # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
         cells = cells.group_by("step", "key", maintain_order=True).agg(
             pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
