@@ -6,13 +6,16 @@ or none), records that start after a tqdm bar on the same physical line, Ray/doc
 prefixes, ANSI colours, AReaL wrapper lines in between (understood, left to the AReaL parser),
 tracebacks, NCCL/C++ output and bare ``Killed`` lines.
 
-Work is split in two, as in :mod:`parsers.areal`:
+Work is split in two:
 
-- :func:`_extract` is one lazy, line-local pass. Cheap checks sort every line into stats
-  lines (``Decode batch``/``Prefill batch``), HTTP access lines, and the rest. Stats lines are
-  folded to the last line per second and rank prefix, access lines are counted per second,
-  endpoint and status, so an info-level log of gigabytes shrinks to a few thousand rows before
-  any regex runs.
+- :func:`_reduce` shrinks one batch of lines (a quarter million at a time, two batches in
+  flight) to what matters, with literal checks and cheap slices before any regex. HTTP access
+  lines become counts per minute, request and block (failed requests stay single lines: they
+  are events). ``Decode batch``/``Prefill batch`` lines are sampled to the last line per second
+  and rank prefix, and the samples are parsed by line shape straight into metric values. Dated
+  records that can only tell the time are kept once per block, tqdm bars not at all. The rest
+  (startup, failures, tracebacks, AReaL wrapper lines) is kept whole, plus the timed line just
+  before each untimed one, so an info-level log of gigabytes leaves a few hundred thousand rows.
 - :func:`_assemble` parses those rows eagerly: record fields, dates for time-only prefixes,
   tracebacks, server instances, metrics and events.
 
@@ -25,17 +28,22 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, sniff
+from parsers._formats import LogFormat, MetricPattern, load_format
+from parsers._lines import ANSI, _is_gzip, iter_line_chunks, scan_lines, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform
 
 __all__ = ["HTTP_SCHEMA", "SERVER_SCHEMA", "SGLangLog", "looks_like_sglang", "read_sglang_log"]
@@ -65,17 +73,25 @@ SERVER_SCHEMA: dict[str, pl.DataType] = {
 _STATS = r"(?:Decode|Prefill) batch"
 _ACCESS_HINT = r'HTTP/1\.\d" \d'
 _REQUEST_LOG = r"\] (?:Receive|Finish): obj="
-#: Stats lines are folded within blocks of this many lines, so a time-only prefix that
-#: repeats a day later never lands in the same fold.
+#: Lines are folded within blocks of this many lines, so a time-only prefix that repeats a day
+#: later never lands in the same fold. Batches hold whole blocks, so no fold spans two batches.
 _FOLD_BLOCK = 4096
+_BATCH_LINES = 64 * _FOLD_BLOCK
+_IN_FLIGHT = 3
 _ROLLOVER_MS = 3_600_000
 _PYLOG_TIME = r"^(?P<pylevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<pytime>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(?P<pyms>\d{3}):"
 _RECORD_ANYWHERE = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?: [A-Z_]+\d+)*\] ?"
+#: A line that carries its own time: a record prefix at its start.
+_TIMED_AT_START = r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"
+#: A dated record without rank tags, with its level: what a record that only tells the time looks like.
+_DATED_HEAD = r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?\] ?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"
 _LEVEL = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
 #: The AReaL logger's line head (``(AReaL) 20251111-09:00:01.200 name LEVEL: ``): its timestamp.
 _AREAL_HEAD = r"^(?:\(AReaL\) )?(\d{8}-\d{2}:\d{2}:\d{2}\.\d{3}) \S"
 _DOTTED_EXCEPTION = r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+: "
 _ACCESS = r'^(?P<client>\S+) - "(?P<method>[A-Z]+) (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3})(?: |$)'
+_REQUEST = r'^(?P<method>[A-Z]+) (?P<target>\S+) HTTP/[\d.]+" (?P<status>\d{3})(?: |$)'
+_STATS_HEAD = r"^(?:Prefill|Decode) batch(?:\(mixed (#running-req: \d+)\))?(?: \[\d+\])?[.,]?\s*"
 
 
 @dataclass(frozen=True)
@@ -123,76 +139,492 @@ def read_sglang_log(path: Path) -> SGLangLog:
     """Parse one SGLang server log (plain or gzipped, any version 0.3 → 0.5.2x) into frames."""
     path = Path(path)
     fmt = load_format("sglang")
-    parts = collect_lines(path, _extract)
+    rules = _Rules.of(fmt)
+    try:
+        parts = _reduce_all(_batches(path, fast=True), rules)
+    except pl.exceptions.ComputeError as exc:
+        if "utf" not in str(exc).lower():
+            raise
+        parts = _reduce_all(_batches(path, fast=False), rules)
     return _assemble(path, parts, fmt)
 
 
 # ---------------------------------------------------------------------------------------------
-# The lazy, line-local pass
+# Batches of lines, each shrunk on its own
 
 
-def _extract(lines: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
-    """Sort lines by cheap checks (regexes with literal prefilters); fold the bulk (stats and
-    access lines) right away."""
+def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
+    """``line``/``text`` frames of whole fold blocks (``_BATCH_LINES`` lines), in file order.
+
+    The fast path is Polars' line scanner (UTF-8 only); otherwise gzip-aware chunks that
+    replace undecodable bytes (see :mod:`parsers._lines`).
+    """
+    if fast and not _is_gzip(path):
+        frames: Iterable[pl.DataFrame] = scan_lines(path).collect_batches(chunk_size=_BATCH_LINES)
+    else:
+        frames = (chunk.collect() for chunk in iter_line_chunks(path))
+    pending: list[pl.DataFrame] = []
+    size = 0
+    # Lines count from 1 and blocks from line 0: the first batch is one line short.
+    want = _BATCH_LINES - 1
+    for frame in frames:
+        pending.append(frame)
+        size += frame.height
+        while size >= want:
+            joined = pl.concat(pending) if len(pending) > 1 else pending[0]
+            yield joined.slice(0, want)
+            rest = joined.slice(want)
+            pending, size, want = ([rest] if rest.height else []), rest.height, _BATCH_LINES
+    if size:
+        yield pl.concat(pending) if len(pending) > 1 else pending[0]
+
+
+def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules) -> _Parts:
+    """Reduce every batch, two at a time (Polars releases the GIL), keeping file order."""
+    done: list[_Parts] = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        running: deque = deque()
+        for batch in batches:
+            running.append(pool.submit(_reduce, batch, rules))
+            if len(running) >= _IN_FLIGHT:
+                done.append(running.popleft().result())
+        done.extend(future.result() for future in running)
+    if not done:
+        done.append(_reduce(pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), rules))
+    return _Parts.merge(done)
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """Regexes and literals the batch pass needs, built once per format."""
+
+    any_event: str
+    literals: list[str]
+    markers: str
+    tqdm: str
+    head: str
+    metrics: tuple[MetricPattern, ...]
+
+    @staticmethod
+    def of(fmt: LogFormat) -> _Rules:
+        _, version_rules = _version_rules()
+        literals = {p.literal for p in fmt.metrics} | {lit for scope, lit, _, _ in version_rules if scope == "record" and lit}
+        markers = "|".join(f"(?:{regex})" for what, column, regex, _ in _MARKERS if column == "message")
+        return _Rules(fmt.any_event, sorted(literals), markers, _extras()["understood"]["tqdm"], _extras()["head"], fmt.metrics)
+
+
+@dataclass
+class _Parts:
+    """What the batches leave (each frame concatenated in file order) and their counts."""
+
+    other: pl.DataFrame
+    anchors: pl.DataFrame
+    access: pl.DataFrame
+    samples: pl.DataFrame
+    stats_rest: pl.DataFrame
+    stats_metrics: pl.DataFrame
+    evidence: pl.DataFrame
+    measured: pl.DataFrame
+    last_line: int = 0
+    request_logs: int = 0
+    stats_lines: int = 0
+    sample_count: int = 0
+    stats_unparsed: int = 0
+
+    @staticmethod
+    def merge(parts: list[_Parts]) -> _Parts:
+        frames = {name: pl.concat([getattr(p, name) for p in parts]) for name in _FRAMES}
+        counts = {name: sum(getattr(p, name) for p in parts) for name in ("request_logs", "stats_lines", "sample_count", "stats_unparsed")}
+        return _Parts(**frames, last_line=max(p.last_line for p in parts), **counts)
+
+
+_FRAMES = ("other", "anchors", "access", "samples", "stats_rest", "stats_metrics", "evidence", "measured")
+
+
+def _copy(column: str) -> pl.Expr:
+    """A fresh copy of a string column: kept rows must not pin the whole batch in memory."""
+    return pl.concat_str(pl.col(column), pl.lit("")).alias(column)
+
+
+def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
+    """Sort one batch's lines into access, stats, request-log and other lines; fold the bulk."""
     text = pl.col("text")
-    # Request logs (``--log-requests``, huge lines) ride along with the stats lines: one pass
-    # less over the file, and they fold the same way (sorted out again in _assemble).
-    sort = (
-        pl.when(text.str.contains(f"{_STATS}|{_REQUEST_LOG}"))
-        .then(pl.lit(1, pl.Int8))
-        .when(text.str.contains(_ACCESS_HINT))
-        .then(pl.lit(2, pl.Int8))
-        .otherwise(pl.lit(0, pl.Int8))
+    batch = batch.select(pl.col("line").cast(pl.Int64), "text")
+    access, rest = _split_access(batch)
+    rest = rest.filter(text.str.len_bytes() > 0)
+    is_request_log = _matches(rest["text"], ": obj=", _REQUEST_LOG)
+    rest, request_logs = rest.filter(~is_request_log), int(is_request_log.sum())
+    is_stats = _matches(rest["text"], " batch", _STATS)
+    stats, other = rest.filter(is_stats), rest.filter(~is_stats)
+    records, lines, quiet, bars = _sort_other(other, rules)
+    kept = pl.concat([records, lines])
+    fast, slow = _stats_samples(stats, rules)
+    stats_metrics, evidence, left, unparsed = _parse_samples(fast)
+    measured = _record_metrics(records, rules)
+    # Both in line order: the stable sort merges them.
+    stats_metrics = pl.concat([stats_metrics, measured]).sort("line", maintain_order=True) if measured.height else stats_metrics
+    last_line = int(batch["line"][-1]) if batch.height else 0
+    return _Parts(
+        other=pl.concat([kept, quiet]).sort("line").with_columns(_copy("text")),
+        anchors=_anchors(batch, kept, bars),
+        access=_access_groups(access),
+        samples=fast.select("line", "stamp", "dt"),
+        stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
+        stats_metrics=stats_metrics,
+        evidence=evidence,
+        measured=records.select("line"),
+        last_line=last_line,
+        request_logs=request_logs,
+        stats_lines=stats.height,
+        sample_count=fast.height + slow.height,
+        stats_unparsed=unparsed,
     )
-    sorted_lines = lines.with_columns(sort.alias("sort"))
-    block = (pl.col("line") // _FOLD_BLOCK).alias("block")
-    stats = (
-        sorted_lines.filter(pl.col("sort") == 1)
-        .group_by(text.str.head(text.str.find(" batch", literal=True)).alias("key"), block)
-        .agg(
-            pl.col("line").max().alias("line"),
-            text.max_by("line").alias("text"),
-            pl.len().alias("n"),
-        )
+
+
+def _split_access(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """HTTP access lines (with ``minute``: their first 18 characters, and ``request``: what
+    follows the first `` - "``) and a compact copy of the other lines.
+
+    Operations on a whole batch are cheap, on lines picked out of it several times dearer (and
+    the rest is read many times): requests are cut from the whole batch and tested once per
+    distinct request.
+    """
+    texts = batch["text"]
+    request = texts.str.slice(texts.str.find(' - "', literal=True) + 4)
+    requests = request.unique().drop_nulls()
+    is_access = request.is_in(requests.filter(requests.str.contains(_ACCESS_HINT)).implode()).fill_null(False)
+    access = batch.with_columns(texts.str.slice(0, 18).alias("minute"), request.alias("request")).filter(is_access)
+    rest = batch.filter(~is_access).with_columns(_copy("text"))
+    # The hint elsewhere in a line: an access line that does not parse.
+    hinted = rest["text"].str.contains(_ACCESS_HINT)
+    if hinted.any():
+        odd = rest.filter(hinted)
+        at = pl.col("text").str.find(' - "', literal=True)
+        odd = odd.with_columns(pl.col("text").str.slice(0, 18).alias("minute"), pl.col("text").str.slice(at + 4).alias("request"))
+        access, rest = pl.concat([access, odd]).sort("line"), rest.filter(~hinted)
+    return access, rest
+
+
+def _matches(texts: pl.Series, literal: str, regex: str) -> pl.Series:
+    """Where ``regex`` matches, tried only on the texts that hold ``literal``."""
+    hit = texts.str.contains(literal, literal=True)
+    if hit.any():
+        hit = hit.scatter(hit.arg_true(), texts.filter(hit).str.contains(regex))
+    return hit
+
+
+def _sort_other(other: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Split the remaining lines into kept ``[YYYY-MM-DD HH:MM:SS] message`` records, other kept
+    lines, quiet records (one kept per block) and tqdm bars.
+
+    A quiet record is a ``[YYYY-MM-DD HH:MM:SS] message`` line whose message is no event,
+    metric, server marker, version clue, traceback start or logger level: it can only tell the
+    time. A bar is a tqdm line with no record, event, level or timestamp in it.
+    """
+    texts = other["text"]
+    is_record = texts.str.slice(0, 22).str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] $") & ~texts.str.contains("\x1b", literal=True)
+    records, rest = other.filter(is_record), other.filter(~is_record)
+    messages = records["text"].str.slice(22)
+    # Records repeat a handful of messages: the regexes run on the distinct ones.
+    distinct = messages.unique().str.strip_chars_end()
+    telling = (
+        distinct.str.contains(rules.any_event)
+        | distinct.str.contains_any(rules.literals)
+        | distinct.str.contains(rules.markers)
+        | distinct.str.ends_with("Traceback (most recent call last):")
+        | distinct.str.contains(r"^[A-Z]+:|\x1b")
     )
-    access = (
-        sorted_lines.filter(pl.col("sort") == 2)
-        .group_by(
-            text.str.head(text.str.find("INFO:", literal=True)).alias("pre"),
-            text.str.slice(text.str.find(' - "', literal=True) + 4).alias("request"),
-            block,
-        )
-        .agg(
-            pl.col("line").min().alias("line"),
-            text.min_by("line").alias("text"),
-            pl.len().alias("n"),
-        )
+    is_quiet = ~messages.str.strip_chars_end().is_in(distinct.filter(telling).implode())
+    is_bar = rest["text"].str.contains(rules.tqdm)
+    if is_bar.any():
+        bars = rest["text"].filter(is_bar)
+        telling = bars.str.contains(_RECORD_ANYWHERE) | bars.str.contains(rules.any_event) | bars.str.contains(r"^[\d(\x1b]|^(?:DEBUG|INFO|WARNING):|ERROR|CRITICAL")
+        is_bar = is_bar.scatter(is_bar.arg_true(), ~telling)
+    quiet = (
+        records.filter(is_quiet)
+        .with_columns((pl.col("line") // _FOLD_BLOCK).alias("block"))
+        .unique("block", keep="first", maintain_order=True)
+        .drop("block")
     )
-    other = sorted_lines.filter((pl.col("sort") == 0) & (text.str.len_bytes() > 0)).select("line", "text")
-    counts = sorted_lines.select(pl.col("line").max().alias("last_line"))
-    return {"stats": stats, "access": access, "other": other, "counts": counts}
+    return records.filter(~is_quiet), rest.filter(~is_bar), quiet, rest.filter(is_bar)
+
+
+def _record_metrics(records: pl.DataFrame, rules: _Rules) -> pl.DataFrame:
+    """Startup and memory values of ``[YYYY-MM-DD HH:MM:SS] message`` records, with their time
+    (untagged records are never a rank's copy, so they need not wait for the whole file)."""
+    message = pl.col("text").str.slice(22).str.replace(_LEVEL, "").str.strip_chars_end()
+    values = _line_metrics(records.select("line", message.alias("message")), rules.metrics)
+    times = records.select("line", _dated(pl.col("text").str.slice(1, 19), fraction=False).alias("time"))
+    return values.join(times, on="line", how="left").select("line", "time", "key", "value").sort("line", maintain_order=True)
+
+
+def _line_metrics(records: pl.DataFrame, patterns: Iterable[MetricPattern]) -> pl.DataFrame:
+    """Values that metric patterns name in records' ``message`` → ``line``, ``key``, ``value``."""
+    frames = []
+    for pattern in patterns:
+        found = records.filter(pl.col("message").str.contains(pattern.literal, literal=True))
+        if found.is_empty():
+            continue
+        found = found.with_columns(pl.col("message").str.extract_groups(pattern.regex).alias("g")).unnest("g")
+        values = pl.concat(
+            found.select("line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value"))
+            for group, key in pattern.keys.items()
+        ).drop_nulls("value")
+        # Groups that name the same key add up (K size + V size = KV cache size).
+        frames.append(values.group_by("line", "key", maintain_order=True).agg(pl.col("value").sum()))
+    if not frames:
+        return pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
+    lined = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames])
+    # Patterns may overlap (two name the same value on one line): the first one wins.
+    return lined.unique(["line", "key"], keep="first", maintain_order=True)
+
+
+def _anchors(batch: pl.DataFrame, kept: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
+    """The timed line just before each untimed kept line (and the batch's last timed line, for
+    the next batch): where an untimed line takes its time from, when that line is not kept."""
+    if batch.is_empty():
+        return batch.select("line", "text")
+    first = int(batch["line"][0])
+    kept_at = kept["line"] - first
+    waiting = kept_at.filter(~kept["text"].str.contains(_TIMED_AT_START))
+    untimed = (batch["text"].str.len_bytes() == 0).scatter(pl.concat([bars["line"] - first, waiting]), True)
+    timed = (~untimed).arg_true()
+    if timed.is_empty():
+        return batch.clear().select("line", "text")
+    before = timed.search_sorted(waiting.cast(timed.dtype)).cast(pl.Int64) - 1
+    picks = pl.concat([timed.gather(before.filter(before >= 0)), timed.tail(1)]).unique()
+    return batch[picks.filter(~picks.is_in(kept_at.cast(picks.dtype).implode()))].select("line", _copy("text"))
+
+
+def _access_groups(access: pl.DataFrame) -> pl.DataFrame:
+    """Access lines counted per minute and request; failed requests stay single lines.
+
+    ``minute`` is right for ``[YYYY-MM-DD HH:MM:SS…]`` lines; lines with other prefixes
+    (time-only, Ray, none) are counted per whole prefix (per second) and block.
+    """
+    text = pl.col("text")
+    groups = access.group_by("minute", "request").agg(pl.col("line").min(), text.first(), pl.len().alias("n"))
+    minutes = groups["minute"].unique()
+    odd = minutes.filter(~minutes.str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:$")).implode()
+    failed = pl.Series([r for r in groups["request"].unique().drop_nulls().to_list() if _status(r) >= 400], dtype=pl.String).implode()
+    single = access.filter(pl.col("request").is_in(failed)).with_columns(pl.lit(1, pl.UInt32).alias("n"))
+    groups = groups.filter(~pl.col("request").is_in(failed) & ~pl.col("minute").is_in(odd))
+    if odd.list.len().item():
+        odd_lines = access.filter(pl.col("minute").is_in(odd) & ~pl.col("request").is_in(failed))
+        prefix = text.str.slice(0, text.str.find("INFO:", literal=True))
+        odd_lines = odd_lines.with_columns(prefix.alias("minute"), (pl.col("line") // _FOLD_BLOCK).alias("block"))
+        groups = pl.concat([groups, odd_lines.group_by("minute", "request", "block").agg(pl.col("line").min(), text.first(), pl.len().alias("n")).drop("block")])
+    columns = ["line", "text", "request", "n"]
+    return pl.concat([groups.select(columns), single.select(columns)]).sort("line").with_columns(_copy("text"), _copy("request"))
+
+
+def _status(request: str) -> int:
+    match = re.match(_REQUEST, request)
+    return int(match.group("status")) if match else 0
+
+
+def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The last stats line per second and rank prefix (within a block), with the count behind it.
+
+    Returns the samples whose record prefix opens the line (``line``, ``n``, ``text``, ``time``,
+    ``tags``, ``message``, ``dt``, and ``stamp`` where the time has no date) and the rest
+    (``line``, ``text``, ``n``).
+    """
+    text = pl.col("text")
+    keys = stats.select(
+        text.str.slice(0, text.str.find(" batch", literal=True)).alias("key"),
+        (pl.col("line") // _FOLD_BLOCK).alias("block"),
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"),
+    )
+    last = keys.group_by("key", "block").agg(pl.col("row").last(), pl.len().alias("n")).sort("row")
+    samples = stats[last["row"]].with_columns(last["n"])
+    # Most samples open with ``[YYYY-MM-DD HH:MM:SS] `` and nothing else in the brackets.
+    plain = samples.with_columns(text.str.slice(1, 19).alias("time")).with_columns(
+        _dated(pl.col("time"), fraction=False).alias("dt"),
+        (text.str.slice(20, 2) == "] ").alias("plain"),
+    )
+    is_plain = plain["plain"] & plain["dt"].is_not_null() & plain["text"].str.starts_with("[")
+    fast = plain.filter(is_plain).select(
+        "line", "n", "text", "time", pl.lit("").alias("tags"), text.str.slice(22).alias("message"), "dt", pl.lit(None, pl.String).alias("stamp")
+    )
+    parsed = samples.filter(~is_plain).with_columns(text.str.extract_groups(rules.head).alias("g")).unnest("g")
+    headed = parsed.filter(pl.col("time").is_not_null()).select(
+        "line",
+        "n",
+        "text",
+        "time",
+        pl.col("tags").str.strip_chars(),
+        text.str.replace(rules.head, "").alias("message"),
+        _dated(pl.col("time")).alias("dt"),
+    )
+    headed = headed.with_columns(pl.when(pl.col("dt").is_null()).then(pl.col("time")).alias("stamp"))
+    return pl.concat([fast, headed]).sort("line"), parsed.filter(pl.col("time").is_null()).select("line", "text", "n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Stats samples → metric values, by line shape
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One layout of a stats line: its head (``Prefill batch. ``), the text before each value
+    (``#new-seq: ``; None for a part without one) and whether a ``, `` ends the line."""
+
+    what: str
+    head: str
+    prefixes: tuple[str | None, ...]
+    names: tuple[str, ...]
+    trailing: bool
+    comma_end: bool
+
+    @staticmethod
+    def of(message: str) -> _Shape | None:
+        """The shape of one message, or None where the generic parser is needed (mixed chunks,
+        forward counters, no value at all)."""
+        head = re.match(_STATS_HEAD, message)
+        if head is None or head.group(1) or "[" in head.group(0):
+            return None
+        parts = message[head.end() :].split(", ")
+        trailing = len(parts) > 1 and re.fullmatch(r"[\s,]*", parts[-1]) is not None
+        if trailing:
+            parts.pop()
+        prefixes = tuple(_value_prefix(part) for part in parts)
+        if not any(prefixes):
+            return None
+        names = tuple(part.strip(" ,").split(": ", 1)[0] for part, prefix in zip(parts, prefixes, strict=True) if prefix)
+        comma_end = re.search(r",\s*$", message) is not None
+        return _Shape(head.group(0).split(" ", 1)[0].lower(), head.group(0), prefixes, names, trailing, comma_end)
+
+    def take(self, messages: pl.Series) -> tuple[pl.Series, list[pl.Series]]:
+        """Which of ``messages`` have this shape (their positions), and their raw values (one
+        series per named part)."""
+        k = len(self.prefixes)
+        at = messages.str.starts_with(self.head).arg_true()
+        parts = messages.gather(at).str.slice(len(self.head)).str.splitn(", ", k + 1).struct.unnest()
+        field = [parts[f"field_{i}"] for i in range(k + 1)]
+        fits = [f.str.starts_with(p) if p else f.is_not_null() & ~f.str.contains(": ", literal=True) for f, p in zip(field, self.prefixes)]
+        if self.trailing:
+            fits.append(field[k].str.contains(r"^[\s,]*$"))
+        else:
+            fits.append(field[k].is_null() & (field[k - 1].str.contains(r",\s*$") == self.comma_end))
+        ok = pl.DataFrame(fits, schema=[str(i) for i in range(len(fits))]).select(pl.all_horizontal(pl.all()).fill_null(False)).to_series()
+        if not ok.all():
+            at, field = at.filter(ok), [f.filter(ok) for f in field]
+        return at, [f.str.slice(len(p)) for f, p in zip(field, self.prefixes) if p]
+
+
+def _value_prefix(part: str) -> str | None:
+    """``" #new-seq: "`` for the part ``" #new-seq: 4"`` (what comes before its value)."""
+    item = part.strip(" ,")
+    if ": " not in item:
+        return None
+    return part[: len(part) - len(part.lstrip(" ,"))] + item.split(": ", 1)[0] + ": "
+
+
+def _number(raw: pl.Series, scale: float) -> pl.Series:
+    """Stats values as numbers: plain numbers, ``full=0.5``, ``80.75%``, ``True``/``False``."""
+    value = raw.cast(pl.Float64, strict=False)
+    if value.null_count() > raw.null_count():
+        clean = raw.str.strip_chars(" ,").str.strip_chars().str.strip_prefix("full=").str.strip_suffix("%")
+        flag = clean.replace_strict({"True": 1.0, "False": 0.0}, default=None, return_dtype=pl.Float64)
+        value = clean.cast(pl.Float64, strict=False).fill_null(flag)
+    return value * scale if scale != 1.0 else value
+
+
+_MAX_SHAPES = 8
+
+
+def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series, int]:
+    """Samples → (metric rows, version evidence, positions of rows left to the generic parser,
+    lines behind samples without any value).
+
+    Shapes are learnt from the rows themselves: the first row not yet placed names one, every
+    row of that layout is parsed with plain slices, and so on.
+    """
+    config = _extras()["stats"]
+    aliases: dict[str, str] = config.get("aliases", {})
+    percent = set(config.get("percent_as_fraction", []))
+    messages = rows["message"]
+    is_stats = messages.str.starts_with("Prefill batch") | messages.str.starts_with("Decode batch")
+    pending, left = is_stats.arg_true(), [(~is_stats).arg_true()]
+    placed: list[pl.DataFrame] = []  # per shape: row positions and the shape's number
+    pieces: list[pl.DataFrame] = []  # metric rows, one frame per shape and field
+    for s in range(_MAX_SHAPES):
+        if pending.is_empty():
+            break
+        picked = messages.gather(pending)
+        shape = _Shape.of(picked[0])
+        at, raw = shape.take(picked) if shape is not None else (pending.clear(), [])
+        if at.is_empty():
+            left.append(pending.head(1))
+            pending = pending.slice(1)
+            continue
+        hit = pending.gather(at)
+        pending = pending.filter(~pl.int_range(len(pending), dtype=at.dtype, eager=True).is_in(at.implode()))
+        placed.append(pl.DataFrame({"row": hit, "shape": pl.repeat(s, len(hit), dtype=pl.Int32, eager=True)}))
+        numbers = [_number(r, 0.01 if name in percent else 1.0) for r, name in zip(raw, shape.names, strict=True)]
+        # The lines behind a sample count only where it has a value.
+        any_value = pl.DataFrame(numbers, schema=[str(i) for i in range(len(numbers))]).select(pl.any_horizontal(pl.all().is_not_null()))
+        numbers.append(rows["n"].gather(hit).cast(pl.Float64).scatter((~any_value.to_series()).arg_true(), None))
+        names = [_normal_key(name, aliases) for name in shape.names] + [f"sglang/{shape.what}_lines"]
+        where = rows[hit].select("line", pl.col("dt").alias("time"))
+        pieces.extend(where.with_columns(pl.lit(name).alias("key"), number.alias("value")) for name, number in zip(names, numbers, strict=True))
+    left.append(pending)
+    # Stable sort: a sample's values stay in the order of its line.
+    metrics = pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("line", maintain_order=True) if pieces else _EMPTY_LONG
+    shapes = pl.concat(placed) if placed else pl.DataFrame(schema={"row": pl.UInt32, "shape": pl.Int32})
+    samples = rows[shapes["row"]].select("line", "n", "message", "time", "tags", shapes["shape"], shapes["row"])
+    unparsed = int(samples.filter(~pl.col("line").is_in(metrics["line"].implode()))["n"].sum() or 0)
+    ends = samples.group_by((pl.col("line") // _FOLD_BLOCK).alias("block"), "shape", (pl.col("tags") == "").alias("untagged")).agg(
+        pl.col("row").min().alias("first"), pl.col("row").max().alias("last")
+    )
+    evidence = rows[pl.concat([ends["first"], ends["last"]]).unique().sort()].select(
+        "line", _copy("message").str.strip_chars_end(), _copy("time"), (pl.col("tags") == "").alias("untagged")
+    )
+    return metrics, evidence, pl.concat(left).sort(), unparsed
+
+
+_EMPTY_LONG = pl.DataFrame(schema={"line": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64})
+
+
+def _ends(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The first and last row of each block and ``keys``: enough to tell which server saw what."""
+    keys = [*keys, "_block"]
+    rows = rows.with_columns((pl.col("line") // _FOLD_BLOCK).alias("_block"))
+    ends = pl.concat([rows.unique(keys, keep="first", maintain_order=True), rows.unique(keys, keep="last", maintain_order=True)])
+    return ends.unique("line", maintain_order=True).drop("_block").sort("line")
+
+
+def _normal_key(name: str, aliases: dict[str, str]) -> str:
+    if name in aliases:
+        return "sglang/" + aliases[name]
+    return "sglang/" + re.sub(r"[^a-z0-9]+", "_", name.lower().lstrip("#")).strip("_")
+
+
+def _dated(stamp: pl.Expr, fraction: bool = True) -> pl.Expr:
+    """``YYYY-MM-DD HH:MM:SS[.ffffff]`` → datetime (ms); null for time-only stamps."""
+    seconds = stamp.str.slice(0, 19).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="ms", cache=False)
+    if not fraction:
+        return seconds
+    millis = pl.when(stamp.str.slice(19, 1) == ".").then(stamp.str.slice(20, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False))
+    return (seconds + pl.duration(milliseconds=millis.fill_null(0))).cast(pl.Datetime("ms"))
 
 
 # ---------------------------------------------------------------------------------------------
 # Eager assembly on the few kept rows
 
 
-def _assemble(path: Path, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> SGLangLog:
+def _assemble(path: Path, parts: _Parts, fmt: LogFormat) -> SGLangLog:
     file = str(path)
     notes: list[str] = []
-    counts = parts["counts"]
-    total = int(counts["last_line"].max() or 0)
+    total = parts.last_line
 
-    other = _classify(_fields(parts["other"].sort("line"), fmt), fmt)
-    stats = _refold(parts["stats"], ["key", "block"], last=True)
-    stats = _fields(stats, fmt)
-    is_request_log = pl.col("message").str.contains(r"^(?:Receive|Finish): obj=")
-    request_logs = int(stats.filter(is_request_log)["n"].sum() or 0)
-    stats = stats.filter(~is_request_log)
-    access = _refold(parts["access"], ["pre", "request", "block"], last=False)
-    access = _fields(access, fmt)
+    other = _classify(_fields(parts.other, fmt), fmt)
+    rest = _fields(parts.stats_rest, fmt)
+    access = _access_rows(parts.access, fmt)
+    anchors = _fields(parts.anchors, fmt).filter(pl.col("record"))
 
-    timeline, dated_from_mtime = _timeline(other, stats, access, path)
+    timeline, dated_from_mtime = _timeline(_time_points(other, rest, access, anchors), parts.samples, path)
     if dated_from_mtime:
         notes.append(
             f"no date anywhere in the file: time-only prefixes dated from the file's modification time ({dated_from_mtime})"
@@ -205,12 +637,15 @@ def _assemble(path: Path, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> SGL
 
     tracebacks, members, owners = _tracebacks(other, fmt)
     events = _events(file, other, tracebacks, members, owners, access, timeline, fmt)
-    metrics, stats_unparsed, stats_lines = _metrics(file, other, stats, timeline, fmt)
+    metrics, rest_unparsed = _metrics(file, other, parts, rest, timeline, fmt)
     http, access_unparsed = _http(access, timeline)
-    servers, server_notes = _servers(other, stats, timeline, total)
+    stats_lines = parts.stats_lines
+    samples = parts.sample_count
+    first_stats = min((int(f["line"].min()) for f in (parts.samples, rest) if f.height), default=None)
+    servers, server_notes = _servers(other, first_stats, _Clues.of(other, parts.evidence, rest), timeline, total)
     notes.extend(server_notes)
 
-    seen = bool(other["record"].any()) or stats.height > 0 or access.height > 0 or servers.height > 0
+    seen = bool(other["record"].any()) or samples > 0 or access.height > 0 or servers.height > 0
     if not seen:
         notes.append("no SGLang server lines in this file")
     elif stats_lines == 0:
@@ -221,17 +656,17 @@ def _assemble(path: Path, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> SGL
             )
         else:
             notes.append("no server stats lines: SGLang ran at warning level; token usage and queue depth are not visible")
-    elif stats_lines > stats.height:
+    elif stats_lines > samples:
         notes.append(
-            f"{stats_lines} Decode/Prefill stats lines kept as {stats.height} samples (the last line per second and "
+            f"{stats_lines} Decode/Prefill stats lines kept as {samples} samples (the last line per second and "
             "rank prefix); sglang/decode_lines and sglang/prefill_lines count the lines behind each sample"
         )
-    if request_logs:
-        notes.append(f"{request_logs} request log lines (Receive/Finish: obj=…) were skipped")
+    if parts.request_logs:
+        notes.append(f"{parts.request_logs} request log lines (Receive/Finish: obj=…) were skipped")
     if access_unparsed:
         notes.append(f"{access_unparsed} lines looked like HTTP access lines but were not")
 
-    unparsed = _unparsed(other, members) + stats_unparsed + access_unparsed
+    unparsed = _unparsed(other, members) + parts.stats_unparsed + rest_unparsed + access_unparsed
     return SGLangLog(
         path=file,
         metrics=metrics,
@@ -241,23 +676,6 @@ def _assemble(path: Path, parts: dict[str, pl.DataFrame], fmt: LogFormat) -> SGL
         lines=total,
         unparsed_lines=unparsed,
         notes=tuple(notes),
-    )
-
-
-def _refold(frame: pl.DataFrame, keys: list[str], last: bool) -> pl.DataFrame:
-    """Merge folds that a chunked read split in two (a no-op on the fast path)."""
-    if frame.is_empty():
-        return frame.select("line", "text", "n")
-    pick = pl.col("line").arg_max() if last else pl.col("line").arg_min()
-    return (
-        frame.group_by(keys)
-        .agg(
-            (pl.col("line").max() if last else pl.col("line").min()).alias("line"),
-            pl.col("text").get(pick).alias("text"),
-            pl.col("n").sum().alias("n"),
-        )
-        .select("line", "text", "n")
-        .sort("line")
     )
 
 
@@ -317,10 +735,28 @@ def _fields(frame: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
 def _strip_prefixes(column: pl.Series, prefixes) -> pl.Expr:
     """Remove each prefix once from the start, testing first (most files use none of them)."""
     expr = pl.col(column.name)
+    # Every prefix starts with a letter or a parenthesis: lines opening with a record cannot have one.
+    maybe = column.filter(~column.str.starts_with("["))
     for regex in prefixes:
-        if column.str.contains(regex).any():
+        if maybe.str.contains(regex).any():
             expr = expr.str.replace(regex, "")
     return expr
+
+
+def _access_rows(access: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
+    """Access groups with their fields and request (``method``, ``target``, ``endpoint``,
+    ``status``; null where the line is no access line after all)."""
+    rows = _fields(access, fmt)
+    requests = pl.DataFrame({"request": rows["request"].unique().drop_nulls()})
+    requests = requests.with_columns(pl.col("request").str.extract_groups(_REQUEST).alias("r")).unnest("r")
+    rows = rows.join(requests, on="request", how="left").sort("line")
+    valid = pl.col("message").str.contains(_ACCESS)
+    return rows.with_columns(
+        pl.when(valid).then(pl.col("method")).alias("method"),
+        pl.when(valid).then(pl.col("target")).alias("target"),
+        pl.when(valid).then(pl.col("status").cast(pl.Int64)).alias("status"),
+        pl.when(valid).then(pl.col("target").str.replace(r"\?.*$", "")).alias("endpoint"),
+    )
 
 
 def _classify(other: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
@@ -382,35 +818,43 @@ def _rank_copies(other: pl.DataFrame) -> pl.DataFrame:
 # Time
 
 
-def _timeline(other: pl.DataFrame, stats: pl.DataFrame, access: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, str | None]:
+def _time_points(other: pl.DataFrame, rest: pl.DataFrame, access: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    """Every kept line that tells a time: ``line``, ``stamp`` (a record's or Python logging time,
+    maybe without a date) and ``dt`` (an AReaL wrapper line's full timestamp)."""
+    areal_fmt = load_format("areal")
+    no_dt = pl.lit(None, pl.Datetime("ms")).alias("dt")
+    return pl.concat(
+        [
+            other.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt),
+            other.filter(pl.col("areal")).select(
+                "line",
+                pl.lit(None, pl.String).alias("stamp"),
+                pl.col("areal_time").str.strptime(pl.Datetime("ms"), areal_fmt.timestamp_format, strict=False).alias("dt"),
+            ),
+            other.filter(~pl.col("record") & pl.col("pytime").is_not_null()).select("line", pl.col("pytime").alias("stamp"), no_dt),
+            *(f.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt) for f in (rest, access, anchors)),
+        ]
+    )
+
+
+def _timeline(points: pl.DataFrame, samples: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, str | None]:
     """Every timed line → its full timestamp; time-only prefixes get their date resolved.
 
     The date of a time-only line comes from the nearest dated line before it (an SGLang
     record with a date, an AReaL wrapper line, a Python logging line), plus one day for each
     time the clock went back by more than an hour since. Before the first dated line the first
     one after it is used; with no dated line at all, the file's modification date is the date
-    of its last line.
+    of its last line. Stats samples (``samples``) only join when some prefix lacks a date.
     """
-    areal_fmt = load_format("areal")
-    parts = [
-        other.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), pl.lit(None, pl.Datetime("ms")).alias("dt")),
-        other.filter(pl.col("areal")).select(
-            "line",
-            pl.lit(None, pl.String).alias("stamp"),
-            pl.col("areal_time").str.strptime(pl.Datetime("ms"), areal_fmt.timestamp_format, strict=False).alias("dt"),
-        ),
-        other.filter(~pl.col("record") & pl.col("pytime").is_not_null()).select(
-            "line", pl.col("pytime").alias("stamp"), pl.lit(None, pl.Datetime("ms")).alias("dt")
-        ),
-        stats.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), pl.lit(None, pl.Datetime("ms")).alias("dt")),
-        access.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), pl.lit(None, pl.Datetime("ms")).alias("dt")),
-    ]
-    tl = pl.concat(parts).unique("line", keep="first").sort("line")
-    dated = pl.col("stamp").str.strptime(pl.Datetime("ms"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    tl = points.with_columns(pl.coalesce("dt", _dated(pl.col("stamp"))).alias("dt"))
+    if not (tl.filter(pl.col("dt").is_null() & pl.col("stamp").is_not_null()).height or samples["stamp"].is_not_null().any()):
+        tl = tl.filter(pl.col("dt").is_not_null()).unique("line", keep="first", maintain_order=True).sort("line")
+        return tl.select("line", pl.col("dt").alias("time")), None
+    tl = pl.concat([tl, samples.select(tl.columns)]).unique("line", keep="first", maintain_order=True).sort("line")
     clock = pl.concat_str(pl.lit("1970-01-01 "), pl.col("stamp")).str.strptime(
         pl.Datetime("ms"), "%Y-%m-%d %H:%M:%S%.f", strict=False
     )
-    tl = tl.with_columns(pl.coalesce("dt", dated).alias("dt"), clock.alias("clock"))
+    tl = tl.with_columns(clock.alias("clock"))
     tl = tl.with_columns(
         pl.coalesce(
             (pl.col("dt") - pl.col("dt").dt.truncate("1d")).dt.total_milliseconds(),
@@ -574,12 +1018,8 @@ def _events(
     frames = [plain]
     if tracebacks:
         frames.append(pl.DataFrame(tracebacks, schema={"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}))
-    parsed = access.with_columns(pl.col("message").str.extract_groups(_ACCESS).alias("a")).unnest("a")
     for endpoint, status, kind, level in _ACCESS_EVENTS:
-        hit = parsed.filter(
-            pl.col("target").str.replace(r"\?.*$", "").str.contains(endpoint)
-            & (pl.col("status").cast(pl.Int64, strict=False) >= status)
-        )
+        hit = access.filter(pl.col("endpoint").str.contains(endpoint) & (pl.col("status") >= status))
         if hit.height:
             frames.append(hit.select("line", pl.lit(kind).alias("kind"), pl.lit(level).alias("severity"), pl.col("clean").alias("message")))
     events = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames])
@@ -605,47 +1045,39 @@ def _unparsed(other: pl.DataFrame, members: set[int]) -> int:
     ).height
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # Metrics
 
 
 def _metrics(
-    file: str, other: pl.DataFrame, stats: pl.DataFrame, timeline: pl.DataFrame, fmt: LogFormat
-) -> tuple[pl.DataFrame, int, int]:
-    """Stats samples (by field name) and startup/memory lines → long-form metric rows."""
-    sampled = _stats_metrics(stats)
-    frames = []
-    records = other.filter(pl.col("record") & ~pl.col("rank_copy"))
-    for pattern in fmt.metrics:
-        found = records.filter(pl.col("message").str.contains(pattern.literal, literal=True))
-        if found.is_empty():
-            continue
-        found = found.with_columns(pl.col("message").str.extract_groups(pattern.regex).alias("g")).unnest("g")
-        values = pl.concat(
-            found.select("line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value"))
-            for group, key in pattern.keys.items()
-        ).drop_nulls("value")
-        # Groups that name the same key add up (K size + V size = KV cache size).
-        frames.append(values.group_by("line", "key", maintain_order=True).agg(pl.col("value").sum()))
-    lined = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames]) if frames else sampled.clear()
-    # Patterns may overlap (two name the same value on one line): the first one wins.
-    lined = lined.unique(["line", "key"], keep="first", maintain_order=True)
-    metrics = pl.concat([sampled, lined])
-    metrics = _time_at(metrics, timeline, exact=True).with_columns(pl.lit(file).alias("file"))
-    stats_lines = int(stats["n"].sum() or 0) if stats.height else 0
+    file: str, other: pl.DataFrame, parts: _Parts, rest: pl.DataFrame, timeline: pl.DataFrame, fmt: LogFormat
+) -> tuple[pl.DataFrame, int]:
+    """Values the batches parsed (stats samples, plain records' startup/memory values), plus the
+    samples left to :func:`_generic_stats` and the other records' values → long-form metric
+    rows; also the left samples without any value."""
+    stats, measured = parts.stats_metrics, parts.measured
+    sampled = _generic_stats(rest)
+    records = other.filter(pl.col("record") & ~pl.col("rank_copy") & ~pl.col("line").is_in(measured["line"].implode()))
+    lined = _line_metrics(records, fmt.metrics)
+    few = _time_at(pl.concat([sampled, lined]), timeline, exact=True).select(stats.columns)
+    # Time-only samples got no time in their batch: they take it from the timeline.
+    undated = stats["time"].is_null()
+    if undated.any():
+        stats = pl.concat([stats.filter(~undated), _time_at(stats.filter(undated), timeline, exact=True).select(stats.columns)])
+        stats = stats.sort("line", maintain_order=True)
+    if few.height:
+        stats = stats.merge_sorted(few.sort("line", maintain_order=True), key="line")
+    metrics = stats.with_columns(pl.lit(file).alias("file"))
     parsed = sampled["line"].unique().implode()
-    unparsed = int(stats.filter(~pl.col("line").is_in(parsed))["n"].sum() or 0) if stats.height else 0
-    return conform(metrics.sort("line"), METRIC_SCHEMA), unparsed, stats_lines
+    unparsed = int(rest.filter(~pl.col("line").is_in(parsed))["n"].sum() or 0) if rest.height else 0
+    return conform(metrics, METRIC_SCHEMA), unparsed
 
 
-def _normal_key(name: str, aliases: dict[str, str]) -> str:
-    if name in aliases:
-        return "sglang/" + aliases[name]
-    return "sglang/" + re.sub(r"[^a-z0-9]+", "_", name.lower().lstrip("#")).strip("_")
-
-
-def _stats_metrics(stats: pl.DataFrame) -> pl.DataFrame:
-    """``Decode batch``/``Prefill batch`` samples → one row per field, found by field name."""
+def _generic_stats(stats: pl.DataFrame) -> pl.DataFrame:
+    """Samples no shape fitted (mixed chunks, forward counters, records after a tqdm bar) → one
+    row per field, found by field name."""
     empty = pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
     if stats.is_empty():
         return empty
@@ -698,15 +1130,10 @@ def _stats_metrics(stats: pl.DataFrame) -> pl.DataFrame:
 def _http(access: pl.DataFrame, timeline: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     if access.is_empty():
         return pl.DataFrame(schema=HTTP_SCHEMA), 0
-    parsed = access.with_columns(pl.col("message").str.extract_groups(_ACCESS).alias("a")).unnest("a")
-    bad = int(parsed.filter(pl.col("status").is_null())["n"].sum() or 0)
-    good = _time_at(parsed.filter(pl.col("status").is_not_null()), timeline)
+    bad = int(access.filter(pl.col("status").is_null())["n"].sum() or 0)
+    good = _time_at(access.filter(pl.col("status").is_not_null()), timeline)
     http = (
-        good.with_columns(
-            pl.col("time").dt.truncate("1m").alias("minute"),
-            pl.col("target").str.replace(r"\?.*$", "").alias("endpoint"),
-            pl.col("status").cast(pl.Int64),
-        )
+        good.with_columns(pl.col("time").dt.truncate("1m").alias("minute"))
         .group_by("minute", "endpoint", "method", "status")
         .agg(pl.col("n").sum().alias("count"), pl.col("line").min().alias("first_line"))
         .sort("minute", "first_line")
@@ -758,21 +1185,25 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
     """Tell server instances apart: each launch starts one; startup and ready lines join the
     instance still starting (same port when the line names one)."""
     out: list[_Instance] = []
+    running: list[_Instance] = []  # not ended, in launch order
 
     def start(line: int, port: int | None, launched: bool = True) -> None:
-        starting = [i for i in out if i.ready_line is None and not i.ended]
+        starting = [i for i in running if i.ready_line is None]
         group = starting[0].group if starting else (out[-1].group + 1 if out else 0)
         out.append(_Instance(first_line=line, port=port, group=group, launched=launched))
+        running.append(out[-1])
 
     def fits(inst: _Instance, port: int | None) -> bool:
         return port is None or inst.port is None or inst.port == port
 
     for line, what, port in markers:
-        starting = [i for i in out if i.ready_line is None and not i.ended and fits(i, port)]
+        starting = [i for i in running if i.ready_line is None and fits(i, port)]
         if what == "exit":
-            alive = [i for i in out if not i.ended and fits(i, port)]
+            alive = [i for i in running if fits(i, port)]
             if alive:
-                next((i for i in alive if port is not None and i.port == port), alive[-1]).ended = True
+                ended = next((i for i in alive if port is not None and i.port == port), alive[-1])
+                ended.ended = True
+                running.remove(ended)
         elif what == "launch":
             start(line, port)
         elif what == "args":
@@ -801,13 +1232,17 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
 
 
 def _servers(
-    other: pl.DataFrame, stats: pl.DataFrame, timeline: pl.DataFrame, total: int
+    other: pl.DataFrame,
+    first_stats: int | None,
+    clues: _Clues,
+    timeline: pl.DataFrame,
+    total: int,
 ) -> tuple[pl.DataFrame, list[str]]:
     """One row per server instance, its line range, port and a version range from line shapes."""
     notes: list[str] = []
     instances = _instances(_markers(other))
-    sglang_lines = pl.concat([other.filter(pl.col("record")).select("line"), stats.select("line")])["line"]
-    first_sglang = int(sglang_lines.min()) if len(sglang_lines) else None
+    firsts = [int(other.filter(pl.col("record"))["line"].min() or 0) or None, first_stats]
+    first_sglang = min((line for line in firsts if line is not None), default=None)
     if first_sglang is None and not instances:
         return pl.DataFrame(schema=SERVER_SCHEMA), notes
     if not instances:
@@ -824,7 +1259,6 @@ def _servers(
             instances.insert(0, _Instance(first_line=first_sglang, port=None, group=0, launched=False))
         else:
             instances[0].first_line = first_sglang
-    evidence = _version_evidence(other, stats)
     groups: dict[int, list[_Instance]] = {}
     for inst in instances:
         groups.setdefault(inst.group, []).append(inst)
@@ -834,7 +1268,7 @@ def _servers(
         members = groups[g]
         end = groups[order[gi + 1]][0].first_line - 1 if gi + 1 < len(order) else total
         begin = members[0].first_line
-        hint = _version_hint(evidence, other, begin, end)
+        hint = clues.hint(begin, end)
         if len(members) > 1:
             ports = ", ".join(str(i.port) for i in members if i.port is not None) or "unknown"
             notes.append(
@@ -881,55 +1315,94 @@ def _version_rules() -> tuple[list[str], list[tuple[str, str, str, frozenset[int
     return known, rules
 
 
-def _version_evidence(other: pl.DataFrame, stats: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The few lines that can tell versions apart: records holding a rule's literal, and one
-    stats line per shape (numbers blanked) and rank-tag presence."""
+@dataclass(frozen=True)
+class _Clues:
+    """The few lines that can tell SGLang versions apart, looked up by line range: records
+    holding a rule's literal, a few stats lines per shape and rank-tag presence (from the
+    batches; for the samples left to the generic parser, per shape with numbers blanked), and
+    which timed lines have a date."""
+
+    record_lines: list[int]
+    records: list[str]
+    stats_lines: list[int]
+    stats: list[str]
+    untagged: list[bool]
+    stamp_lines: list[int]
+    time_only: list[int]  # running counts, one longer than stamp_lines
+    dated: list[int]
+
+    @staticmethod
+    def of(other: pl.DataFrame, shapes: pl.DataFrame, rest: pl.DataFrame) -> _Clues:
+        _, rules = _version_rules()
+        literals = sorted({lit for scope, lit, _, _ in rules if scope == "record" and lit})
+        records = other.filter(pl.col("record") & pl.col("message").str.contains_any(literals)).select("line", "message")
+        left = (
+            rest.filter(pl.col("record"))
+            .select("line", "message", "time", (pl.col("tags") == "").alias("untagged"))
+            .with_columns(pl.col("message").str.replace_all(r"\d+(?:\.\d+)?", "0").alias("shape"))
+        )
+        left = _ends(left, ["shape", "untagged"]).drop("shape")
+        shapes = pl.concat([shapes, left]).unique("line").sort("line")
+        stamps = pl.concat([other.filter(pl.col("record")).select("line", "time"), shapes.select("line", "time")]).sort("line")
+
+        def running(regex: str) -> list[int]:
+            return [0, *accumulate(stamps["time"].str.contains(regex).fill_null(False).cast(pl.Int64).to_list())]
+
+        return _Clues(
+            records["line"].to_list(),
+            records["message"].to_list(),
+            shapes["line"].to_list(),
+            shapes["message"].to_list(),
+            shapes["untagged"].to_list(),
+            stamps["line"].to_list(),
+            running(r"^\d{2}:"),
+            running(r"^\d{4}-"),
+        )
+
+    def hint(self, begin: int, end: int) -> str | None:
+        """The SGLang versions whose line shapes match those seen in lines ``begin``–``end``."""
+        known, rules = _version_rules()
+
+        def within(lines: list[int]) -> slice:
+            return slice(bisect_left(lines, begin), bisect_right(lines, end))
+
+        records, stats, stamps = within(self.record_lines), within(self.stats_lines), within(self.stamp_lines)
+        flags = {
+            "time_only": self.time_only[stamps.stop] > self.time_only[stamps.start],
+            "dated": self.dated[stamps.stop] > self.dated[stamps.start],
+            "untagged_stats": any(self.untagged[stats]),
+        }
+        hits = set(_flag_rules(flags)).union(
+            *(_rule_hits("record", m) for m in set(self.records[records])),
+            *(_rule_hits("stats", m) for m in set(self.stats[stats])),
+        )
+        if not hits:
+            return None
+        possible = set(range(len(known)))
+        for i in hits:
+            possible &= rules[i][3]
+        return _version_range(possible, known)
+
+
+def _flag_rules(flags: dict[str, bool]) -> list[int]:
+    """The version rules that hold for a line range through its flags (dated, time-only, …)."""
     _, rules = _version_rules()
-    literals = sorted({lit for scope, lit, _, _ in rules if scope == "record" and lit})
-    records = other.filter(pl.col("record") & pl.col("message").str.contains_any(literals)).select("line", "message")
-    shapes = (
-        stats.filter(pl.col("record"))
-        .select("line", "message", "time", (pl.col("tags") == "").alias("untagged"))
-        .with_columns(pl.col("message").str.replace_all(r"\d+(?:\.\d+)?", "0").alias("shape"))
+    return [i for i, (scope, _, _, _) in enumerate(rules) if flags.get(scope, False)]
+
+
+@cache
+def _rule_hits(kind: str, message: str) -> frozenset[int]:
+    """The version rules one record (``kind="record"``) or stats message matches."""
+    _, rules = _version_rules()
+    scopes = {"record"} if kind == "record" else {"stats", "decode" if message.startswith("Decode") else "", "prefill" if message.startswith("Prefill") else ""}
+    return frozenset(
+        i for i, (scope, literal, regex, _) in enumerate(rules) if scope in scopes and literal in message and re.search(regex, message)
     )
-    # One stats line per shape is enough, but keep each shape's first and last line so that a
-    # file holding two servers' ranges still sees the shape in both.
-    shapes = pl.concat([shapes.unique(["shape", "untagged"], keep="first"), shapes.unique(["shape", "untagged"], keep="last")])
-    return records, shapes.unique("line")
 
 
-def _version_hint(evidence: tuple[pl.DataFrame, pl.DataFrame], other: pl.DataFrame, begin: int, end: int) -> str | None:
-    """The SGLang versions whose line shapes match those seen in lines ``begin``–``end``."""
-    known, rules = _version_rules()
-    records, shapes = evidence
-    inside = pl.col("line").is_between(begin, end)
-    record_messages = records.filter(inside)["message"].to_list()
-    samples = shapes.filter(inside)
-    stats_messages = samples["message"].to_list()
-    stamps = pl.concat([other.filter(inside & pl.col("record"))["time"], samples["time"]])
-    scopes = {
-        "record": record_messages,
-        "stats": stats_messages,
-        "decode": [m for m in stats_messages if m.startswith("Decode")],
-        "prefill": [m for m in stats_messages if m.startswith("Prefill")],
-    }
-    flags = {
-        "time_only": bool(stamps.str.contains(r"^\d{2}:").any()),
-        "dated": bool(stamps.str.contains(r"^\d{4}-").any()),
-        "untagged_stats": bool(samples["untagged"].any()),
-    }
-    possible = set(range(len(known)))
-    seen = False
-    for scope, literal, regex, allowed in rules:
-        if scope in flags:
-            hit = flags[scope]
-        else:
-            pattern = re.compile(regex)
-            hit = any(pattern.search(m) for m in scopes[scope] if literal in m)
-        if hit:
-            seen = True
-            possible &= allowed
-    if not seen or len(possible) == len(known):
+def _version_range(possible: set[int], known: list[str]) -> str | None:
+    """``0.4.10-0.5.3``, ``>=0.5.10``, ``0.3.1-0.4.3 or 0.4.7`` … for a set of version indexes."""
+    if len(possible) == len(known):
         return None
     if not possible:
         return "conflicting (several versions?)"
