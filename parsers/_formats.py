@@ -95,38 +95,39 @@ def _compiled(regex: str, where: str) -> str:
     return regex
 
 
+def _items(data: dict[str, Any], section: str, where: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{where}: {section}[{i}]", item) for i, item in enumerate(data.get(section, []))]
+
+
+def _samples(item: dict[str, Any], here: str) -> tuple[str, ...]:
+    samples = tuple(_require(item, "samples", here))
+    if not samples:
+        raise FormatDefinitionError(f"{here}: a pattern needs at least one sample")
+    return samples
+
+
 def parse_format(data: dict[str, Any], where: str) -> LogFormat:
     """Build a :class:`LogFormat` from its JSON object, checking what can be checked."""
     line = _require(data, "line", where)
-    events = []
-    for i, item in enumerate(data.get("events", [])):
-        here = f"{where}: events[{i}]"
-        samples = tuple(_require(item, "samples", here))
-        if not samples:
-            raise FormatDefinitionError(f"{here}: a pattern needs at least one sample")
-        events.append(
-            EventPattern(
-                kind=_require(item, "kind", here),
-                severity=_require(item, "severity", here),
-                regex=_compiled(_require(item, "regex", here), here),
-                samples=samples,
-            )
+    events = [
+        EventPattern(
+            kind=_require(item, "kind", here),
+            severity=_require(item, "severity", here),
+            regex=_compiled(_require(item, "regex", here), here),
+            samples=_samples(item, here),
         )
-    metrics = []
-    for i, item in enumerate(data.get("metrics", [])):
-        here = f"{where}: metrics[{i}]"
-        samples = tuple(_require(item, "samples", here))
-        if not samples:
-            raise FormatDefinitionError(f"{here}: a pattern needs at least one sample")
-        metrics.append(
-            MetricPattern(
-                name=_require(item, "name", here),
-                literal=_require(item, "literal", here),
-                regex=_compiled(_require(item, "regex", here), here),
-                keys=dict(_require(item, "keys", here)),
-                samples=samples,
-            )
+        for here, item in _items(data, "events", where)
+    ]
+    metrics = [
+        MetricPattern(
+            name=_require(item, "name", here),
+            literal=_require(item, "literal", here),
+            regex=_compiled(_require(item, "regex", here), here),
+            keys=dict(_require(item, "keys", here)),
+            samples=_samples(item, here),
         )
+        for here, item in _items(data, "metrics", where)
+    ]
     tracebacks = data.get("tracebacks", {})
     return LogFormat(
         name=_require(data, "name", where),
