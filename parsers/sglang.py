@@ -8,14 +8,15 @@ tracebacks, NCCL/C++ output and bare ``Killed`` lines.
 
 Work is split in two:
 
-- :func:`_reduce` shrinks one batch of lines (a quarter million at a time, two batches in
-  flight) to what matters, with literal checks and cheap slices before any regex. HTTP access
-  lines become counts per minute, request and block (failed requests stay single lines: they
-  are events). ``Decode batch``/``Prefill batch`` lines are sampled to the last line per second
-  and rank prefix, and the samples are parsed by line shape straight into metric values. Dated
+- :func:`_reduce` shrinks one batch of lines (a quarter million, two batches at a time in
+  threads) to what matters, with literal checks and slices before any regex. HTTP access
+  lines become counts per minute and request (failed requests stay single lines: they are
+  events). ``Decode batch``/``Prefill batch`` lines are sampled to the last line per second and
+  rank prefix, and the samples are parsed by line shape straight into metric values. Dated
   records that can only tell the time are kept once per block, tqdm bars not at all. The rest
   (startup, failures, tracebacks, AReaL wrapper lines) is kept whole, plus the timed line just
-  before each untimed one, so an info-level log of gigabytes leaves a few hundred thousand rows.
+  before each untimed one, so an info-level log of gigabytes leaves a few hundred thousand rows
+  besides the metric values.
 - :func:`_assemble` parses those rows eagerly: record fields, dates for time-only prefixes,
   tracebacks, server instances, metrics and events.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +76,14 @@ _REQUEST_LOG = r"\] (?:Receive|Finish): obj="
 #: later never lands in the same fold. Batches hold whole blocks, so no fold spans two batches.
 _FOLD_BLOCK = 4096
 _BATCH_LINES = 64 * _FOLD_BLOCK
-_IN_FLIGHT = 3
+_WORKERS = 2
+#: Stats line layouts learnt per batch; lines of further layouts go to the generic parser.
+_MAX_SHAPES = 8
 _ROLLOVER_MS = 3_600_000
 _PYLOG_TIME = r"^(?P<pylevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<pytime>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(?P<pyms>\d{3}):"
 _RECORD_ANYWHERE = r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?: [A-Z_]+\d+)*\] ?"
 #: A line that carries its own time: a record prefix at its start.
 _TIMED_AT_START = r"^\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"
-#: A dated record without rank tags, with its level: what a record that only tells the time looks like.
-_DATED_HEAD = r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?\] ?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+)?"
 _LEVEL = r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"
 #: The AReaL logger's line head (``(AReaL) 20251111-09:00:01.200 name LEVEL: ``): its timestamp.
 _AREAL_HEAD = r"^(?:\(AReaL\) )?(\d{8}-\d{2}:\d{2}:\d{2}\.\d{3}) \S"
@@ -182,11 +181,11 @@ def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
 def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules) -> _Parts:
     """Reduce every batch, two at a time (Polars releases the GIL), keeping file order."""
     done: list[_Parts] = []
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
         running: deque = deque()
         for batch in batches:
             running.append(pool.submit(_reduce, batch, rules))
-            if len(running) >= _IN_FLIGHT:
+            if len(running) >= _WORKERS:
                 done.append(running.popleft().result())
         done.extend(future.result() for future in running)
     if not done:
@@ -196,35 +195,44 @@ def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules) -> _Parts:
 
 @dataclass(frozen=True)
 class _Rules:
-    """Regexes and literals the batch pass needs, built once per format."""
+    """Regexes and literals the batches need, built once per format."""
 
     any_event: str
+    #: Metric and version-rule literals: a record holding one is worth keeping.
     literals: list[str]
     markers: str
     tqdm: str
     head: str
-    metrics: tuple[MetricPattern, ...]
 
     @staticmethod
     def of(fmt: LogFormat) -> _Rules:
         _, version_rules = _version_rules()
-        literals = {p.literal for p in fmt.metrics} | {lit for scope, lit, _, _ in version_rules if scope == "record" and lit}
-        markers = "|".join(f"(?:{regex})" for what, column, regex, _ in _MARKERS if column == "message")
-        return _Rules(fmt.any_event, sorted(literals), markers, _extras()["understood"]["tqdm"], _extras()["head"], fmt.metrics)
+        records = {lit for scope, lit, _, _ in version_rules if scope == "record" and lit}
+        markers = "|".join(f"(?:{regex})" for _, column, regex, _ in _MARKERS if column == "message")
+        extras = _extras()
+        literals = sorted({p.literal for p in fmt.metrics} | records)
+        return _Rules(fmt.any_event, literals, markers, extras["understood"]["tqdm"], extras["head"])
 
 
 @dataclass
 class _Parts:
-    """What the batches leave (each frame concatenated in file order) and their counts."""
+    """What the batches leave (frames concatenated in file order) and their counts.
+
+    Stats values stay one frame per batch (``metrics``, each in line order, the batch ending at
+    line ``ends[i]``): the few values found later are merged in batch by batch. ``samples`` are
+    the stats samples the timeline may need (see :func:`_clock`), ``clues`` what tells versions
+    apart (see :class:`_Clues`).
+    """
 
     other: pl.DataFrame
     anchors: pl.DataFrame
     access: pl.DataFrame
     samples: pl.DataFrame
     stats_rest: pl.DataFrame
-    stats_metrics: pl.DataFrame
-    evidence: pl.DataFrame
-    measured: pl.DataFrame
+    clues: pl.DataFrame
+    metrics: list[pl.DataFrame]
+    ends: list[int]
+    first_sample: int | None = None
     last_line: int = 0
     request_logs: int = 0
     stats_lines: int = 0
@@ -234,45 +242,51 @@ class _Parts:
     @staticmethod
     def merge(parts: list[_Parts]) -> _Parts:
         frames = {name: pl.concat([getattr(p, name) for p in parts]) for name in _FRAMES}
-        counts = {name: sum(getattr(p, name) for p in parts) for name in ("request_logs", "stats_lines", "sample_count", "stats_unparsed")}
-        return _Parts(**frames, last_line=max(p.last_line for p in parts), **counts)
+        counts = {name: sum(getattr(p, name) for p in parts) for name in _COUNTS}
+        return _Parts(
+            **frames,
+            metrics=[m for p in parts for m in p.metrics],
+            ends=[e for p in parts for e in p.ends],
+            first_sample=min((p.first_sample for p in parts if p.first_sample is not None), default=None),
+            last_line=max(p.last_line for p in parts),
+            **counts,
+        )
 
 
-_FRAMES = ("other", "anchors", "access", "samples", "stats_rest", "stats_metrics", "evidence", "measured")
+_FRAMES = ("other", "anchors", "access", "samples", "stats_rest", "clues")
+_COUNTS = ("request_logs", "stats_lines", "sample_count", "stats_unparsed")
 
 
 def _copy(column: str) -> pl.Expr:
-    """A fresh copy of a string column: kept rows must not pin the whole batch in memory."""
+    """A compact copy of a string column. Rows picked out of a batch still point into it: kept
+    rows would pin the batch in memory, and rows read many times are read faster compact."""
     return pl.concat_str(pl.col(column), pl.lit("")).alias(column)
 
 
 def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
-    """Sort one batch's lines into access, stats, request-log and other lines; fold the bulk."""
-    text = pl.col("text")
+    """Sort one batch's lines into access, request-log, stats and other lines; fold the bulk."""
     batch = batch.select(pl.col("line").cast(pl.Int64), "text")
     access, rest = _split_access(batch)
-    rest = rest.filter(text.str.len_bytes() > 0)
+    rest = rest.filter(pl.col("text").str.len_bytes() > 0)
     is_request_log = _matches(rest["text"], ": obj=", _REQUEST_LOG)
     rest, request_logs = rest.filter(~is_request_log), int(is_request_log.sum())
     is_stats = _matches(rest["text"], " batch", _STATS)
     stats, other = rest.filter(is_stats), rest.filter(~is_stats)
-    records, lines, quiet, bars = _sort_other(other, rules)
-    kept = pl.concat([records, lines])
+    kept, quiet, bars = _sort_other(other, rules)
     fast, slow = _stats_samples(stats, rules)
-    stats_metrics, evidence, left, unparsed = _parse_samples(fast)
-    measured = _record_metrics(records, rules)
-    # Both in line order: the stable sort merges them.
-    stats_metrics = pl.concat([stats_metrics, measured]).sort("line", maintain_order=True) if measured.height else stats_metrics
+    metrics, clues, left, unparsed = _parse_samples(fast)
     last_line = int(batch["line"][-1]) if batch.height else 0
+    firsts = [int(f["line"][0]) for f in (fast, slow) if f.height]
     return _Parts(
         other=pl.concat([kept, quiet]).sort("line").with_columns(_copy("text")),
         anchors=_anchors(batch, kept, bars),
         access=_access_groups(access),
-        samples=fast.select("line", "stamp", "dt"),
+        samples=_clock(fast),
         stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
-        stats_metrics=stats_metrics,
-        evidence=evidence,
-        measured=records.select("line"),
+        clues=clues,
+        metrics=[metrics],
+        ends=[last_line],
+        first_sample=min(firsts, default=None),
         last_line=last_line,
         request_logs=request_logs,
         stats_lines=stats.height,
@@ -281,26 +295,35 @@ def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
     )
 
 
+def _clock(samples: pl.DataFrame) -> pl.DataFrame:
+    """The samples the timeline may need: those whose time lacks a date, and the first and last
+    dated one of each block (the dates around them)."""
+    block = pl.col("line") // _FOLD_BLOCK
+    ends = block.is_first_distinct() | block.is_last_distinct()
+    undated = pl.col("stamp").is_not_null()
+    return samples.filter(undated | (pl.col("dt").is_not_null() & ends)).select("line", "stamp", "dt")
+
+
 def _split_access(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """HTTP access lines (with ``minute``: their first 18 characters, and ``request``: what
     follows the first `` - "``) and a compact copy of the other lines.
 
-    Operations on a whole batch are cheap, on lines picked out of it several times dearer (and
-    the rest is read many times): requests are cut from the whole batch and tested once per
-    distinct request.
+    Slices over the whole batch are cheap, over lines picked out of it dearer: requests are cut
+    from the whole batch and tested once per distinct request.
     """
     texts = batch["text"]
     request = texts.str.slice(texts.str.find(' - "', literal=True) + 4)
     requests = request.unique().drop_nulls()
-    is_access = request.is_in(requests.filter(requests.str.contains(_ACCESS_HINT)).implode()).fill_null(False)
+    http = requests.filter(requests.str.contains(_ACCESS_HINT)).implode()
+    is_access = request.is_in(http).fill_null(False)
     access = batch.with_columns(texts.str.slice(0, 18).alias("minute"), request.alias("request")).filter(is_access)
     rest = batch.filter(~is_access).with_columns(_copy("text"))
     # The hint elsewhere in a line: an access line that does not parse.
     hinted = rest["text"].str.contains(_ACCESS_HINT)
     if hinted.any():
-        odd = rest.filter(hinted)
-        at = pl.col("text").str.find(' - "', literal=True)
-        odd = odd.with_columns(pl.col("text").str.slice(0, 18).alias("minute"), pl.col("text").str.slice(at + 4).alias("request"))
+        text = pl.col("text")
+        request = text.str.slice(text.str.find(' - "', literal=True) + 4)
+        odd = rest.filter(hinted).with_columns(text.str.slice(0, 18).alias("minute"), request.alias("request"))
         access, rest = pl.concat([access, odd]).sort("line"), rest.filter(~hinted)
     return access, rest
 
@@ -313,70 +336,45 @@ def _matches(texts: pl.Series, literal: str, regex: str) -> pl.Series:
     return hit
 
 
-def _sort_other(other: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Split the remaining lines into kept ``[YYYY-MM-DD HH:MM:SS] message`` records, other kept
-    lines, quiet records (one kept per block) and tqdm bars.
+def _sort_other(other: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Split the remaining lines into kept lines, quiet records (one kept per block) and tqdm bars.
 
     A quiet record is a ``[YYYY-MM-DD HH:MM:SS] message`` line whose message is no event,
     metric, server marker, version clue, traceback start or logger level: it can only tell the
     time. A bar is a tqdm line with no record, event, level or timestamp in it.
     """
     texts = other["text"]
-    is_record = texts.str.slice(0, 22).str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] $") & ~texts.str.contains("\x1b", literal=True)
+    plain = texts.str.slice(0, 22).str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] $")
+    is_record = plain & ~texts.str.contains("\x1b", literal=True)
     records, rest = other.filter(is_record), other.filter(~is_record)
-    messages = records["text"].str.slice(22)
+    messages = records["text"].str.slice(22).str.strip_chars_end()
     # Records repeat a handful of messages: the regexes run on the distinct ones.
-    distinct = messages.unique().str.strip_chars_end()
-    telling = (
+    distinct = messages.unique()
+    telling = distinct.filter(
         distinct.str.contains(rules.any_event)
         | distinct.str.contains_any(rules.literals)
         | distinct.str.contains(rules.markers)
         | distinct.str.ends_with("Traceback (most recent call last):")
         | distinct.str.contains(r"^[A-Z]+:|\x1b")
     )
-    is_quiet = ~messages.str.strip_chars_end().is_in(distinct.filter(telling).implode())
-    is_bar = rest["text"].str.contains(rules.tqdm)
-    if is_bar.any():
-        bars = rest["text"].filter(is_bar)
-        telling = bars.str.contains(_RECORD_ANYWHERE) | bars.str.contains(rules.any_event) | bars.str.contains(r"^[\d(\x1b]|^(?:DEBUG|INFO|WARNING):|ERROR|CRITICAL")
-        is_bar = is_bar.scatter(is_bar.arg_true(), ~telling)
+    is_quiet = ~messages.is_in(telling.implode())
     quiet = (
         records.filter(is_quiet)
         .with_columns((pl.col("line") // _FOLD_BLOCK).alias("block"))
         .unique("block", keep="first", maintain_order=True)
         .drop("block")
     )
-    return records.filter(~is_quiet), rest.filter(~is_bar), quiet, rest.filter(is_bar)
-
-
-def _record_metrics(records: pl.DataFrame, rules: _Rules) -> pl.DataFrame:
-    """Startup and memory values of ``[YYYY-MM-DD HH:MM:SS] message`` records, with their time
-    (untagged records are never a rank's copy, so they need not wait for the whole file)."""
-    message = pl.col("text").str.slice(22).str.replace(_LEVEL, "").str.strip_chars_end()
-    values = _line_metrics(records.select("line", message.alias("message")), rules.metrics)
-    times = records.select("line", _dated(pl.col("text").str.slice(1, 19), fraction=False).alias("time"))
-    return values.join(times, on="line", how="left").select("line", "time", "key", "value").sort("line", maintain_order=True)
-
-
-def _line_metrics(records: pl.DataFrame, patterns: Iterable[MetricPattern]) -> pl.DataFrame:
-    """Values that metric patterns name in records' ``message`` → ``line``, ``key``, ``value``."""
-    frames = []
-    for pattern in patterns:
-        found = records.filter(pl.col("message").str.contains(pattern.literal, literal=True))
-        if found.is_empty():
-            continue
-        found = found.with_columns(pl.col("message").str.extract_groups(pattern.regex).alias("g")).unnest("g")
-        values = pl.concat(
-            found.select("line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value"))
-            for group, key in pattern.keys.items()
-        ).drop_nulls("value")
-        # Groups that name the same key add up (K size + V size = KV cache size).
-        frames.append(values.group_by("line", "key", maintain_order=True).agg(pl.col("value").sum()))
-    if not frames:
-        return pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
-    lined = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames])
-    # Patterns may overlap (two name the same value on one line): the first one wins.
-    return lined.unique(["line", "key"], keep="first", maintain_order=True)
+    is_bar = rest["text"].str.contains(rules.tqdm)
+    if is_bar.any():
+        bars = rest["text"].filter(is_bar)
+        telling = (
+            bars.str.contains(_RECORD_ANYWHERE)
+            | bars.str.contains(rules.any_event)
+            | bars.str.contains(r"^[\d(\x1b]|^(?:DEBUG|INFO|WARNING):|ERROR|CRITICAL")
+        )
+        is_bar = is_bar.scatter(is_bar.arg_true(), ~telling)
+    kept = pl.concat([records.filter(~is_quiet), rest.filter(~is_bar)])
+    return kept, quiet, rest.filter(is_bar)
 
 
 def _anchors(batch: pl.DataFrame, kept: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
@@ -393,7 +391,8 @@ def _anchors(batch: pl.DataFrame, kept: pl.DataFrame, bars: pl.DataFrame) -> pl.
         return batch.clear().select("line", "text")
     before = timed.search_sorted(waiting.cast(timed.dtype)).cast(pl.Int64) - 1
     picks = pl.concat([timed.gather(before.filter(before >= 0)), timed.tail(1)]).unique()
-    return batch[picks.filter(~picks.is_in(kept_at.cast(picks.dtype).implode()))].select("line", _copy("text"))
+    picks = picks.filter(~picks.is_in(kept_at.cast(picks.dtype).implode()))
+    return batch[picks].select("line", _copy("text"))
 
 
 def _access_groups(access: pl.DataFrame) -> pl.DataFrame:
@@ -403,19 +402,22 @@ def _access_groups(access: pl.DataFrame) -> pl.DataFrame:
     (time-only, Ray, none) are counted per whole prefix (per second) and block.
     """
     text = pl.col("text")
-    groups = access.group_by("minute", "request").agg(pl.col("line").min(), text.first(), pl.len().alias("n"))
+    count = (pl.col("line").min(), text.first(), pl.len().alias("n"))
+    groups = access.group_by("minute", "request").agg(*count)
     minutes = groups["minute"].unique()
     odd = minutes.filter(~minutes.str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:$")).implode()
-    failed = pl.Series([r for r in groups["request"].unique().drop_nulls().to_list() if _status(r) >= 400], dtype=pl.String).implode()
+    requests = groups["request"].unique().drop_nulls().to_list()
+    failed = pl.Series([r for r in requests if _status(r) >= 400], dtype=pl.String).implode()
     single = access.filter(pl.col("request").is_in(failed)).with_columns(pl.lit(1, pl.UInt32).alias("n"))
     groups = groups.filter(~pl.col("request").is_in(failed) & ~pl.col("minute").is_in(odd))
     if odd.list.len().item():
-        odd_lines = access.filter(pl.col("minute").is_in(odd) & ~pl.col("request").is_in(failed))
+        lines = access.filter(pl.col("minute").is_in(odd) & ~pl.col("request").is_in(failed))
         prefix = text.str.slice(0, text.str.find("INFO:", literal=True))
-        odd_lines = odd_lines.with_columns(prefix.alias("minute"), (pl.col("line") // _FOLD_BLOCK).alias("block"))
-        groups = pl.concat([groups, odd_lines.group_by("minute", "request", "block").agg(pl.col("line").min(), text.first(), pl.len().alias("n")).drop("block")])
+        lines = lines.with_columns(prefix.alias("minute"), (pl.col("line") // _FOLD_BLOCK).alias("block"))
+        groups = pl.concat([groups, lines.group_by("minute", "request", "block").agg(*count).drop("block")])
     columns = ["line", "text", "request", "n"]
-    return pl.concat([groups.select(columns), single.select(columns)]).sort("line").with_columns(_copy("text"), _copy("request"))
+    groups = pl.concat([groups.select(columns), single.select(columns)]).sort("line")
+    return groups.with_columns(_copy("text"), _copy("request"))
 
 
 def _status(request: str) -> int:
@@ -439,13 +441,11 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
     last = keys.group_by("key", "block").agg(pl.col("row").last(), pl.len().alias("n")).sort("row")
     samples = stats[last["row"]].with_columns(last["n"])
     # Most samples open with ``[YYYY-MM-DD HH:MM:SS] `` and nothing else in the brackets.
-    plain = samples.with_columns(text.str.slice(1, 19).alias("time")).with_columns(
-        _dated(pl.col("time"), fraction=False).alias("dt"),
-        (text.str.slice(20, 2) == "] ").alias("plain"),
-    )
-    is_plain = plain["plain"] & plain["dt"].is_not_null() & plain["text"].str.starts_with("[")
+    plain = samples.with_columns(text.str.slice(1, 19).alias("time"))
+    plain = plain.with_columns(_dated(pl.col("time"), fraction=False).alias("dt"))
+    is_plain = (plain["text"].str.slice(20, 2) == "] ") & plain["dt"].is_not_null() & plain["text"].str.starts_with("[")
     fast = plain.filter(is_plain).select(
-        "line", "n", "text", "time", pl.lit("").alias("tags"), text.str.slice(22).alias("message"), "dt", pl.lit(None, pl.String).alias("stamp")
+        "line", "n", "text", "time", pl.lit("").alias("tags"), text.str.slice(22).alias("message"), "dt"
     )
     parsed = samples.filter(~is_plain).with_columns(text.str.extract_groups(rules.head).alias("g")).unnest("g")
     headed = parsed.filter(pl.col("time").is_not_null()).select(
@@ -457,8 +457,9 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
         text.str.replace(rules.head, "").alias("message"),
         _dated(pl.col("time")).alias("dt"),
     )
-    headed = headed.with_columns(pl.when(pl.col("dt").is_null()).then(pl.col("time")).alias("stamp"))
-    return pl.concat([fast, headed]).sort("line"), parsed.filter(pl.col("time").is_null()).select("line", "text", "n")
+    fast = pl.concat([fast, headed]).sort("line")
+    fast = fast.with_columns(pl.when(pl.col("dt").is_null()).then(pl.col("time")).alias("stamp"))
+    return fast, parsed.filter(pl.col("time").is_null()).select("line", "text", "n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +469,8 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
 @dataclass(frozen=True)
 class _Shape:
     """One layout of a stats line: its head (``Prefill batch. ``), the text before each value
-    (``#new-seq: ``; None for a part without one) and whether a ``, `` ends the line."""
+    (``#new-seq: ``; None for a part without one), the names of the values and how the line
+    ends (on ``, `` or on a comma at all)."""
 
     what: str
     head: str
@@ -479,8 +481,8 @@ class _Shape:
 
     @staticmethod
     def of(message: str) -> _Shape | None:
-        """The shape of one message, or None where the generic parser is needed (mixed chunks,
-        forward counters, no value at all)."""
+        """The shape of one message, as the generic parser would read it; None where only that
+        parser will do (mixed chunks, forward counters, no value at all)."""
         head = re.match(_STATS_HEAD, message)
         if head is None or head.group(1) or "[" in head.group(0):
             return None
@@ -491,26 +493,34 @@ class _Shape:
         prefixes = tuple(_value_prefix(part) for part in parts)
         if not any(prefixes):
             return None
-        names = tuple(part.strip(" ,").split(": ", 1)[0] for part, prefix in zip(parts, prefixes, strict=True) if prefix)
+        names = tuple(p.strip(" ,").split(": ", 1)[0] for p, prefix in zip(parts, prefixes, strict=True) if prefix)
         comma_end = re.search(r",\s*$", message) is not None
         return _Shape(head.group(0).split(" ", 1)[0].lower(), head.group(0), prefixes, names, trailing, comma_end)
 
     def take(self, messages: pl.Series) -> tuple[pl.Series, list[pl.Series]]:
         """Which of ``messages`` have this shape (their positions), and their raw values (one
-        series per named part)."""
+        series per name)."""
         k = len(self.prefixes)
         at = messages.str.starts_with(self.head).arg_true()
         parts = messages.gather(at).str.slice(len(self.head)).str.splitn(", ", k + 1).struct.unnest()
         field = [parts[f"field_{i}"] for i in range(k + 1)]
-        fits = [f.str.starts_with(p) if p else f.is_not_null() & ~f.str.contains(": ", literal=True) for f, p in zip(field, self.prefixes)]
+        fits = [
+            f.str.starts_with(p) if p else f.is_not_null() & ~f.str.contains(": ", literal=True)
+            for f, p in zip(field, self.prefixes)
+        ]
         if self.trailing:
             fits.append(field[k].str.contains(r"^[\s,]*$"))
         else:
             fits.append(field[k].is_null() & (field[k - 1].str.contains(r",\s*$") == self.comma_end))
-        ok = pl.DataFrame(fits, schema=[str(i) for i in range(len(fits))]).select(pl.all_horizontal(pl.all()).fill_null(False)).to_series()
+        ok = _columns(fits).select(pl.all_horizontal(pl.all()).fill_null(False)).to_series()
         if not ok.all():
             at, field = at.filter(ok), [f.filter(ok) for f in field]
         return at, [f.str.slice(len(p)) for f, p in zip(field, self.prefixes) if p]
+
+
+def _columns(series: list[pl.Series]) -> pl.DataFrame:
+    """Series of one length side by side (their names need not differ)."""
+    return pl.DataFrame({str(i): s for i, s in enumerate(series)})
 
 
 def _value_prefix(part: str) -> str | None:
@@ -531,12 +541,12 @@ def _number(raw: pl.Series, scale: float) -> pl.Series:
     return value * scale if scale != 1.0 else value
 
 
-_MAX_SHAPES = 8
-
-
 def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series, int]:
-    """Samples → (metric rows, version evidence, positions of rows left to the generic parser,
+    """Samples → (metric rows, version clues, positions of the rows left to the generic parser,
     lines behind samples without any value).
+
+    The clues name, for each parsed sample, a message of its shape (what the version rules
+    look at), whether it has rank tags and whether its time has a date.
 
     Shapes are learnt from the rows themselves: the first row not yet placed names one, every
     row of that layout is parsed with plain slices, and so on.
@@ -547,9 +557,9 @@ def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.S
     messages = rows["message"]
     is_stats = messages.str.starts_with("Prefill batch") | messages.str.starts_with("Decode batch")
     pending, left = is_stats.arg_true(), [(~is_stats).arg_true()]
-    placed: list[pl.DataFrame] = []  # per shape: row positions and the shape's number
-    pieces: list[pl.DataFrame] = []  # metric rows, one frame per shape and field
-    for s in range(_MAX_SHAPES):
+    placed: list[pl.DataFrame] = []  # per shape: its rows
+    pieces: list[pl.DataFrame] = []  # metric rows, one frame per shape and value
+    for _ in range(_MAX_SHAPES):
         if pending.is_empty():
             break
         picked = messages.gather(pending)
@@ -561,38 +571,34 @@ def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.S
             continue
         hit = pending.gather(at)
         pending = pending.filter(~pl.int_range(len(pending), dtype=at.dtype, eager=True).is_in(at.implode()))
-        placed.append(pl.DataFrame({"row": hit, "shape": pl.repeat(s, len(hit), dtype=pl.Int32, eager=True)}))
-        numbers = [_number(r, 0.01 if name in percent else 1.0) for r, name in zip(raw, shape.names, strict=True)]
+        example = picked[0].rstrip()
+        placed.append(pl.DataFrame({"row": hit, "example": pl.repeat(example, len(hit), eager=True)}))
+        values = [_number(r, 0.01 if name in percent else 1.0) for r, name in zip(raw, shape.names, strict=True)]
         # The lines behind a sample count only where it has a value.
-        any_value = pl.DataFrame(numbers, schema=[str(i) for i in range(len(numbers))]).select(pl.any_horizontal(pl.all().is_not_null()))
-        numbers.append(rows["n"].gather(hit).cast(pl.Float64).scatter((~any_value.to_series()).arg_true(), None))
-        names = [_normal_key(name, aliases) for name in shape.names] + [f"sglang/{shape.what}_lines"]
+        none = ~_columns(values).select(pl.any_horizontal(pl.all().is_not_null())).to_series()
+        values.append(rows["n"].gather(hit).cast(pl.Float64).scatter(none.arg_true(), None))
+        keys = [_normal_key(name, aliases) for name in shape.names] + [f"sglang/{shape.what}_lines"]
         where = rows[hit].select("line", pl.col("dt").alias("time"))
-        pieces.extend(where.with_columns(pl.lit(name).alias("key"), number.alias("value")) for name, number in zip(names, numbers, strict=True))
+        for key, value in zip(keys, values, strict=True):
+            pieces.append(where.with_columns(pl.lit(key).alias("key"), value.alias("value")).filter(value.is_not_null()))
     left.append(pending)
-    # Stable sort: a sample's values stay in the order of its line.
-    metrics = pl.concat(pieces).filter(pl.col("value").is_not_null()).sort("line", maintain_order=True) if pieces else _EMPTY_LONG
-    shapes = pl.concat(placed) if placed else pl.DataFrame(schema={"row": pl.UInt32, "shape": pl.Int32})
-    samples = rows[shapes["row"]].select("line", "n", "message", "time", "tags", shapes["shape"], shapes["row"])
+    metrics = _EMPTY_LONG
+    if pieces:
+        # Stable sort: a sample's values keep their order within the line.
+        metrics = pl.concat(pieces).sort("line", maintain_order=True)
+    shapes = pl.concat(placed).sort("row") if placed else pl.DataFrame(schema={"row": pl.UInt32, "example": pl.String})
+    samples = rows[shapes["row"]].select(
+        "line",
+        "n",
+        shapes["example"],
+        (pl.col("tags") == "").alias("untagged"),
+        pl.col("time").str.contains(r"^\d{4}-").alias("dated"),
+    )
     unparsed = int(samples.filter(~pl.col("line").is_in(metrics["line"].implode()))["n"].sum() or 0)
-    ends = samples.group_by((pl.col("line") // _FOLD_BLOCK).alias("block"), "shape", (pl.col("tags") == "").alias("untagged")).agg(
-        pl.col("row").min().alias("first"), pl.col("row").max().alias("last")
-    )
-    evidence = rows[pl.concat([ends["first"], ends["last"]]).unique().sort()].select(
-        "line", _copy("message").str.strip_chars_end(), _copy("time"), (pl.col("tags") == "").alias("untagged")
-    )
-    return metrics, evidence, pl.concat(left).sort(), unparsed
+    return metrics, samples.drop("n"), pl.concat(left).sort(), unparsed
 
 
 _EMPTY_LONG = pl.DataFrame(schema={"line": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64})
-
-
-def _ends(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """The first and last row of each block and ``keys``: enough to tell which server saw what."""
-    keys = [*keys, "_block"]
-    rows = rows.with_columns((pl.col("line") // _FOLD_BLOCK).alias("_block"))
-    ends = pl.concat([rows.unique(keys, keep="first", maintain_order=True), rows.unique(keys, keep="last", maintain_order=True)])
-    return ends.unique("line", maintain_order=True).drop("_block").sort("line")
 
 
 def _normal_key(name: str, aliases: dict[str, str]) -> str:
@@ -606,8 +612,9 @@ def _dated(stamp: pl.Expr, fraction: bool = True) -> pl.Expr:
     seconds = stamp.str.slice(0, 19).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="ms", cache=False)
     if not fraction:
         return seconds
-    millis = pl.when(stamp.str.slice(19, 1) == ".").then(stamp.str.slice(20, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False))
-    return (seconds + pl.duration(milliseconds=millis.fill_null(0))).cast(pl.Datetime("ms"))
+    digits = stamp.str.slice(20, 3).str.pad_end(3, "0").cast(pl.Int64, strict=False)
+    millis = pl.when(stamp.str.slice(19, 1) == ".").then(digits).fill_null(0)
+    return (seconds + pl.duration(milliseconds=millis)).cast(pl.Datetime("ms"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -641,8 +648,8 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat) -> SGLangLog:
     http, access_unparsed = _http(access, timeline)
     stats_lines = parts.stats_lines
     samples = parts.sample_count
-    first_stats = min((int(f["line"].min()) for f in (parts.samples, rest) if f.height), default=None)
-    servers, server_notes = _servers(other, first_stats, _Clues.of(other, parts.evidence, rest), timeline, total)
+    first_stats = min((line for line in (parts.first_sample, rest["line"].min()) if line is not None), default=None)
+    servers, server_notes = _servers(other, first_stats, _Clues.of(other, parts.clues, rest), timeline, total)
     notes.extend(server_notes)
 
     seen = bool(other["record"].any()) or samples > 0 or access.height > 0 or servers.height > 0
@@ -818,21 +825,20 @@ def _rank_copies(other: pl.DataFrame) -> pl.DataFrame:
 # Time
 
 
-def _time_points(other: pl.DataFrame, rest: pl.DataFrame, access: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
-    """Every kept line that tells a time: ``line``, ``stamp`` (a record's or Python logging time,
-    maybe without a date) and ``dt`` (an AReaL wrapper line's full timestamp)."""
-    areal_fmt = load_format("areal")
-    no_dt = pl.lit(None, pl.Datetime("ms")).alias("dt")
+def _time_points(other: pl.DataFrame, *timed: pl.DataFrame) -> pl.DataFrame:
+    """Every kept line that tells a time (``other`` with its AReaL and Python logging lines, and
+    the records among ``timed``): ``line``, ``stamp`` (a record's or Python logging time, maybe
+    without a date) and ``dt`` (an AReaL wrapper line's full timestamp)."""
+    areal_format = load_format("areal").timestamp_format
+    areal_time = pl.col("areal_time").str.strptime(pl.Datetime("ms"), areal_format, strict=False)
+    no_dt, no_stamp = pl.lit(None, pl.Datetime("ms")).alias("dt"), pl.lit(None, pl.String).alias("stamp")
+    python_logging = ~pl.col("record") & pl.col("pytime").is_not_null()
     return pl.concat(
         [
             other.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt),
-            other.filter(pl.col("areal")).select(
-                "line",
-                pl.lit(None, pl.String).alias("stamp"),
-                pl.col("areal_time").str.strptime(pl.Datetime("ms"), areal_fmt.timestamp_format, strict=False).alias("dt"),
-            ),
-            other.filter(~pl.col("record") & pl.col("pytime").is_not_null()).select("line", pl.col("pytime").alias("stamp"), no_dt),
-            *(f.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt) for f in (rest, access, anchors)),
+            other.filter(pl.col("areal")).select("line", no_stamp, areal_time.alias("dt")),
+            other.filter(python_logging).select("line", pl.col("pytime").alias("stamp"), no_dt),
+            *(f.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt) for f in timed),
         ]
     )
 
@@ -847,7 +853,8 @@ def _timeline(points: pl.DataFrame, samples: pl.DataFrame, path: Path) -> tuple[
     of its last line. Stats samples (``samples``) only join when some prefix lacks a date.
     """
     tl = points.with_columns(pl.coalesce("dt", _dated(pl.col("stamp"))).alias("dt"))
-    if not (tl.filter(pl.col("dt").is_null() & pl.col("stamp").is_not_null()).height or samples["stamp"].is_not_null().any()):
+    undated = pl.col("dt").is_null() & pl.col("stamp").is_not_null()
+    if not (tl.filter(undated).height or samples["stamp"].is_not_null().any()):
         tl = tl.filter(pl.col("dt").is_not_null()).unique("line", keep="first", maintain_order=True).sort("line")
         return tl.select("line", pl.col("dt").alias("time")), None
     tl = pl.concat([tl, samples.select(tl.columns)]).unique("line", keep="first", maintain_order=True).sort("line")
@@ -1054,25 +1061,49 @@ def _unparsed(other: pl.DataFrame, members: set[int]) -> int:
 def _metrics(
     file: str, other: pl.DataFrame, parts: _Parts, rest: pl.DataFrame, timeline: pl.DataFrame, fmt: LogFormat
 ) -> tuple[pl.DataFrame, int]:
-    """Values the batches parsed (stats samples, plain records' startup/memory values), plus the
-    samples left to :func:`_generic_stats` and the other records' values → long-form metric
-    rows; also the left samples without any value."""
-    stats, measured = parts.stats_metrics, parts.measured
+    """Stats values the batches parsed, plus the samples left to :func:`_generic_stats` and the
+    records' startup/memory values → long-form metric rows; also the left samples without any
+    value."""
     sampled = _generic_stats(rest)
-    records = other.filter(pl.col("record") & ~pl.col("rank_copy") & ~pl.col("line").is_in(measured["line"].implode()))
-    lined = _line_metrics(records, fmt.metrics)
-    few = _time_at(pl.concat([sampled, lined]), timeline, exact=True).select(stats.columns)
-    # Time-only samples got no time in their batch: they take it from the timeline.
-    undated = stats["time"].is_null()
-    if undated.any():
-        stats = pl.concat([stats.filter(~undated), _time_at(stats.filter(undated), timeline, exact=True).select(stats.columns)])
-        stats = stats.sort("line", maintain_order=True)
-    if few.height:
-        stats = stats.merge_sorted(few.sort("line", maintain_order=True), key="line")
-    metrics = stats.with_columns(pl.lit(file).alias("file"))
+    lined = _line_metrics(other.filter(pl.col("record") & ~pl.col("rank_copy")), fmt.metrics)
+    few = _time_at(pl.concat([sampled, lined]), timeline, exact=True).select(_EMPTY_LONG.columns)
+    # Each batch's few more rows go into its frame: sorting one small frame at a time is cheap.
+    which = pl.Series(parts.ends).search_sorted(few["line"], side="left")
+    batches = parts.metrics
+    for i, batch in enumerate(batches):
+        if batch["time"].null_count():  # time-only samples take their date from the timeline
+            batch = _time_at(batch, timeline, exact=True).select(_EMPTY_LONG.columns).sort("line", maintain_order=True)
+        extra = few.filter(which == i)
+        batches[i] = pl.concat([batch, extra]).sort("line", maintain_order=True) if extra.height else batch
+    metrics = pl.concat(batches).with_columns(pl.lit(file).alias("file"))
     parsed = sampled["line"].unique().implode()
     unparsed = int(rest.filter(~pl.col("line").is_in(parsed))["n"].sum() or 0) if rest.height else 0
     return conform(metrics, METRIC_SCHEMA), unparsed
+
+
+def _line_metrics(records: pl.DataFrame, patterns: Iterable[MetricPattern]) -> pl.DataFrame:
+    """Values that the format's metric patterns name in records' ``message`` → ``line``, ``key``,
+    ``value``."""
+    frames = []
+    literals = sorted({p.literal for p in patterns})
+    records = records.filter(pl.col("message").str.contains_any(literals))
+    found = pl.col("message").str.contains
+    present = {}
+    if records.height:
+        present = records.select(found(lit, literal=True).any().alias(lit) for lit in literals).row(0, named=True)
+    for pattern in (p for p in patterns if present.get(p.literal)):
+        groups = records.filter(found(pattern.literal, literal=True))
+        groups = groups.select("line", pl.col("message").str.extract_groups(pattern.regex).alias("g")).unnest("g")
+        for key in dict.fromkeys(pattern.keys.values()):
+            numbers = [pl.col(g).cast(pl.Float64, strict=False) for g, k in pattern.keys.items() if k == key]
+            # Groups that name the same key add up (K size + V size = KV cache size).
+            value = pl.when(pl.any_horizontal(n.is_not_null() for n in numbers)).then(pl.sum_horizontal(numbers))
+            frames.append(groups.select(pl.col("line").cast(pl.Int64), pl.lit(key).alias("key"), value.alias("value")))
+    if not frames:
+        return pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
+    lined = pl.concat(frames).drop_nulls("value")
+    # Patterns may overlap (two name the same value on one line): the first one wins.
+    return lined.unique(["line", "key"], keep="first", maintain_order=True) if len(frames) > 1 else lined
 
 
 def _generic_stats(stats: pl.DataFrame) -> pl.DataFrame:
@@ -1105,6 +1136,8 @@ def _generic_stats(stats: pl.DataFrame) -> pl.DataFrame:
         .rename({"field_0": "name", "field_1": "raw"})
         .filter(pl.col("raw").is_not_null())
     )
+    if items.is_empty():  # stats heads with no fields (a line cut right after "Decode batch")
+        return pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
     names = items["name"].unique().to_list()
     key_of = {n: _normal_key(n, aliases) for n in names}
     scale = {n: (0.01 if n in percent else 1.0) for n in names}
@@ -1263,12 +1296,11 @@ def _servers(
     for inst in instances:
         groups.setdefault(inst.group, []).append(inst)
     order = sorted(groups)
+    ends = [groups[g][0].first_line - 1 for g in order[1:]] + [total]
+    spans = [(groups[g][0].first_line, end) for g, end in zip(order, ends, strict=True)]
     rows = []
-    for gi, g in enumerate(order):
+    for g, (begin, end), hint in zip(order, spans, clues.hints(spans), strict=True):
         members = groups[g]
-        end = groups[order[gi + 1]][0].first_line - 1 if gi + 1 < len(order) else total
-        begin = members[0].first_line
-        hint = clues.hint(begin, end)
         if len(members) > 1:
             ports = ", ".join(str(i.port) for i in members if i.port is not None) or "unknown"
             notes.append(
@@ -1317,71 +1349,70 @@ def _version_rules() -> tuple[list[str], list[tuple[str, str, str, frozenset[int
 
 @dataclass(frozen=True)
 class _Clues:
-    """The few lines that can tell SGLang versions apart, looked up by line range: records
-    holding a rule's literal, a few stats lines per shape and rank-tag presence (from the
-    batches; for the samples left to the generic parser, per shape with numbers blanked), and
-    which timed lines have a date."""
+    """What can tell SGLang versions apart: records holding a rule's literal (``records``:
+    ``line``, ``message``), the times of records (``stamps``: ``line``, ``time``), and for every
+    stats sample a message of its shape, whether it has rank tags and whether its time has a
+    date (``stats``: ``line``, ``example``, ``untagged``, ``dated``)."""
 
-    record_lines: list[int]
-    records: list[str]
-    stats_lines: list[int]
-    stats: list[str]
-    untagged: list[bool]
-    stamp_lines: list[int]
-    time_only: list[int]  # running counts, one longer than stamp_lines
-    dated: list[int]
+    records: pl.DataFrame
+    stamps: pl.DataFrame
+    stats: pl.DataFrame
 
     @staticmethod
-    def of(other: pl.DataFrame, shapes: pl.DataFrame, rest: pl.DataFrame) -> _Clues:
+    def of(other: pl.DataFrame, samples: pl.DataFrame, rest: pl.DataFrame) -> _Clues:
         _, rules = _version_rules()
         literals = sorted({lit for scope, lit, _, _ in rules if scope == "record" and lit})
-        records = other.filter(pl.col("record") & pl.col("message").str.contains_any(literals)).select("line", "message")
-        left = (
-            rest.filter(pl.col("record"))
-            .select("line", "message", "time", (pl.col("tags") == "").alias("untagged"))
-            .with_columns(pl.col("message").str.replace_all(r"\d+(?:\.\d+)?", "0").alias("shape"))
+        records = other.filter(pl.col("record") & pl.col("message").str.contains_any(literals))
+        # The samples left to the generic parser are their own examples.
+        left = rest.filter(pl.col("record")).select(
+            "line",
+            pl.col("message").alias("example"),
+            (pl.col("tags") == "").alias("untagged"),
+            pl.col("time").str.contains(r"^\d{4}-").alias("dated"),
         )
-        left = _ends(left, ["shape", "untagged"]).drop("shape")
-        shapes = pl.concat([shapes, left]).unique("line").sort("line")
-        stamps = pl.concat([other.filter(pl.col("record")).select("line", "time"), shapes.select("line", "time")]).sort("line")
+        stamps = other.filter(pl.col("record")).select("line", "time")
+        return _Clues(records.select("line", "message"), stamps, pl.concat([samples, left]))
 
-        def running(regex: str) -> list[int]:
-            return [0, *accumulate(stamps["time"].str.contains(regex).fill_null(False).cast(pl.Int64).to_list())]
-
-        return _Clues(
-            records["line"].to_list(),
-            records["message"].to_list(),
-            shapes["line"].to_list(),
-            shapes["message"].to_list(),
-            shapes["untagged"].to_list(),
-            stamps["line"].to_list(),
-            running(r"^\d{2}:"),
-            running(r"^\d{4}-"),
-        )
-
-    def hint(self, begin: int, end: int) -> str | None:
-        """The SGLang versions whose line shapes match those seen in lines ``begin``–``end``."""
+    def hints(self, spans: list[tuple[int, int]]) -> list[str | None]:
+        """For each line range ``(begin, end)`` (in order, not overlapping): the SGLang versions
+        whose line shapes match those seen there."""
         known, rules = _version_rules()
+        begins = pl.Series([b for b, _ in spans], dtype=pl.Int64)
+        ends = pl.Series([e for _, e in spans], dtype=pl.Int64)
 
-        def within(lines: list[int]) -> slice:
-            return slice(bisect_left(lines, begin), bisect_right(lines, end))
+        def per_span(frame: pl.DataFrame, *aggs: pl.Expr) -> dict[int, dict[str, Any]]:
+            span = begins.search_sorted(frame["line"], side="right").cast(pl.Int64) - 1
+            inside = (span >= 0) & (frame["line"] <= ends.gather(span.clip(0)))
+            found = frame.with_columns(span.alias("span")).filter(inside).group_by("span").agg(*aggs)
+            return {row["span"]: row for row in found.iter_rows(named=True)}
 
-        records, stats, stamps = within(self.record_lines), within(self.stats_lines), within(self.stamp_lines)
-        flags = {
-            "time_only": self.time_only[stamps.stop] > self.time_only[stamps.start],
-            "dated": self.dated[stamps.stop] > self.dated[stamps.start],
-            "untagged_stats": any(self.untagged[stats]),
-        }
-        hits = set(_flag_rules(flags)).union(
-            *(_rule_hits("record", m) for m in set(self.records[records])),
-            *(_rule_hits("stats", m) for m in set(self.stats[stats])),
+        records = per_span(self.records, pl.col("message").unique())
+        time = pl.col("time").str
+        stamps = per_span(self.stamps, time.contains(r"^\d{2}:").any().alias("time_only"), time.contains(r"^\d{4}-").any().alias("dated"))
+        stats = per_span(
+            self.stats,
+            pl.col("example").unique(),
+            pl.col("untagged").any(),
+            pl.col("dated").any(),
+            (~pl.col("dated")).any().alias("time_only"),
         )
-        if not hits:
-            return None
-        possible = set(range(len(known)))
-        for i in hits:
-            possible &= rules[i][3]
-        return _version_range(possible, known)
+        out = []
+        for i in range(len(spans)):
+            times, samples = stamps.get(i, {}), stats.get(i, {})
+            flags = {
+                "time_only": bool(times.get("time_only") or samples.get("time_only")),
+                "dated": bool(times.get("dated") or samples.get("dated")),
+                "untagged_stats": bool(samples.get("untagged")),
+            }
+            hits = set(_flag_rules(flags)).union(
+                *(_rule_hits("record", m) for m in records.get(i, {}).get("message", [])),
+                *(_rule_hits("stats", m) for m in samples.get("example", [])),
+            )
+            possible = set(range(len(known)))
+            for rule in hits:
+                possible &= rules[rule][3]
+            out.append(_version_range(possible, known) if hits else None)
+        return out
 
 
 def _flag_rules(flags: dict[str, bool]) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -537,3 +537,98 @@ def test_empty_binary_and_foreign_files_do_not_raise(tmp_path: Path) -> None:
     foreign = read_sglang_log(trainer)
     assert foreign.unparsed_lines == 0 and foreign.events.is_empty() and foreign.servers.is_empty()
     assert foreign.notes == ("no SGLang server lines in this file",)
+
+
+# --- Busy logs: what is folded away still shows where it matters ---------------------------------
+
+def test_failed_requests_stay_one_event_each(tmp_path: Path) -> None:
+    ok = '[2025-11-11 10:00:{s:02d}] INFO:     10.0.0.2:{p} - "POST /generate HTTP/1.1" 200 OK'
+    failed = '[2025-11-11 10:00:{s:02d}] INFO:     10.0.0.2:{p} - "POST /update_weights_from_disk HTTP/1.1" 400 Bad Request'
+    lines = [ok.format(s=s, p=40000 + s) for s in range(50)] + [failed.format(s=s, p=50000 + s) for s in (51, 51, 52)]
+    log = read_sglang_log(write(tmp_path, lines))
+    assert kinds(log) == [(51, "weight_update_failed"), (52, "weight_update_failed"), (53, "weight_update_failed")]
+    assert log.events["time"].to_list() == [datetime(2025, 11, 11, 10, 0, 51)] * 2 + [datetime(2025, 11, 11, 10, 0, 52)]
+    assert sorted(log.http.select("endpoint", "status", "count", "first_line").rows()) == [
+        ("/generate", 200, 50, 1), ("/update_weights_from_disk", 400, 3, 51)
+    ]
+
+
+def test_untimed_lines_take_the_time_of_the_line_just_before(tmp_path: Path) -> None:
+    lines = []
+    for s in range(40):
+        lines.append(f"[2025-11-11 10:00:{s:02d}] Cache flushed successfully!")
+        lines.append(f'[2025-11-11 10:00:{s:02d}] INFO:     10.0.0.2:{40000 + s} - "POST /generate HTTP/1.1" 200 OK')
+    lines.append("Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:01<00:00,  4.07it/s]")
+    lines.append("Killed")
+    log = read_sglang_log(write(tmp_path, lines))
+    assert kinds(log) == [(82, "process_killed")]
+    assert log.events["time"].to_list() == [datetime(2025, 11, 11, 10, 0, 39)]
+    assert log.unparsed_lines == 0
+
+
+def test_repeated_server_instances_get_the_same_version_hint(tmp_path: Path) -> None:
+    lines = []
+    for day in (11, 12, 13, 14):
+        lines += [
+            f"202511{day}-09:00:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --port 30000",
+            f"[2025-11-{day} 09:00:05] server_args=ServerArgs(model_path='/m', port=30000, log_level='info')",
+            f"[2025-11-{day} 09:00:40] The server is fired up and ready to roll!",
+        ]
+        lines += [
+            f"[2025-11-{day} 09:01:{s:02d}] Decode batch. #running-req: 3, #token: 30, token usage: 0.03, "
+            f"cuda graph: {s % 2 == 0}, gen throughput (token/s): 5.00, #queue-req: 1, "
+            for s in range(30)
+        ]
+        lines.append(f"202511{day}-09:02:00.000 SGLangServer Wrapper INFO: SGLang server http://10.0.0.1:30000 exits, returncode=0")
+    log = read_sglang_log(write(tmp_path, lines))
+    assert log.servers.height == 4
+    assert log.servers["version_hint"].n_unique() == 1 and log.servers["version_hint"][0] is not None
+
+
+def _busy_log(dated: bool) -> list[str]:
+    """A bit of everything, long enough to span many (shrunken) batches and fold blocks."""
+    lines = ["20251111-23:50:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --port 30000"]
+    start = datetime(2025, 11, 11, 23, 50)
+    for i in range(400):
+        s = (start + timedelta(seconds=10 * i)).strftime("%Y-%m-%d %H:%M:%S" if dated else "%H:%M:%S")
+        lines += [
+            f'[{s}] INFO:     10.0.0.2:{40000 + i} - "POST /generate HTTP/1.1" 200 OK',
+            f"[{s} TP{i % 2}] Decode batch, #running-req: {i}, #token: 100, token usage: 0.50, cuda graph: True, "
+            "gen throughput (token/s): 10.00, #queue-req: 0, ",
+            f"[{s}] Prefill batch. #new-seq: 4, #new-token: {i}, #cached-token: 0, token usage: 0.31, #running-req: 2, #queue-req: 0, ",
+            f"[{s}] Cache flushed successfully!",
+        ]
+        if i % 7 == 0:
+            lines.append(f"[{s}] Update engine weights online from disk begin. avail mem={i / 10:.2f} GB")
+            lines.append("Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:01<00:00,  4.07it/s]")
+        if i % 50 == 0:
+            lines += [f"[{s} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                      '  File "x.py", line 1, in f', "RuntimeError: CUDA error: out of memory", "Killed"]
+        if i % 60 == 0:
+            lines.append(f'[{s}] INFO:     10.0.0.2:5 - "POST /update_weights_from_disk HTTP/1.1" 400 Bad Request')
+            lines.append(f"[{s}] Decode batch(mixed #running-req: 2). #running-req: 2, #token: 9, token usage: 0.01")
+            lines.append(f"[{s}] Finish: obj=GenerateReqInput(text='hello')")
+    return lines
+
+
+def _same(a, b) -> None:
+    for name in ("events", "http", "servers"):
+        assert getattr(a, name).drop("file", strict=False).equals(getattr(b, name).drop("file", strict=False)), name
+    assert a.metrics.drop("file").sort("line", "key").equals(b.metrics.drop("file").sort("line", "key"))
+    assert (a.lines, a.unparsed_lines, a.notes) == (b.lines, b.unparsed_lines, b.notes)
+
+
+@pytest.mark.parametrize("dated", [True, False])
+def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dated: bool) -> None:
+    import parsers.sglang as sglang
+
+    path = write(tmp_path, _busy_log(dated))
+    monkeypatch.setattr(sglang, "_FOLD_BLOCK", 8)
+    whole = read_sglang_log(path)
+    assert whole.events.height > 10 and whole.metrics.height > 1000 and whole.http.height > 5
+    assert whole.metrics["time"].null_count() == 0 and whole.metrics["time"].max() > datetime(2025, 11, 12)
+    monkeypatch.setattr(sglang, "_BATCH_LINES", 64)
+    _same(read_sglang_log(path), whole)
+    zipped = tmp_path / "llm_server.log.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    _same(read_sglang_log(zipped), whole)
