@@ -7,6 +7,7 @@
 """
 
 from forensics.analysis import analyze, analyze_run
+from forensics.cache import ParseCache, default_cache_dir
 from forensics.detect import Thresholds
 from forensics.errors import (
     ForensicsError,
@@ -29,6 +30,7 @@ __all__ = [
     "NoCheckpointBeforeIncident",
     "NoCheckpointSaved",
     "NoRunsFound",
+    "ParseCache",
     "PathNotFound",
     "Recommendation",
     "RunAnalysis",
@@ -36,4 +38,5 @@ __all__ = [
     "UnusableInput",
     "analyze",
     "analyze_run",
+    "default_cache_dir",
 ]

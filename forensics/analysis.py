@@ -17,6 +17,7 @@ import polars as pl
 
 from forensics.advice import suggest
 from forensics.align import step_durations
+from forensics.cache import ParseCache
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
@@ -46,10 +47,12 @@ def analyze(
     thresholds: Thresholds | None = None,
     custom_format: Path | None = None,
     wandb_runs: Sequence[str] = (),
+    cache: ParseCache | None = None,
 ) -> Analysis:
     """Analyze every run found under ``paths``, and hosted W&B runs by ``ENTITY/PROJECT/RUN_ID``.
 
-    ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log.
+    ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log. With a
+    ``cache`` (a folder outside the analyzed tree), unchanged files are not parsed again.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
@@ -62,7 +65,7 @@ def analyze(
     except (OSError, FormatDefinitionError) as exc:
         raise UnusableInput(f"{custom_format}: {exc}") from exc
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
-    runs = [load_run(location, custom_format=fmt) for location in locations]
+    runs = [load_run(location, custom_format=fmt, cache=cache) for location in locations]
     runs += [load_online_wandb(name) for name in wandb_runs]
     return Analysis([analyze_run(run, t) for run in runs])
 

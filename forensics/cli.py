@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from forensics.analysis import analyze as run_analysis
+from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.model import Analysis, RunAnalysis, iso
 
@@ -45,6 +46,12 @@ OptionalPaths = Annotated[
     list[Path] | None,
     typer.Argument(help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files."),
 ]
+CacheDir = Annotated[
+    Path | None,
+    typer.Option("--cache-dir", help="Where parsed frames are kept between runs (default $GRPO_FORENSICS_CACHE or ~/.cache/grpo-forensics).",
+                 envvar="GRPO_FORENSICS_CACHE"),
+]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Parse every file afresh and keep nothing.")]
 T = TypeVar("T")
 
 
@@ -82,6 +89,8 @@ def analyze(
     markdown: Annotated[str | None, typer.Option("--markdown", help="Write a Markdown summary (for a GitHub/Jira ticket) to FILE, or '-' for stdout.")] = None,
     log_format: LogFormat = None,
     wandb: Wandb = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Find incidents, their causes and the last healthy checkpoint; print a summary and write the report.
@@ -95,7 +104,8 @@ def analyze(
             raise UnusableInput("--json - and --markdown - cannot both write to stdout")
         if not paths and not wandb:
             raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
-        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or ())
+        cache = _cache(cache_dir, no_cache, paths or [])
+        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
         console = Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
@@ -117,6 +127,8 @@ def analyze(
 def best_checkpoint(
     path: Annotated[Path, typer.Argument(help="One run's folder or log file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the recommendation object as JSON.")] = False,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Print the last healthy checkpoint's path alone on stdout (exit 3: none saved, 4: none before the incident).
@@ -125,7 +137,7 @@ def best_checkpoint(
     """
 
     def work() -> None:
-        run = _single_run(path)
+        run = _single_run(path, _cache(cache_dir, no_cache, [path]))
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -144,6 +156,8 @@ def events(
     paths: Paths,
     kind: Annotated[list[str] | None, typer.Option("--kind", help="Only events of this kind (repeatable).")] = None,
     log_format: LogFormat = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Every event found, as JSON Lines on stdout.
@@ -152,7 +166,7 @@ def events(
     """
 
     def work() -> None:
-        for run in run_analysis(paths, custom_format=log_format).runs:
+        for run in run_analysis(paths, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths)).runs:
             frame = run.events
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))
@@ -170,6 +184,8 @@ def metrics(
     output: Annotated[Path | None, typer.Option("--output", help="Write to FILE instead of stdout (required for parquet).")] = None,
     log_format: LogFormat = None,
     wandb: Wandb = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """The metric frame in long form: run_id, source, step, time, key, value.
@@ -185,7 +201,8 @@ def metrics(
             raise UnusableInput("--format parquet needs --output FILE")
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
-        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or ())
+        cache = _cache(cache_dir, no_cache, paths or [])
+        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
         frame = pl.concat(
             [
                 r.metrics.select(
@@ -217,6 +234,8 @@ def compare(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for compare.html (default ./grpo-forensics-report, never inside a RUN).")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison as JSON to FILE, or '-' for stdout.")] = None,
     html: Annotated[bool, typer.Option("--html/--no-html", help="Write compare.html.")] = True,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
     debug: Debug = False,
 ) -> None:
     """Control vs fix side by side: metric, step time, memory, incidents, and whether B avoided A's incident.
@@ -227,7 +246,8 @@ def compare(
     from reports import render_comparison, write_compare_html
 
     def work() -> None:
-        result = compare_runs(_single_run(run_a), _single_run(run_b))
+        cache = _cache(cache_dir, no_cache, [run_a, run_b])
+        result = compare_runs(_single_run(run_a, cache), _single_run(run_b, cache))
         console = Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:
@@ -238,13 +258,32 @@ def compare(
     _guard(debug, work)
 
 
-def _single_run(path: Path) -> RunAnalysis:
+def _single_run(path: Path, cache: ParseCache | None = None) -> RunAnalysis:
     """The one run at ``path``; several runs there is unusable input for this command."""
-    runs = run_analysis([path]).runs
+    runs = run_analysis([path], cache=cache).runs
     if len(runs) != 1:
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
     return runs[0]
+
+
+def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCache | None:
+    """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one dropped)."""
+    if no_cache:
+        return None
+    chosen = cache_dir or default_cache_dir()
+    if any(_inside(chosen, given) for given in paths):
+        if cache_dir is not None:
+            raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
+        return None
+    return ParseCache(chosen)
+
+
+def _inside(target: Path, given: Path) -> bool:
+    root = given.resolve()
+    root = root if root.is_dir() else root.parent
+    resolved = target.resolve()
+    return resolved == root or root in resolved.parents
 
 
 def _write_text(text: str, target: str) -> None:
@@ -265,11 +304,8 @@ def _write_json(document: dict[str, Any], target: str) -> None:
 def _report_dir(out: Path | None, paths: list[Path]) -> Path:
     """Where reports go: ``--out``, else ``./grpo-forensics-report`` — never inside an analyzed tree."""
     chosen = out or Path("grpo-forensics-report")
-    resolved = chosen.resolve()
     for given in paths:
-        root = given.resolve()
-        root = root if root.is_dir() else root.parent
-        if resolved == root or root in resolved.parents:
+        if _inside(chosen, given):
             if out is not None:
                 raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
             return Path(tempfile.gettempdir()) / "grpo-forensics-report"

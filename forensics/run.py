@@ -10,11 +10,13 @@ from typing import Any
 import polars as pl
 
 from forensics.align import assign_steps, reconstruct_times, step_clock
+from forensics.cache import ParseCache
 from forensics.discover import LogSource, RunLocation
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import merge_sources, step_offset
 from forensics.model import SourceReport
+from forensics.parsed import Parsed
 from parsers import read_areal_log, read_sglang_log
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
@@ -45,14 +47,19 @@ class RunData:
     notes: list[str] = field(default_factory=list)
 
 
-def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None) -> RunData:
-    """Parse every source of ``location``; a file that cannot be read becomes a note, not an error."""
+def load_run(
+    location: RunLocation, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None
+) -> RunData:
+    """Parse every source of ``location``; a file that cannot be read becomes a note, not an error.
+
+    With a ``cache``, unchanged sources are read from it and grown logs parsed only where they grew.
+    """
     steps, events, sources = [], [], []
     metrics: dict[str, list[pl.DataFrame]] = {}
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
-            parsed = [_read(reader, source.path, custom_format) for reader in _READERS[source.kind]]
+            parsed = [_read_through(cache, reader, source.path, custom_format) for reader in _READERS[source.kind]]
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
@@ -97,7 +104,7 @@ def load_run(location: RunLocation, *, custom_format: CustomFormat | None = None
     )
 
 
-def _coverage(source: LogSource, parsed: list[_Parsed]) -> list[SourceReport]:
+def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:
     """What was read of one source: per file for a Ray session, else one line for the file."""
     per_file = [r for p in parsed for r in p.reports]
     if per_file:
@@ -137,54 +144,45 @@ def load_online_wandb(name: str) -> RunData:
                    config={f"wandb.{k}": v for k, v in hosted.config.items() if not isinstance(v, dict | list)})
 
 
-@dataclass(frozen=True)
-class _Parsed:
-    """What any parser yields, in the shape the run loader merges."""
-
-    source: str
-    steps: pl.DataFrame
-    metrics: pl.DataFrame
-    events: pl.DataFrame
-    lines: int
-    unparsed_lines: int
-    notes: tuple[str, ...]
-    facts: dict[str, str] = field(default_factory=dict)
-    reports: tuple[SourceReport, ...] = ()
-    """Per-file coverage when one source is many files (a Ray session)."""
+def _read_through(cache: ParseCache | None, reader: str, path: Path, custom_format: CustomFormat | None) -> Parsed:
+    if cache is None:
+        return _read(reader, path, custom_format)
+    variant = repr(custom_format) if reader == "custom" and custom_format is not None else ""
+    return cache.parsed(reader, path, lambda p: _read(reader, p, custom_format), variant=variant)
 
 
-def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> _Parsed:
+def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> Parsed:
     if reader == "areal":
         log = read_areal_log(path)
-        return _Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
+        return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
     if reader == "sglang":
         return _read_sglang(path)
     if reader == "custom":
         loop = read_custom_log(path, custom_format)
-        return _Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
+        return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
     if reader in ("verl", "verl_jsonl"):
         log = read_verl_log(path)
         steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
-        return _Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
+        return Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
                        log.notes, log.facts)
     if reader == "ray":
         session = read_ray_session(path)
         reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes) for r in session.sources)
         facts = {"ray_session_started": session.started.isoformat()} if session.started else {}
-        return _Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
+        return Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
                        sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)
     if reader == "wandb":
         runs = read_wandb_runs(path)
         frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
         notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
-        return _Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
+        return Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
                        sum(r.records_skipped for r in runs), notes)
     board = read_tensorboard(path)
-    return _Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
+    return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
                    board.records_skipped, board.notes)
 
 
-def _read_sglang(path: Path) -> _Parsed:
+def _read_sglang(path: Path) -> Parsed:
     server = read_sglang_log(path)
     http = server.http.select(
         pl.col("minute").alias("time"),
@@ -197,7 +195,7 @@ def _read_sglang(path: Path) -> _Parsed:
     if server.servers.height > 1:
         notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
     metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)])
-    return _Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
+    return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
 
 
 #: Which parsers read each kind of source. ``llm_server.log`` interleaves AReaL's wrapper

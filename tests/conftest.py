@@ -14,6 +14,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_parse_cache(tmp_path_factory: pytest.TempPathFactory):
+    """CLI calls in tests cache parses in a folder of their own, never in the user's ~/.cache."""
+    os.environ["GRPO_FORENSICS_CACHE"] = str(tmp_path_factory.mktemp("parse-cache"))
+    yield
+    os.environ.pop("GRPO_FORENSICS_CACHE", None)
+
+
 @pytest.fixture
 def fixture_run():
     """Path to a committed fixture's ``outputs/`` tree, by name."""

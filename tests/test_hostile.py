@@ -165,22 +165,38 @@ def test_fail_on_incident_exit_code(damaged: Path, tmp_path: Path) -> None:
     assert code == 1
 
 
-def test_other_commands_never_traceback(damaged: Path, tmp_path: Path) -> None:
-    before = tree_state(damaged)
-    best = invoke("best-checkpoint", str(damaged))
+@pytest.fixture(params=["cache", "no-cache"])
+def cache_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """Each untouched-tree test runs with a fresh parse cache (cold, then warm) and without one."""
+    return ["--cache-dir", str(tmp_path / "cache")] if request.param == "cache" else ["--no-cache"]
+
+
+def all_commands(tree: Path, out: Path, cache: list[str]) -> None:
+    """Every command over ``tree``, each asserted to answer without a traceback."""
+    doc, code = analyze_doc(tree, out, *cache)
+    assert code == 0 and doc["runs"][0]["incidents"][0]["onset_step"] == 940
+    best = invoke("best-checkpoint", str(tree), *cache)
     assert best.exit_code == 0 and best.output.strip().endswith("epoch0epochstep899globalstep899")
-    events = invoke("events", str(damaged))
+    events = invoke("events", str(tree), *cache)
     assert events.exit_code == 0
     rows = [json.loads(line) for line in events.output.splitlines() if line.startswith("{")]
     assert any(r["kind"] == "request_timeout" for r in rows)
-    metrics = invoke("metrics", str(damaged), "--format", "jsonl", "--output", str(tmp_path / "m.jsonl"))
-    assert metrics.exit_code == 0 and (tmp_path / "m.jsonl").stat().st_size > 0
-    compare = invoke("compare", str(FIXTURES / "areal_seed000" / "outputs"), str(damaged), "--out", str(tmp_path / "cmp"))
+    metrics = invoke("metrics", str(tree), "--format", "jsonl", "--output", str(out / "m.jsonl"), *cache)
+    assert metrics.exit_code == 0 and (out / "m.jsonl").stat().st_size > 0
+    compare = invoke("compare", str(FIXTURES / "areal_seed000" / "outputs"), str(tree), "--out", str(out / "cmp"), *cache)
     assert compare.exit_code == 0, compare.output[-2000:]
+
+
+def test_other_commands_never_traceback(damaged: Path, tmp_path: Path, cache_args: list[str]) -> None:
+    before = tree_state(damaged)
+    all_commands(damaged, tmp_path, cache_args)
+    all_commands(damaged, tmp_path, cache_args)  # with the cache: now served from it
     assert tree_state(damaged) == before
+    if "--cache-dir" in cache_args:
+        assert any((tmp_path / "cache" / "parsed").iterdir())
 
 
-def test_read_only_tree_is_left_alone(damaged: Path, tmp_path: Path) -> None:
+def test_read_only_tree_is_left_alone(damaged: Path, tmp_path: Path, cache_args: list[str]) -> None:
     for folder, dirs, files in os.walk(damaged):
         for name in [*dirs, *files]:
             path = Path(folder, name)
@@ -188,10 +204,15 @@ def test_read_only_tree_is_left_alone(damaged: Path, tmp_path: Path) -> None:
                 path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     damaged.chmod(damaged.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     before = tree_state(damaged)
-    doc, _ = analyze_doc(damaged, tmp_path)
-    assert doc["runs"][0]["incidents"][0]["onset_step"] == 940
-    assert invoke("best-checkpoint", str(damaged)).exit_code == 0
-    assert invoke("events", str(damaged), "--kind", "request_timeout").exit_code == 0
+    all_commands(damaged, tmp_path, cache_args)
+    all_commands(damaged, tmp_path, cache_args)
+    assert tree_state(damaged) == before
+
+
+def test_cache_inside_the_tree_is_refused(damaged: Path, tmp_path: Path) -> None:
+    before = tree_state(damaged)
+    refused = invoke("analyze", str(damaged), "--cache-dir", str(damaged / "cache"), "--no-html")
+    assert refused.exit_code == 2 and "inside the analyzed path" in refused.stderr
     assert tree_state(damaged) == before
 
 

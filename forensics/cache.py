@@ -1,0 +1,298 @@
+"""Parsed frames kept between runs as Parquet, keyed by file identity, outside the analyzed tree.
+
+One entry per (reader, source path): the parse's frames as Parquet, its counts as JSON, and
+the identity of what was parsed (size, mtime, inode, a hash of the head and of the bytes just
+before the end). On the next run:
+
+- an unchanged file is not parsed at all;
+- a grown log (same head, same bytes where it used to end) is parsed only from a clean cut a
+  little before its old end — the last step header, or the first line of the server's last
+  minute — and the result is spliced onto the rows before the cut;
+- anything else (rewritten, truncated, rotated into place) is parsed afresh.
+
+The key includes a digest of the parser code, so a changed parser never serves old frames.
+Entries are written to a temporary folder and renamed into place: parallel runs never see a
+half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.parsed import FRAMES, Parsed
+
+#: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
+CACHE_ENV = "GRPO_FORENSICS_CACHE"
+#: Bytes hashed at the head of a file and just before its end.
+EDGE = 64 << 10
+#: How far back from a grown file's old end the cut may lie; further back, parse afresh.
+MAX_REWIND = 64 << 20
+#: Readers whose text logs can be parsed from a cut and spliced (line-numbered rows, no whole-file state).
+SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
+#: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
+#: a splice must apply the same rule across the cut. ``header``: the whole latest table of a step.
+LATER_COPY_WINS = {"areal": "header", "verl": "key", "verl_jsonl": "key", "custom": "key+step"}
+
+
+def default_cache_dir() -> Path:
+    """``$GRPO_FORENSICS_CACHE``, else ``$XDG_CACHE_HOME/grpo-forensics``, else ``~/.cache/grpo-forensics``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "grpo-forensics"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a source looked like when it was parsed."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+    head: str
+    """Hash of the first ``EDGE`` bytes (a folder: of its file listing)."""
+    end: str
+    """Hash of the ``EDGE`` bytes before ``size``."""
+    gzip: bool = False
+
+    @staticmethod
+    def of(path: Path) -> Identity:
+        if path.is_dir():
+            return _folder_identity(path)
+        st = path.stat()
+        with open(path, "rb") as fh:
+            head = fh.read(EDGE)
+            return Identity(st.st_size, st.st_mtime_ns, st.st_ino, _sha(head), _edge_before(fh, st.st_size),
+                            head[:2] == b"\x1f\x8b")
+
+    def grew_from(self, old: Identity, path: Path) -> bool:
+        """Whether this file is ``old`` with bytes appended (same head, same bytes at the old end)."""
+        if self.gzip or old.gzip or self.size <= old.size or self.inode != old.inode:
+            return False
+        with open(path, "rb") as fh:
+            if _sha(fh.read(min(EDGE, old.size))) != old.head:
+                return False
+            return _edge_before(fh, old.size) == old.end
+
+
+class ParseCache:
+    """A folder of parsed sources. ``ParseCache(path)``; ``parsed(...)`` reads through it."""
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.outcomes: dict[str, str] = {}
+        """Per source path, what the last read did: ``hit``, ``grown`` or ``parsed``."""
+
+    def parsed(self, reader: str, path: Path, parse: Callable[[Path], Parsed], *, variant: str = "") -> Parsed:
+        """``parse(path)``, or its cached result when ``path`` has not changed since."""
+        try:
+            identity = Identity.of(path)
+        except OSError:
+            return parse(path)
+        entry = self._entry(reader, path, variant)
+        stored = _load(entry)
+        if stored is not None:
+            old_identity, old = stored
+            if old_identity == identity:
+                self.outcomes[str(path)] = "hit"
+                return old
+            if reader in SPLICEABLE and identity.grew_from(old_identity, path):
+                grown = self._splice(reader, path, old, old_identity, parse)
+                if grown is not None:
+                    self.outcomes[str(path)] = "grown"
+                    self._store(entry, identity, grown)
+                    return grown
+        result = parse(path)
+        self.outcomes[str(path)] = "parsed"
+        self._store(entry, identity, result)
+        return result
+
+    def clear(self) -> None:
+        """Remove every entry."""
+        shutil.rmtree(self.directory / "parsed", ignore_errors=True)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _entry(self, reader: str, path: Path, variant: str) -> Path:
+        key = _sha(f"{reader}\0{path.resolve()}\0{variant}\0{_code_digest()}".encode())[:32]
+        return self.directory / "parsed" / key
+
+    def _store(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
+        """Write the entry beside its final place, then rename it in; a cache that cannot be written is skipped."""
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
+            for name, frame in parsed.frames().items():
+                frame.write_parquet(staging / f"{name}.parquet", compression="lz4", statistics=False)
+            meta = {"identity": identity.__dict__, "parsed": parsed.meta()}
+            (staging / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+            old = entry.with_name(entry.name + f".old-{os.getpid()}")
+            if entry.exists():
+                entry.rename(old)
+            staging.rename(entry)
+            shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            shutil.rmtree(locals().get("staging", entry.parent / ".none"), ignore_errors=True)
+
+    def _splice(self, reader: str, path: Path, old: Parsed, old_identity: Identity, parse: Callable[[Path], Parsed]) -> Parsed | None:
+        """``old`` extended by a parse of what ``path`` grew by, or ``None`` when no clean cut is found."""
+        cut_line = _cut_line(old)
+        offset = _offset_of_line(path, old_identity.size, old.lines, cut_line)
+        if offset is None:
+            return None
+        scratch = self.directory / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+            old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse)
+            new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse)
+        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"][0] != 1):
+            return None  # the cut is not where the last step header was: do not trust the splice
+        head = old.before(cut_line)
+        tail = new_tail.shifted(cut_line - 1, str(path))
+        frames = {
+            name: pl.concat([getattr(head, name), getattr(tail, name)], how="vertical_relaxed") for name in FRAMES
+        }
+        notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
+        return replace(
+            old,
+            **_later_copies(LATER_COPY_WINS.get(reader), frames),
+            lines=cut_line - 1 + new_tail.lines,
+            unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
+            notes=notes,
+            facts={**old.facts, **new_tail.facts},
+        )
+
+
+def _later_copies(rule: str | None, frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Spliced frames with a re-logged step's earlier copy dropped, as the reader itself does."""
+    if rule is None:
+        return frames
+    metrics = frames["metrics"]
+    stepped, loose = metrics.filter(pl.col("step").is_not_null()), metrics.filter(pl.col("step").is_null())
+    if rule == "header":
+        stepped = stepped.filter(pl.col("line") == pl.col("line").max().over("step"))
+    else:
+        stepped = stepped.sort("line").unique(["step", "key"], keep="last", maintain_order=True)
+    if rule == "key+step":
+        frames = {**frames, "steps": frames["steps"].unique("step", keep="last").sort("line")}
+    return {**frames, "metrics": pl.concat([stepped, loose]).sort("step", "time", nulls_last=True)}
+
+
+def _cut_line(parsed: Parsed) -> int:
+    """A line from which parsing can restart with no state carried over.
+
+    The last step header (its table follows it); else the first line of the last minute of
+    timed values (server access counts are folded per minute); else the file's last line
+    (it may have been cut mid-line when it was read).
+    """
+    if parsed.steps.height:
+        return int(parsed.steps["line"].max())
+    timed = parsed.metrics.filter(pl.col("time").is_not_null())
+    if timed.height:
+        last_minute = timed["time"].max().replace(second=0, microsecond=0)
+        return int(timed.filter(pl.col("time") >= last_minute)["line"].min())
+    return max(1, parsed.lines)
+
+
+def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:
+    """Byte offset where 1-based ``line`` starts, searching back from ``size`` (the file had ``lines`` lines)."""
+    if line <= 1:
+        return 0
+    if line > lines + 1:
+        return None
+    block = 1 << 20
+    with open(path, "rb") as fh:
+        fh.seek(size - 1)
+        ends_with_newline = fh.read(1) == b"\n"
+        wanted = lines - line + 1 + ends_with_newline  # newlines from the end to the one ending line - 1
+        pos = size
+        while pos > 0 and size - pos < MAX_REWIND:
+            start = max(0, pos - block)
+            fh.seek(start)
+            data = fh.read(pos - start)
+            found = data.count(b"\n")
+            if found >= wanted:
+                at = len(data)
+                for _ in range(wanted):
+                    at = data.rindex(b"\n", 0, at)
+                return start + at + 1
+            wanted -= found
+            pos = start
+    return None
+
+
+def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse: Callable[[Path], Parsed]) -> Parsed:
+    """``parse`` of bytes ``start:stop`` of ``path``, copied to ``scratch`` (never written near ``path``)."""
+    with open(path, "rb") as src, open(scratch, "wb") as dst:
+        src.seek(start)
+        remaining = None if stop is None else stop - start
+        while remaining is None or remaining > 0:
+            chunk = src.read(1 << 22 if remaining is None else min(1 << 22, remaining))
+            if not chunk:
+                break
+            dst.write(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+    return parse(scratch)
+
+
+def _load(entry: Path) -> tuple[Identity, Parsed] | None:
+    try:
+        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+        frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in FRAMES}
+        return Identity(**meta["identity"]), Parsed.from_parts(meta["parsed"], frames)
+    except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
+        return None
+
+
+def _folder_identity(folder: Path) -> Identity:
+    """A folder (a Ray session, a W&B run dir) changes when any file in it does."""
+    listing = hashlib.sha256()
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            total += st.st_size
+            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    st = folder.stat()
+    return Identity(total, st.st_mtime_ns, st.st_ino, listing.hexdigest(), "")
+
+
+def _edge_before(fh: Any, size: int) -> str:
+    fh.seek(max(0, size - EDGE))
+    return _sha(fh.read(min(EDGE, size)))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@cache
+def _code_digest() -> str:
+    """A digest of the parser code and format tables: a changed parser invalidates every entry."""
+    import forensics
+    import parsers
+
+    digest = hashlib.sha256()
+    roots = [Path(parsers.__file__).parent, Path(forensics.__file__).parent / "parsed.py"]
+    for root in roots:
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for file in files:
+            if file.suffix in (".py", ".json") and "__pycache__" not in file.parts:
+                digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()

@@ -1,0 +1,62 @@
+"""What one parser yields for one source, in the shape the run loader merges (and the cache stores)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import polars as pl
+
+from forensics.model import SourceReport
+
+#: The frames of a parse, each with ``file`` and ``line`` columns.
+FRAMES = ("steps", "metrics", "events")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One parser's frames for one source, and how much of it was understood."""
+
+    source: str
+    steps: pl.DataFrame
+    metrics: pl.DataFrame
+    events: pl.DataFrame
+    lines: int
+    unparsed_lines: int
+    notes: tuple[str, ...]
+    facts: dict[str, str] = field(default_factory=dict)
+    reports: tuple[SourceReport, ...] = ()
+    """Per-file coverage when one source is many files (a Ray session)."""
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {name: getattr(self, name) for name in FRAMES}
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the frames, as JSON-ready values."""
+        return {
+            "source": self.source,
+            "lines": self.lines,
+            "unparsed_lines": self.unparsed_lines,
+            "notes": list(self.notes),
+            "facts": self.facts,
+            "reports": [r.to_dict() for r in self.reports],
+        }
+
+    @staticmethod
+    def from_parts(meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> Parsed:
+        reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
+        return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
+                      meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports)
+
+    def before(self, line: int) -> Parsed:
+        """The rows that come from lines before ``line`` (counts are the caller's to fix)."""
+        kept = {name: frame.filter(pl.col("line") < line) for name, frame in self.frames().items()}
+        return replace(self, **kept)
+
+    def shifted(self, lines: int, file: str) -> Parsed:
+        """Rows of a parse of a file's tail moved to the whole file's line numbers and name."""
+        moved = {
+            name: frame.with_columns((pl.col("line") + lines).alias("line"), pl.lit(file).cast(frame.schema["file"]).alias("file"))
+            for name, frame in self.frames().items()
+        }
+        return replace(self, **moved)

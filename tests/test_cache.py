@@ -1,0 +1,147 @@
+"""The parse cache: unchanged files are not parsed again, grown logs only where they grew, and the
+result is always what a fresh parse of the same bytes gives."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import FIXTURES, tree_state
+from typer.testing import CliRunner
+
+from forensics.analysis import analyze
+from forensics.cache import ParseCache
+from forensics.cli import app
+from forensics.discover import find_runs
+from forensics.run import RunData, load_run
+
+SEED000_TRIAL = FIXTURES / "areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0"
+OOM_TRIAL = FIXTURES / "sglang_oom/outputs/logs/root/gsm8k-grpo-oom/trial0"
+
+
+def unpacked(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def load(root: Path, cache: ParseCache | None) -> RunData:
+    [location] = find_runs([root])
+    return load_run(location, cache=cache)
+
+
+def assert_same_run(a: RunData, b: RunData) -> None:
+    for name in ("steps", "metrics", "events"):
+        left, right = getattr(a, name), getattr(b, name)
+        order = [c for c in ("file", "line", "key", "kind") if c in left.columns]
+        assert left.sort(order).equals(right.sort(order)), name
+    coverage = lambda run: sorted((s.path, s.lines, s.unparsed_lines) for s in run.sources)  # noqa: E731
+    assert coverage(a) == coverage(b)
+
+
+def test_second_load_is_served_from_the_cache(tmp_path: Path) -> None:
+    cache = ParseCache(tmp_path / "cache")
+    root = FIXTURES / "areal_seed000" / "outputs"
+    cold = load(root, cache)
+    assert set(cache.outcomes.values()) == {"parsed"}
+    warm = load(root, cache)
+    assert set(cache.outcomes.values()) == {"hit"} and len(cache.outcomes) == 2
+    assert_same_run(cold, warm)
+    fresh = analyze([root]).to_document()
+    assert analyze([root], cache=cache).to_document() == fresh
+
+
+@pytest.mark.parametrize(
+    ("trial", "log", "fractions"),
+    [
+        (SEED000_TRIAL, "trainer.log.gz", (0.3, 0.6137, 0.9)),  # 0.6137: cut inside a stats table
+        (OOM_TRIAL, "llm_server.log.gz", (0.25, 0.5, 0.75)),
+        (SEED000_TRIAL, "llm_server.log", (0.5,)),
+    ],
+)
+def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path, log: str, fractions: tuple) -> None:
+    live = tmp_path / "run"
+    shutil.copytree(trial, live)
+    data = unpacked(trial / log)
+    target = live / log.removesuffix(".gz")
+    (live / log).unlink(missing_ok=True)
+    cache = ParseCache(tmp_path / "cache")
+    for fraction in (*fractions, 1.0):
+        cut = int(len(data) * fraction)  # mid-line on purpose: a writer caught half-way
+        with open(target, "ab") as fh:
+            fh.write(data[target.stat().st_size if target.exists() else 0 : cut])
+        grown = load(live, cache)
+        if fraction != fractions[0]:
+            assert cache.outcomes[str(target)] == "grown"
+        assert_same_run(grown, load(live, None))
+
+
+def test_a_rewritten_or_shrunk_file_is_parsed_afresh(tmp_path: Path) -> None:
+    live = tmp_path / "run"
+    shutil.copytree(SEED000_TRIAL, live)
+    log = live / "llm_server.log"
+    cache = ParseCache(tmp_path / "cache")
+    load(live, cache)
+    original = log.read_bytes()
+    log.write_bytes(original.replace(b"Decode batch", b"Decode batcH", 1))  # same size, new content
+    assert_same_run(load(live, cache), load(live, None))
+    assert cache.outcomes[str(log)] == "parsed"
+    log.write_bytes(original[: len(original) // 2])  # truncated
+    assert_same_run(load(live, cache), load(live, None))
+    assert cache.outcomes[str(log)] == "parsed"
+
+
+def test_a_relaunch_appending_to_the_log_is_spliced(tmp_path: Path) -> None:
+    """``tee -a``: the second launch starts its step numbers again, after the first launch's lines."""
+    live = tmp_path / "run"
+    shutil.copytree(SEED000_TRIAL, live)
+    data = unpacked(SEED000_TRIAL / "trainer.log.gz")
+    (live / "trainer.log.gz").unlink()
+    log = live / "trainer.log"
+    log.write_bytes(data[: len(data) // 3])
+    cache = ParseCache(tmp_path / "cache")
+    load(live, cache)
+    with open(log, "ab") as fh:
+        fh.write(b"\n" + data[: len(data) // 5])
+    assert_same_run(load(live, cache), load(live, None))
+    assert cache.outcomes[str(log)] == "grown"
+
+
+def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
+    cache = ParseCache(tmp_path / "cache")
+    root = FIXTURES / "sglang_hang" / "outputs"
+    cold = load(root, cache)
+    for parquet in (tmp_path / "cache").rglob("metrics.parquet"):
+        parquet.write_bytes(b"PAR1 torn")
+    assert_same_run(load(root, cache), cold)
+    assert set(cache.outcomes.values()) == {"parsed"}
+
+
+def test_an_unwritable_cache_is_skipped(tmp_path: Path) -> None:
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        pytest.skip("root writes through permissions")
+    blocked = tmp_path / "cache"
+    blocked.mkdir()
+    blocked.chmod(0o500)
+    try:
+        run = load(FIXTURES / "sglang_hang" / "outputs", ParseCache(blocked))
+        assert run.steps.height > 0
+    finally:
+        blocked.chmod(0o700)
+
+
+def test_cli_uses_the_cache_outside_the_tree(tmp_path: Path) -> None:
+    root = FIXTURES / "areal_seed001" / "outputs"
+    before = tree_state(root)
+    runner = CliRunner()
+    args = ["metrics", str(root), "--cache-dir", str(tmp_path / "c")]
+    first = runner.invoke(app, args)
+    second = runner.invoke(app, args)
+    assert first.exit_code == second.exit_code == 0 and first.stdout == second.stdout
+    assert any((tmp_path / "c" / "parsed").iterdir())
+    assert runner.invoke(app, [*args[:2], "--no-cache"]).stdout == first.stdout
+    assert tree_state(root) == before
+    assert pl.read_csv(first.stdout.encode()).height > 1000
