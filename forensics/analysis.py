@@ -31,13 +31,13 @@ from forensics.detect import (
     series,
     stall,
 )
-from forensics.discover import find_runs
+from forensics.discover import RunLocation, find_runs
 from forensics.errors import UnusableInput
 from forensics.model import Analysis, Evidence, Incident, RunAnalysis
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
-from parsers.custom import load_custom_format
+from parsers.custom import CustomFormat, load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform
 
 
@@ -60,14 +60,23 @@ def analyze(
             ``custom_format`` is malformed.
     """
     t = thresholds or Thresholds()
-    try:
-        fmt = load_custom_format(custom_format) if custom_format else None
-    except (OSError, FormatDefinitionError) as exc:
-        raise UnusableInput(f"{custom_format}: {exc}") from exc
+    fmt = _custom_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     runs = [load_run(location, custom_format=fmt, cache=cache) for location in locations]
     runs += [load_online_wandb(name) for name in wandb_runs]
     return Analysis([analyze_run(run, t) for run in runs])
+
+
+def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:
+    """The runs ``analyze(paths)`` would analyze, found but not read (cheap: file heads only)."""
+    return find_runs(paths, custom_format=_custom_format(custom_format))
+
+
+def _custom_format(path: Path | None) -> CustomFormat | None:
+    try:
+        return load_custom_format(path) if path else None
+    except (OSError, FormatDefinitionError) as exc:
+        raise UnusableInput(f"{path}: {exc}") from exc
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.discover import RunLocation
 from forensics.parsed import FRAMES, Parsed
 
 #: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
@@ -121,6 +122,46 @@ class ParseCache:
     def clear(self) -> None:
         """Remove every entry."""
         shutil.rmtree(self.directory / "parsed", ignore_errors=True)
+        shutil.rmtree(self.directory / "results", ignore_errors=True)
+
+    def inputs_key(self, locations: Sequence[RunLocation], *options: str) -> str:
+        """A key for everything an analysis of ``locations`` reads (logs, checkpoints, config) and the code."""
+        digest = hashlib.sha256(_code_digest(whole_package=True).encode())
+        for option in options:
+            digest.update(b"\0option\0" + option.encode())
+        for location in locations:
+            digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode())
+            extra = [location.root / "config.yaml"] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
+            for kind, path in [(s.kind, s.path) for s in location.logs] + [("extra", p) for p in extra]:
+                try:
+                    identity = Identity.of(path)
+                except OSError:
+                    identity = None
+                digest.update(f"\0{kind}\0{path}\0{identity}".encode())
+        return digest.hexdigest()[:32]
+
+    def recall(self, key: str) -> dict[str, bytes] | None:
+        """The outputs remembered under ``key`` (see :meth:`remember`), or ``None``."""
+        entry = self.directory / "results" / key
+        try:
+            if entry.stat().st_uid != os.getuid():  # only ever load what this user wrote
+                return None
+            return {p.name: p.read_bytes() for p in entry.iterdir()}
+        except OSError:
+            return None
+
+    def remember(self, key: str, parts: dict[str, bytes]) -> None:
+        """Keep finished outputs (a rendered report, a summary) for an unchanged set of inputs."""
+        entry = self.directory / "results" / key
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
+            for name, data in parts.items():
+                (staging / name).write_bytes(data)
+            shutil.rmtree(entry, ignore_errors=True)
+            staging.rename(entry)
+        except OSError:
+            pass
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -131,7 +172,7 @@ class ParseCache:
     def _store(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
         """Write the entry beside its final place, then rename it in; a cache that cannot be written is skipped."""
         try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
+            entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
             for name, frame in parsed.frames().items():
                 frame.write_parquet(staging / f"{name}.parquet", compression="lz4", statistics=False)
@@ -283,16 +324,20 @@ def _sha(data: bytes) -> str:
 
 
 @cache
-def _code_digest() -> str:
-    """A digest of the parser code and format tables: a changed parser invalidates every entry."""
+def _code_digest(whole_package: bool = False) -> str:
+    """A digest of the parser code and format tables (with ``whole_package``, also of the analysis
+    and the renderers): changed code never serves old entries."""
     import forensics
     import parsers
+    import reports
 
     digest = hashlib.sha256()
     roots = [Path(parsers.__file__).parent, Path(forensics.__file__).parent / "parsed.py"]
+    if whole_package:
+        roots += [Path(forensics.__file__).parent, Path(reports.__file__).parent]
     for root in roots:
         files = sorted(root.rglob("*")) if root.is_dir() else [root]
         for file in files:
-            if file.suffix in (".py", ".json") and "__pycache__" not in file.parts:
+            if file.suffix in (".py", ".json", ".html", ".js", ".css") and "__pycache__" not in file.parts:
                 digest.update(file.name.encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()

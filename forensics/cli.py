@@ -6,11 +6,14 @@ library's errors to CONTRACT exit codes (2: unusable input, 3/4: no checkpoint).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import pickle
 import sys
 import tempfile
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -18,8 +21,10 @@ import typer
 from rich.console import Console
 
 from forensics.analysis import analyze as run_analysis
+from forensics.analysis import locate
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
+from forensics.fleet import FleetResult, analyze_fleet
 from forensics.model import Analysis, RunAnalysis, iso
 
 app = typer.Typer(
@@ -91,36 +96,88 @@ def analyze(
     wandb: Wandb = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
+    ray: Annotated[bool, typer.Option("--ray", help="Many runs: one task per run on a Ray cluster (RAY_ADDRESS, else the one started on this machine, else a new local Ray).")] = False,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster for --ray (implies it): HOST:PORT, ray://HOST:10001, auto or local.")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Many runs: local processes in parallel (default: one per CPU).")] = None,
     debug: Debug = False,
 ) -> None:
     """Find incidents, their causes and the last healthy checkpoint; print a summary and write the report.
+
+    Several runs (or --ray/--workers) go in parallel: a report each in --out/runs/, index.html, index.parquet.
 
     Example: grpo-forensics analyze outputs/ --json analysis.json
     """
     from reports import render_markdown, render_summary, write_html
 
-    def work() -> Analysis:
+    def work() -> Analysis | FleetResult:
         if json_out == "-" and markdown == "-":
             raise UnusableInput("--json - and --markdown - cannot both write to stdout")
         if not paths and not wandb:
             raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
         cache = _cache(cache_dir, no_cache, paths or [])
-        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
+        found = locate(paths, custom_format=log_format) if paths else []
+        if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
+            return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
+                          wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
+        key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
+        kept = _recall(cache, key, html)
+        if kept is not None:
+            result = pickle.loads(kept["analysis.pickle"])  # noqa: S301 - our own file, in the user's private cache
+        else:
+            result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
         console = Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
             _write_json(result.to_document(), json_out)
         if markdown is not None:
             _write_text(render_markdown(result), markdown)
+        report = None
         if html:
             folder = _report_dir(out, paths or [])
-            written = write_html(result, folder)
-            console.print(f"report: {written}")
+            if kept is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+                report = folder / "report.html"
+                report.write_bytes(kept["report.html"])
+            else:
+                report = write_html(result, folder)
+            console.print(f"report: {report}")
+        if key and kept is None:
+            parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
+            cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}))
         return result
 
     result = _guard(debug, work)
+    if isinstance(result, FleetResult) and result.failed:
+        raise typer.Exit(EXIT_BUG if any(not r.unusable for r in result.failed) else EXIT_BAD_INPUT)
     if fail_on_incident and result.has_incident:
         raise typer.Exit(EXIT_INCIDENT)
+
+
+def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdown: str | None, html: bool,
+           log_format: Path | None, wandb: list[str], cache: ParseCache | None, ray: bool, ray_address: str | None,
+           workers: int | None, debug: bool) -> FleetResult:
+    """Many runs at once: in parallel, a report per run and the index in ``--out``, a table in the terminal."""
+    from reports import render_fleet_summary
+
+    result = analyze_fleet(paths, _report_dir(out, paths), workers=workers, use_ray=ray, ray_address=ray_address,
+                           custom_format=log_format, wandb_runs=wandb, cache=cache, html=html,
+                           markdown=markdown is not None)
+    console = Console(stderr="-" in (json_out, markdown))
+    render_fleet_summary(result.runs_table, console)
+    sick = sum(1 for r in result.runs if r.run and r.run["incidents"])
+    console.print(f"{len(result.runs)} run(s), {sick} with incidents, {len(result.failed)} not analyzed; "
+                  f"{result.seconds:.1f} s on {result.backend}", markup=False, highlight=False)
+    if json_out is not None:
+        _write_json(result.to_document(), json_out)
+    if markdown is not None:
+        _write_text("\n".join(r.markdown for r in result.runs if r.markdown) or "grpo-forensics: no runs analyzed.\n", markdown)
+    console.print(f"index: {result.page or result.index}", markup=False, highlight=False)
+    for r in result.failed:
+        reason = r.error if r.unusable else f"internal error ({r.error}); rerun with --debug"
+        typer.echo(f"grpo-forensics: {r.run_id}: {reason}", err=True)
+        if debug and r.detail:
+            typer.echo(r.detail, err=True)
+    return result
 
 
 @app.command("best-checkpoint")
@@ -258,6 +315,92 @@ def compare(
     _guard(debug, work)
 
 
+EXIT_ALARM = 5
+
+
+@app.command()
+def watch(
+    path: Annotated[Path, typer.Argument(help="The run's folder or log file, as for analyze (read only, never written).")],
+    replay: Annotated[bool, typer.Option("--replay", help="Replay a finished run as if live: where each alarm would have fired.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print alarms as JSON (with --replay: the {\"alarms\": [...]} document).")] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls of the logs.")] = 30.0,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Stop following after this many seconds (exit 0 if nothing fired).")] = None,
+    zero_steps: Annotated[int, typer.Option("--zero-steps", help="Steps in a row at one exact reward (e.g. 0) that make a collapse.")] = 5,
+    warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="A reward constant since the first step is judged only after this many steps.")] = 10,
+    server_down_minutes: Annotated[float, typer.Option("--server-down-minutes", help="A server gone this long, with no relaunch, raises an alarm.")] = 5.0,
+    stop: Annotated[bool, typer.Option("--exit/--keep-going", help="Exit 5 at the first alarm, or keep following.")] = True,
+    on_alarm: Annotated[str | None, typer.Option("--on-alarm", help="Shell command run at each alarm: alarm JSON on stdin, GRPO_FORENSICS_* variables.")] = None,
+    wandb_alert: Annotated[bool, typer.Option("--wandb-alert", help="Post a W&B alert to the run's W&B run (needs WANDB_API_KEY).")] = False,
+    report_dir: Annotated[Path | None, typer.Option("--report-dir", help="Write the HTML report here when an alarm fires.")] = None,
+    state_dir: Annotated[Path | None, typer.Option("--state-dir", help="Where alarms raised and parsed logs are kept (default: the user cache dir).")] = None,
+    log_format: LogFormat = None,
+    debug: Debug = False,
+) -> None:
+    """Follow a live run and raise an alarm when an incident starts (exit 5 when one fired).
+
+    Alarms: reward_collapse, zero_variance, nan_inf, server_errors, server_down, stall, crash.
+    Exit codes: 0 nothing fired (--timeout reached, or --replay), 2 unusable input, 5 an alarm fired.
+
+    Example: grpo-forensics watch outputs/ --on-alarm 'scancel "$SLURM_JOB_ID"' --report-dir /tmp/alarm
+    """
+    from forensics import alarms as act
+    from forensics.watch import Watcher, WatchSettings
+    from forensics.watch import replay as replay_run
+    from parsers._formats import FormatDefinitionError
+    from parsers.custom import load_custom_format
+
+    settings = WatchSettings(zero_steps=zero_steps, warmup_steps=warmup_steps, server_down_minutes=server_down_minutes)
+    console = Console(stderr=as_json)
+
+    def work() -> int:
+        if report_dir is not None and _inside(report_dir, path):
+            raise UnusableInput(f"--report-dir {report_dir} is inside the watched path {path}; reports never go there")
+        try:
+            fmt = load_custom_format(log_format) if log_format else None
+        except (OSError, FormatDefinitionError) as exc:
+            raise UnusableInput(f"{log_format}: {exc}") from exc
+        if replay:
+            results = replay_run([path], settings=settings, custom_format=fmt)
+            if as_json:
+                alarms = [{**a.to_dict(), "offline_onsets": r.to_dict()["offline_onsets"], "last_step": r.last_step}
+                          for r in results for a in r.alarms]
+                _write_json({"alarms": alarms, "runs": [r.to_dict() for r in results]}, "-")
+            else:
+                act.render_replay(results, console)
+            return 0
+        if not path.exists():
+            raise UnusableInput(f"{path}: no such file or directory")
+        watcher = Watcher(path, settings=settings, state_dir=state_dir, custom_format=fmt)
+        fired = []
+
+        def handle(alarm: Any) -> bool:
+            fired.append(alarm)
+            run = watcher.run(alarm.run_id)
+            report = act.write_report(run, report_dir) if report_dir is not None and run is not None else None
+            if as_json:
+                sys.stdout.write(json.dumps({**alarm.to_dict(), "report": str(report) if report else None}) + "\n")
+                sys.stdout.flush()
+            act.print_alarm(alarm, console)
+            if report:
+                console.print(f"report: {report}", markup=False)
+            if on_alarm:
+                console.print(act.run_command(on_alarm, alarm, report=report), markup=False)
+            if wandb_alert and run is not None:
+                console.print(act.post_wandb_alert(alarm, run), markup=False)
+            return not stop
+
+        console.print(f"watching {path} every {interval:g} s (state: {watcher.state_dir})", markup=False)
+        try:
+            watcher.follow(handle, interval=interval, timeout=timeout)
+        except KeyboardInterrupt:
+            pass
+        return EXIT_ALARM if fired else 0
+
+    code = _guard(debug, work)
+    if code:
+        raise typer.Exit(code)
+
+
 def _single_run(path: Path, cache: ParseCache | None = None) -> RunAnalysis:
     """The one run at ``path``; several runs there is unusable input for this command."""
     runs = run_analysis([path], cache=cache).runs
@@ -265,6 +408,27 @@ def _single_run(path: Path, cache: ParseCache | None = None) -> RunAnalysis:
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
     return runs[0]
+
+
+def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, bytes] | None:
+    """What an earlier ``analyze`` of the very same inputs produced, when it holds all that is asked for."""
+    kept = cache.recall(key) if cache is not None and key else None
+    if kept is None or "analysis.pickle" not in kept or (html and "report.html" not in kept):
+        return None
+    return kept
+
+
+def _summary_only(result: Analysis) -> Analysis:
+    """``result`` without the big frames: what the summary, the JSON document and Markdown need."""
+    runs = [replace(r, metrics=r.metrics.clear(), events=r.events.clear()) for r in result.runs]
+    return replace(result, runs=runs)
+
+
+def _digest(path: Path | None) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path else ""
+    except OSError:
+        return "unreadable"
 
 
 def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCache | None:

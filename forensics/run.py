@@ -259,10 +259,7 @@ def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
 
 def _latest_copy(metrics: pl.DataFrame) -> pl.DataFrame:
     """Table values from the newest file win for a step; line metrics (memory) are all kept."""
-    tables = metrics.filter(pl.col("step").is_not_null())
-    newest = tables.group_by("step").agg(pl.col("rank").max().alias("newest"))
-    tables = tables.join(newest, on="step").filter(pl.col("rank") == pl.col("newest"))
-    lines = metrics.filter(pl.col("step").is_null())
-    return pl.concat([tables.select(list(METRIC_SCHEMA)), lines.select(list(METRIC_SCHEMA))]).sort(
-        "step", "time", nulls_last=True
-    )
+    if metrics["rank"].n_unique() > 1:
+        newest = pl.col("rank") == pl.col("rank").max().over("step")
+        metrics = metrics.filter(pl.col("step").is_null() | newest)
+    return metrics.select(list(METRIC_SCHEMA)).sort("step", "time", nulls_last=True, multithreaded=True)

@@ -1,4 +1,4 @@
-"""Terminal renderings: an analysis (one header per run, one panel per incident, the checkpoint) and a comparison.
+"""Terminal renderings: an analysis (one header per run, one panel per incident, the checkpoint), a comparison, a fleet.
 
 Log text is only ever put into ``rich.text.Text`` objects, so ``[bold]`` or ``:smile:`` in a log
 line prints literally.
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from forensics.model import Analysis, Incident, RunAnalysis, iso
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import Console
 
     from forensics.compare import Comparison
@@ -159,3 +160,30 @@ def render_comparison(ca: Comparison, console: Console) -> None:
     style = {True: "bold green", False: "bold red", None: "bold"}[ca.avoided]
     for k, line in enumerate(ca.verdict):
         console.print(Text(line, style=style if k == 0 else ""), highlight=False)
+
+
+def render_fleet_summary(runs: pl.DataFrame, console: Console) -> None:
+    """One row per run of a fleet (the runs table of its index): incidents, first cause, checkpoint."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(header_style="bold", show_edge=False, pad_edge=False)
+    table.add_column("run", overflow="fold", min_width=12)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("incidents", justify="right", no_wrap=True)
+    table.add_column("first incident", overflow="fold")
+    table.add_column("cause", overflow="fold")
+    table.add_column("checkpoint", justify="right", no_wrap=True)
+    for r in runs.iter_rows(named=True):
+        if r["error"]:
+            table.add_row(Text(r["run_id"]), "", "", Text("not analyzed: " + r["error"], style="bold red"), "", "")
+            continue
+        table.add_row(
+            Text(r["run_id"], style="bold cyan"),
+            f"{r['first_step']}-{r['last_step']}" if r["step_count"] else "none",
+            Text(str(r["n_incidents"]), style="bold red" if r["n_incidents"] else "green"),
+            Text(f"{r['first_kind']} @ {r['first_onset_step']}" if r["first_kind"] else ""),
+            Text(r["first_cause"] or ""),
+            "none" if r["checkpoint_step"] is None else f"step {r['checkpoint_step']}",
+        )
+    console.print(table)

@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.detect import metric_keys
 from forensics.model import RunAnalysis, iso
 from reports.page import fmt_time, short
 
@@ -397,7 +398,7 @@ def _server_lanes(t: Timeline) -> None:
 
 
 def _memory_lane(t: Timeline) -> None:
-    keys = sorted(k for k in t.run.metrics["key"].unique().to_list() if k.startswith("mem/") and k.endswith("_gb"))
+    keys = sorted(k for k in metric_keys(t.run.metrics)[0] if k.startswith("mem/") and k.endswith("_gb"))
     mem = _metric(t, keys, "max")
     if not mem:
         t.notes.append("no memory lines (mem/…) in the logs")

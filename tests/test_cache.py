@@ -145,3 +145,30 @@ def test_cli_uses_the_cache_outside_the_tree(tmp_path: Path) -> None:
     assert runner.invoke(app, [*args[:2], "--no-cache"]).stdout == first.stdout
     assert tree_state(root) == before
     assert pl.read_csv(first.stdout.encode()).height > 1000
+
+
+def test_unchanged_inputs_reuse_the_finished_analysis(tmp_path: Path) -> None:
+    """The second ``analyze`` of the same files writes the same document, report and Markdown
+    without analyzing again; touching one input (here the checkpoints) analyzes afresh."""
+    live = tmp_path / "outputs"
+    shutil.copytree(FIXTURES / "sglang_hang" / "outputs", live)
+    runner = CliRunner()
+
+    def run(n: int) -> tuple[str, bytes, str]:
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        args = ["analyze", str(live), "--json", str(out / "a.json"), "--out", str(out), "--cache-dir", str(tmp_path / "c"),
+                "--markdown", str(out / "a.md")]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        return (out / "a.json").read_text(), (out / "report.html").read_bytes(), (out / "a.md").read_text()
+
+    first = run(1)
+    results = tmp_path / "c" / "results"
+    [entry] = list(results.iterdir())
+    assert run(2) == first
+    assert list(results.iterdir()) == [entry]
+    checkpoint = next(p for p in live.rglob("*") if "checkpoints" in p.parts and p.is_file())
+    checkpoint.write_bytes(b"")  # a zero-length shard: the recommendation may change
+    run(3)
+    assert len(list(results.iterdir())) == 2

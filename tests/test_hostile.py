@@ -247,3 +247,21 @@ def test_unreadable_file_is_reported_not_raised(damaged: Path, tmp_path: Path) -
     assert "secret.log" in json.dumps(doc)
     lone = invoke("analyze", str(damaged / TRIAL / "secret.log"), "--no-html")
     assert lone.exit_code == 2
+
+
+def test_no_network_without_wandb(damaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command works with sockets forbidden; only ``--wandb`` may reach out (it says so when it cannot)."""
+    import socket
+
+    tried: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        tried.append(args)
+        raise OSError("network access attempted in a test that forbids it")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    all_commands(damaged, tmp_path, ["--no-cache"])
+    assert tried == []

@@ -1,0 +1,705 @@
+"""The benchmark suite: ``grpo-forensics analyze`` on a large run, next to what one would use instead.
+
+One command (not part of the tests)::
+
+    python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--dir /tmp/grpo-forensics-bench]
+                               [--keep] [--reuse] [--skip-lnav] [--report FILE] [--repeat N] [--loop-mb 300]
+
+It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
+
+    outputs/logs/root/bench-grpo/trial0/trainer.log          ~45 %  (AReaL v0.4 StatsLogger tables)
+    outputs/logs/root/bench-grpo/trial0/llm_server.log       ~45 %  (SGLang at info level)
+    outputs/logs/root/bench-grpo/trial0/session_2025-…/logs/ ~10 %  (Ray session: raylet.out,
+        gcs_server.out, python-core-*.log, worker-*.out/.err)
+    outputs/checkpoints/root/bench-grpo/trial0/default/      (one tiny HF export per epoch)
+
+The trainer and server logs come from the test fixture builders (``tests/fixtures/``): a block of
+1870 steps (two epochs, two days) is written once healthy and once with the incident, then
+repeated with later steps, epochs and dates until the set reaches ``--size-gb``; the timeline is
+continuous. The incident, in the block ~60 % into the run: SGLang hangs after a weight update,
+the trainer's requests time out (600 s x 3 retries), ``task_reward/avg`` is exactly 0 for 100
+steps, then the server answers again. The Ray logs repeat the healthy part (before the failure)
+of the real session in ``shared/samples/ray/a_actor_exit``, with timestamps spread over the run;
+its ``events/`` JSON files (epoch times) are left out.
+
+Then, on the same files, in the same run, each command in a fresh process (page cache warmed
+first with ``cat``; peak RSS is the child's ``ru_maxrss`` from ``os.wait4``):
+
+- ``grep -cE 'Traceback|Error|timed out|refused|Killed|sigquit'`` over all files, output to a file
+  (GNU grep stops at the first match when it writes to /dev/null);
+- ``grpo-forensics analyze DIR --no-html --json FILE`` with an empty cache
+  (``GRPO_FORENSICS_CACHE=<fresh dir>``), then again with the same cache, then cold with the HTML
+  report;
+- ``lnav -n -c ';SELECT count(*) FROM all_logs' FILES`` (lnav indexes every file, runs the query
+  headless, prints the count and exits; a clean ``HOME``, so no saved session), when lnav is on PATH;
+- a line-by-line Python regex parser (step headers, table rows, SGLang stats, error keywords) on a
+  slice of each file (``--loop-mb``), extrapolated to the whole set.
+
+And how cold ``analyze`` grows with the input (``--scaling``): seconds per GB and peak RSS at each
+size. The table is printed as Markdown (and written to ``--report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+RAY_SAMPLE = ROOT.parent / "shared" / "samples" / "ray" / "a_actor_exit"
+
+GREP = r"Traceback|Error|timed out|refused|Killed|sigquit"
+LNAV_QUERY = ";SELECT count(*) FROM all_logs"
+
+BLOCK_STEPS = 1870  # two AReaL epochs of 935 steps
+BLOCK_DAYS = 2
+STEPS_PER_EPOCH = 935
+START = datetime(2025, 11, 1, 9, 0, 0)
+RAY_START = datetime(2025, 11, 1, 8, 11, 0)  # the cluster is up 45 min before the trainer
+RAY_SESSION = "session_2025-11-01_08-10-31_648770_32459"
+EXPERIMENT, TRIAL, USER = "bench-grpo", "trial0", "root"
+INCIDENT = (1400, 1500)  # block steps with reward exactly 0 (the hang starts after step 1393's update)
+RAY_SHARES = {"worker_out": 0.40, "core": 0.25, "raylet": 0.20, "gcs": 0.15}
+CHUNK = 64 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# The file set
+
+
+@dataclass
+class Blocks:
+    """One healthy and one incident block of each log, as templates (dates are placeholders)."""
+
+    trainer_head: bytes
+    server_head: bytes
+    trainer: dict[str, bytes]  # "healthy"/"incident" -> template
+    server: dict[str, bytes]
+    dates: list[datetime]  # placeholder i -> the date it stands for
+    config: str
+    version: bytes
+
+
+_COMPACT = re.compile(rb"(?<![0-9])(20\d{6})-(?=\d\d:)")
+_DASHED = re.compile(rb"(?<=\[)(20\d\d-\d\d-\d\d)(?= \d\d:)")
+_HEADER = re.compile(rb"Epoch (\d+)/\d+ Step (\d+)/(\d+) Train step (\d+)/\d+ done\.")
+
+
+def _spec(kind: str):
+    from areal_builder import RunSpec, healthy_reward  # noqa: PLC0415
+
+    lo, hi = INCIDENT
+    reward = healthy_reward if kind == "healthy" else (lambda s: 0.0 if lo <= s < hi else healthy_reward(s))
+    return RunSpec(
+        experiment=EXPERIMENT, trial=TRIAL, user=USER, era="v0.4",
+        steps_per_epoch=STEPS_PER_EPOCH, total_epochs=2, last_step=BLOCK_STEPS,
+        # a block spans two days less 5 min, so copies shifted by two days follow each other
+        anchors={1: START, BLOCK_STEPS: START + timedelta(days=BLOCK_DAYS, seconds=-300)},
+        step_seconds=(85.0, 100.0), reward=reward, seed=7, save_freq_epochs=1,
+        server_addr="172.17.0.2:30000", request_timeout=600, request_retries=3,
+        max_concurrent_rollouts=128,
+    )
+
+
+def _server_lines(spec, incident: bool):
+    """SGLang's own lines for a block: sustained rollout traffic between weight updates, the
+    container's health probe; with ``incident``, a hang from step 1393's update to step 1500."""
+    from areal_builder import Outage  # noqa: PLC0415
+    from build import _probes, _started  # noqa: PLC0415
+    from sglang_lines import (  # noqa: PLC0415
+        Client,
+        Server,
+        builder_timeline,
+        client_disconnected,
+        rollout_traffic,
+        steady_load,
+        weight_update_lines,
+    )
+
+    server = Server(host="172.17.0.2", port=30000, pid=2471)
+    s = timedelta(seconds=1)
+    first = builder_timeline(spec)
+    hang = recovered = None
+    if incident:
+        hang = first.updates[INCIDENT[0] - 7].done + 0.4 * s
+        recovered = first.headers[INCIDENT[1]] - 30 * s
+        spec = replace(spec, outages=(Outage(start=hang + 600.2 * s, end=recovered - 4 * s, kind="timeout",
+                                             burst_every=(300.0, 600.0)),))
+    timeline = builder_timeline(spec)
+    rng = random.Random("bench:sglang")
+    trainer = Client(server.host, "bench:trainer")
+    load = steady_load(server)
+    lines = _started(spec, server, timeline, trainer)
+    since = timeline.servers_ready[0] + 1.4 * s
+    for step in sorted(timeline.updates):
+        update = timeline.updates[step]
+        if hang and hang <= update.start < recovered:
+            continue
+        if hang and update.start >= recovered > since:
+            since = recovered
+        end = min(update.start, hang) if hang and since < hang else update.start
+        lines += rollout_traffic(server, trainer, since, end, load, rng, completions=200)
+        lines += weight_update_lines(server, trainer, update, rng, aborted=0)
+        since = update.done + rng.uniform(0.25, 0.6) * s
+    end = max(timeline.headers.values())
+    if hang:
+        lines += _probes(spec, server, timeline, hang)
+        from build import _probe_times  # noqa: PLC0415
+        from sglang_lines import health_check_failed, health_probe  # noqa: PLC0415
+
+        probe = Client("127.0.0.1", "bench:probe")
+        for t in _probe_times(timeline, end):
+            if hang <= t < recovered:
+                lines += health_check_failed(t, probe, hang)
+            elif t >= recovered:
+                lines += health_probe(t, probe, server, None)
+        for when, what in timeline.failed_requests:
+            if what.startswith("timed out"):
+                lines.append(client_disconnected(when + rng.uniform(0.3, 3.9) * s, rng))
+    else:
+        lines += _probes(spec, server, timeline, end)
+    return replace(spec, extra_lines=tuple(lines)), server
+
+
+def build_blocks(scratch: Path) -> Blocks:
+    sys.path.insert(0, str(FIXTURES))
+    from areal_builder import write_run  # noqa: PLC0415
+    from sglang_lines import finish_server_log  # noqa: PLC0415
+
+    raw: dict[str, tuple[bytes, bytes]] = {}
+    config = version = None
+    for kind in ("healthy", "incident"):
+        spec, server = _server_lines(_spec(kind), kind == "incident")
+        paths = write_run(scratch / kind / "outputs", spec)
+        server_log = finish_server_log(paths, server)
+        raw[kind] = (paths.trainer_log.read_bytes(), server_log.read_bytes())
+        config = config or paths.config.read_text()
+        version = version or (paths.log_dir / "version.json").read_bytes()
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    dates: list[datetime] = []
+
+    def template(data: bytes) -> bytes:
+        def sub(m: re.Match[bytes], fmt: str, tag: bytes) -> bytes:
+            day = datetime.strptime(m.group(1).decode(), fmt)
+            if day not in dates:
+                dates.append(day)
+            return b"\0%s%d\0" % (tag, dates.index(day))
+
+        data = _COMPACT.sub(lambda m: sub(m, "%Y%m%d", b"C") + b"-", data)
+        return _DASHED.sub(lambda m: sub(m, "%Y-%m-%d", b"H"), data)
+
+    def split(data: bytes, marker: bytes) -> tuple[bytes, bytes]:
+        """Head: up to the end of the line holding ``marker`` (start-up); body: the rest."""
+        at = data.index(b"\n", data.index(marker)) + 1
+        return data[:at], data[at:]
+
+    heads, bodies = {}, {"trainer": {}, "server": {}}
+    for kind, (trainer, server) in raw.items():
+        head_t, body_t = split(trainer, b"Servers are all ready!")
+        head_s, body_s = split(server, b"SGLang server launched at: ")
+        heads[kind] = (template(head_t), template(head_s))
+        bodies["trainer"][kind] = template(body_t)
+        bodies["server"][kind] = template(body_s)
+    return Blocks(heads["healthy"][0], heads["healthy"][1], bodies["trainer"], bodies["server"], dates,
+                  config, version)
+
+
+def _fill(data: bytes, dates: list[datetime], shift: timedelta) -> bytes:
+    for i, day in enumerate(dates):
+        day += shift
+        data = data.replace(b"\0C%d\0" % i, day.strftime("%Y%m%d").encode())
+        data = data.replace(b"\0H%d\0" % i, day.strftime("%Y-%m-%d").encode())
+    return data
+
+
+def _restep(data: bytes, k: int, blocks: int) -> bytes:
+    def sub(m: re.Match[bytes]) -> bytes:
+        return b"Epoch %d/%d Step %s/%s Train step %d/%d done." % (
+            int(m[1]) + 2 * k, 2 * blocks, m[2], m[3], int(m[4]) + BLOCK_STEPS * k, BLOCK_STEPS * blocks)
+
+    return _HEADER.sub(sub, data)
+
+
+class _Writer:
+    """Large writes: parts are gathered and written ``CHUNK`` bytes at a time."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh, self.parts, self.pending, self.size = open(path, "wb"), [], 0, 0
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.pending += len(data)
+        self.size += len(data)
+        if self.pending >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        self.fh.write(b"".join(self.parts))
+        self.parts, self.pending = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.fh.close()
+
+
+def _ray_bodies() -> dict[str, tuple[bytes, bytes, str]]:
+    """For each Ray log of the sample: (head, body template, kind). The body is the part before
+    the failure (records dated before 03:11:37; a worker's ``fatal`` line dropped), with
+    ``YYYY-MM-DD HH:MM:`` turned into a placeholder; the head is the ``:job_id:``/``:actor_name:``
+    markers of a worker file."""
+    session = next(RAY_SAMPLE.glob("session_*"))
+    out = {}
+    for path in sorted((session / "logs").iterdir()):
+        if not path.is_file():
+            continue
+        name = path.name
+        kind = ("worker_out" if re.fullmatch(r"worker-.*\.(out|err)", name) else
+                "core" if name.startswith("python-core-") else
+                "raylet" if name == "raylet.out" else "gcs" if name == "gcs_server.out" else "once")
+        text = path.read_bytes()
+        if kind == "once":
+            out[name] = (b"", text.replace(b"2026-11-22 03:", b"2025-11-01 08:"), kind)
+            continue
+        if kind == "worker_out":
+            lines = text.splitlines(keepends=True)
+            head = b"".join(x for x in lines if x.startswith(b":"))
+            body = b"".join(x for x in lines if not x.startswith(b":") and b"fatal" not in x)
+            out[name] = (head, body, kind)
+            continue
+        keep, kept = True, []
+        for line in text.splitlines(keepends=True):
+            stamp = re.match(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
+            if stamp:
+                keep = stamp[1] < b"2026-11-22 03:11:37"
+            if keep:
+                kept.append(line)
+        body = b"".join(kept)
+        if b"2026-11-22 03:12" in body:
+            raise RuntimeError(f"{name}: the sample spans more than one minute")
+        out[name] = (b"", body.replace(b"2026-11-22 03:11:", b"\0R\0"), kind)
+    return out
+
+
+def write_ray_session(session: Path, goal: int, minutes: int) -> int:
+    """A Ray session of about ``goal`` bytes whose records are spread over ``minutes``."""
+    bodies = _ray_bodies()
+    logs = session / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for extra in next(RAY_SAMPLE.glob("session_*")).iterdir():
+        if extra.is_file():
+            shutil.copyfile(extra, session / extra.name)
+    per_kind: dict[str, list[str]] = {}
+    for name, (_, body, kind) in bodies.items():
+        if body:
+            per_kind.setdefault(kind, []).append(name)
+    total = 0
+    for name, (head, body, kind) in bodies.items():
+        writer = _Writer(logs / name)
+        writer.add(head)
+        if kind == "once" or not body:
+            writer.add(body)
+        else:
+            share = goal * RAY_SHARES[kind] / len(per_kind[kind])
+            copies = max(1, int(share // len(body)))
+            if b"\0R\0" not in body:
+                for i in range(0, copies, 1000):
+                    writer.add(body * min(1000, copies - i))
+            else:
+                for k in range(copies):
+                    at = RAY_START + timedelta(minutes=int(k * minutes / copies))
+                    writer.add(body.replace(b"\0R\0", at.strftime("%Y-%m-%d %H:%M:").encode()))
+        writer.close()
+        total += writer.size
+    return total
+
+
+def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
+    """The run tree under ``root``; returns its description (files, sizes, the incident)."""
+    sys.path.insert(0, str(FIXTURES))
+    from areal_builder import checkpoint_name, write_hf_checkpoint  # noqa: PLC0415
+
+    goal = int(size_gb * 1e9)
+    per_block = (len(blocks.trainer["healthy"]) + len(blocks.server["healthy"])) * 1.0
+    n = max(1, round(goal * 0.9 / per_block))
+    incident = int(n * 0.6)
+    log_dir = root / "outputs" / "logs" / USER / EXPERIMENT / TRIAL
+    shutil.rmtree(root, ignore_errors=True)
+    trainer, server = _Writer(log_dir / "trainer.log"), _Writer(log_dir / "llm_server.log")
+    trainer.add(_fill(blocks.trainer_head, blocks.dates, timedelta(0)))
+    server.add(_fill(blocks.server_head, blocks.dates, timedelta(0)))
+    for k in range(n):
+        kind = "incident" if k == incident else "healthy"
+        shift = timedelta(days=BLOCK_DAYS * k)
+        trainer.add(_restep(_fill(blocks.trainer[kind], blocks.dates, shift), k, n))
+        server.add(_fill(blocks.server[kind], blocks.dates, shift))
+    trainer.close()
+    server.close()
+    (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", f"total_train_epochs: {2 * n}", blocks.config))
+    (log_dir / "version.json").write_bytes(blocks.version)
+    ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
+    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS * n + 1, STEPS_PER_EPOCH):
+        write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
+    ray_goal = goal // 10
+    ray_bytes = write_ray_session(log_dir / RAY_SESSION, ray_goal, minutes=n * BLOCK_DAYS * 1440)
+    files = sorted(str(p) for p in log_dir.rglob("*") if p.is_file() and p.stat().st_size and "events" not in p.parts)
+    info = {
+        "size_gb": size_gb,
+        "outputs": str(root / "outputs"),
+        "files": files,
+        "bytes": {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
+        "steps": BLOCK_STEPS * n,
+        "incident_steps": [BLOCK_STEPS * incident + INCIDENT[0], BLOCK_STEPS * incident + INCIDENT[1] - 1],
+    }
+    (root / "set.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list) -> dict:
+    root = base / f"run-{size_gb:g}gb"
+    if reuse and (root / "set.json").is_file():
+        info = json.loads((root / "set.json").read_text())
+        print(f"reusing {root} ({sum(info['bytes'].values()) / 1e9:.2f} GB)", flush=True)
+        return info
+    if not blocks_cache:
+        t0 = time.perf_counter()
+        blocks_cache.append(build_blocks(base / "scratch"))
+        print(f"built the base blocks in {time.perf_counter() - t0:.0f} s", flush=True)
+    t0 = time.perf_counter()
+    info = build_set(root, size_gb, blocks_cache[0])
+    total = sum(info["bytes"].values())
+    print(f"wrote {root} ({total / 1e9:.2f} GB: trainer {info['bytes']['trainer'] / total:.0%}, server "
+          f"{info['bytes']['server'] / total:.0%}, ray {info['bytes']['ray'] / total:.0%}) in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+
+TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
+def timed(command: list[str], stdout: Path | None = None, env: dict | None = None, ok=(0, 1)) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one command in a fresh process.
+
+    The RSS comes from GNU ``/usr/bin/time`` (its child's ``ru_maxrss``): Linux starts a child's
+    ``ru_maxrss`` at its parent's peak, so ``os.wait4`` on a child of this (big) process would
+    report at least this process's own peak. Without ``/usr/bin/time``, that is the fallback.
+    """
+    rss_file = Path(tempfile.mkstemp(suffix=".rss")[1])
+    wrapped = [TIME, "-f", "%M", "-o", str(rss_file), *command] if TIME else command
+    t0 = time.perf_counter()
+    with open(stdout or os.devnull, "wb") as sink:
+        child = subprocess.Popen(wrapped, stdout=sink, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+        err = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        raise SystemExit(f"{' '.join(command[:4])} … failed ({code}): {err.decode(errors='replace')[-2000:]}")
+    text = rss_file.read_text().strip().splitlines() if TIME else []
+    rss_file.unlink()
+    rss_kb = float(text[-1]) if text and text[-1].isdigit() else usage.ru_maxrss
+    return seconds, rss_kb / 1024
+
+
+LOOP = r'''
+import json, re, sys, time
+HEADER = re.compile(r"Train step (\d+)/\d+ done")
+CELL = re.compile(r"│\s*([\w/.\-]+)\s*│\s*(-?[\d.]+(?:e[+-]\d+)?|nan|inf)\s*(?=│)")
+STAMP = re.compile(r"(\d{8}-\d\d:\d\d:\d\d\.\d{3})|\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+DECODE = re.compile(r"Decode batch\. #running-req: (\d+), #token: (\d+), token usage: ([\d.]+), .*gen throughput \(token/s\): ([\d.]+)")
+ACCESS = re.compile(r'"(GET|POST) (\S+) HTTP/1\.1" (\d+)')
+ERROR = re.compile(r"Traceback|Error|timed out|refused|Killed|sigquit")
+groups, limit = json.loads(sys.argv[1]), int(sys.argv[2])
+result = {}
+for group, files in groups.items():
+    budget = limit
+    metrics, server, events, access = {}, [], [], {}
+    step, read = 0, 0
+    t0 = time.perf_counter()
+    for path in files:
+        if budget <= 0:
+            break
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                size = len(line)
+                read += size
+                budget -= size
+                if budget <= 0:
+                    break
+                if ERROR.search(line):
+                    events.append((path, n, line))
+                if m := HEADER.search(line):
+                    step = int(m.group(1))
+                elif line.startswith("│"):
+                    for key, value in CELL.findall(line):
+                        metrics[(step, key)] = float(value)
+                elif m := DECODE.search(line):
+                    t = STAMP.search(line)
+                    server.append((t and t.group(0), int(m[1]), int(m[2]), float(m[3]), float(m[4])))
+                elif m := ACCESS.search(line):
+                    access[m.groups()] = access.get(m.groups(), 0) + 1
+    result[group] = {"seconds": time.perf_counter() - t0, "bytes": read, "metrics": len(metrics), "events": len(events)}
+print(json.dumps(result))
+'''
+
+
+def python_loop(info: dict, limit_mb: float) -> tuple[float, float, dict]:
+    """Extrapolated seconds for the whole set, peak RSS, and the per-group measurements."""
+    groups = {"trainer": [f for f in info["files"] if f.endswith("trainer.log")],
+              "server": [f for f in info["files"] if f.endswith("llm_server.log")],
+              "ray": [f for f in info["files"] if RAY_SESSION in f]}
+    total = sum(info["bytes"].values())
+    limits = {g: info["bytes"][g] / total for g in groups}
+    out = {}
+    rss = 0.0
+    for group, files in groups.items():
+        limit = int(limit_mb * 1e6 * limits[group])
+        # Ray: many files, take the same share of each
+        chosen = files
+        seconds_out = Path(tempfile.mkstemp(suffix=".json")[1])
+        if group == "ray":
+            per = max(1, limit // max(1, len(files)))
+            measured = {"seconds": 0.0, "bytes": 0}
+            for f in files:
+                _, r = timed([sys.executable, "-c", LOOP, json.dumps({group: [f]}), str(per)], seconds_out)
+                got = json.loads(seconds_out.read_text())[group]
+                measured["seconds"] += got["seconds"]
+                measured["bytes"] += got["bytes"]
+                rss = max(rss, r)
+        else:
+            _, r = timed([sys.executable, "-c", LOOP, json.dumps({group: chosen}), str(limit)], seconds_out)
+            measured = json.loads(seconds_out.read_text())[group]
+            rss = max(rss, r)
+        seconds_out.unlink()
+        out[group] = measured
+    seconds = sum(out[g]["seconds"] / max(out[g]["bytes"], 1) * info["bytes"][g] for g in groups)
+    return seconds, rss, out
+
+
+def warm(files: list[str]) -> float:
+    t0 = time.perf_counter()
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(16 << 20):
+                pass
+    return time.perf_counter() - t0
+
+
+def analyze_cmd(info: dict, json_out: Path, html_out: Path | None) -> list[str]:
+    cmd = [sys.executable, "-m", "forensics", "analyze", info["outputs"], "--json", str(json_out)]
+    return cmd + (["--out", str(html_out)] if html_out else ["--no-html"])
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def summary_of(json_path: Path) -> str:
+    doc = json.loads(json_path.read_text())
+    parts = []
+    for run in doc["runs"]:
+        kinds = sorted({s["kind"] for s in run["sources"]})
+        incidents = ", ".join(f"{i['kind']}@{i['onset_step']}→{i.get('end_step')} ({i.get('cause')})" for i in run["incidents"])
+        best = (run.get("recommendation") or {}).get("step")
+        parts.append(f"run {run['run_id']}: {len(run['sources'])} sources ({', '.join(kinds)}); "
+                     f"incidents: {incidents or 'none'}; checkpoint step {best}")
+    return f"{len(doc['runs'])} run(s). " + " | ".join(parts)
+
+
+def _line_count(files: list[str]) -> int:
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            while block := fh.read(16 << 20):
+                total += block.count(b"\n")
+    return total
+
+
+def fmt_rss(mb: float | None) -> str:
+    if not mb:
+        return ""
+    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:,.0f} MB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-gb", type=float, default=3.0, help="size of the file set of the main table (default 3)")
+    parser.add_argument("--scaling", default="0.3,1,3", help="sizes in GB for the growth check ('' to skip)")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
+    parser.add_argument("--skip-lnav", action="store_true", help="do not time lnav")
+    parser.add_argument("--loop-mb", type=float, default=300, help="slice the Python loop reads (MB, extrapolated)")
+    parser.add_argument("--report", type=Path, help="also write the Markdown table to this file")
+    parser.add_argument("--repeat", type=int, default=1, help="time grep and cold/cached analyze N times, keep the fastest (noisy machines)")
+    args = parser.parse_args()
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    blocks: list[Blocks] = []
+    out: list[str] = []
+
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        out.append(line)
+
+    info = get_set(args.dir, args.size_gb, args.reuse, blocks)
+    files = info["files"]
+    total = sum(info["bytes"].values())
+    mb = total / 1e6
+    warm_s = warm(files)
+    print(f"page cache warmed: {len(files)} files read once in {warm_s:.1f} s; load average {load_avg()}", flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=args.dir))
+    rows: list[tuple[str, float | None, float | None, str]] = []
+    loads = [load_avg()]
+
+    def best(run, n: int = args.repeat) -> tuple[float, float]:
+        """The fastest of ``n`` runs (``run(i)`` returns seconds and RSS); RSS is the largest seen."""
+        got = [run(i) for i in range(max(1, n))]
+        return min(s for s, _ in got), max(r for _, r in got)
+
+    grep_s, grep_rss = best(lambda i: timed(["grep", "-cE", GREP, *files], work / "grep.out"))
+    rows.append((f"`grep -cE '{GREP}'` (triage, output to a file)", grep_s, grep_rss, ""))
+    print(f"grep: {grep_s:.2f} s", flush=True)
+
+    cache = work / "cache"
+    cold_s, cold_rss = best(lambda i: timed(analyze_cmd(info, work / "cold.json", None),
+                                            env={"GRPO_FORENSICS_CACHE": str(cache if i == 0 else work / f"cache-cold-{i}")}))
+    rows.append(("`grpo-forensics analyze --no-html` cold (empty cache)", cold_s, cold_rss, ""))
+    print(f"analyze cold: {cold_s:.2f} s", flush=True)
+    loads.append(load_avg())
+    warm_s2, warm_rss = best(lambda i: timed(analyze_cmd(info, work / "warm.json", None), env={"GRPO_FORENSICS_CACHE": str(cache)}))
+    rows.append(("`grpo-forensics analyze --no-html` again (cached)", warm_s2, warm_rss, ""))
+    print(f"analyze cached: {warm_s2:.2f} s", flush=True)
+    html_s, html_rss = timed(analyze_cmd(info, work / "html.json", work / "report"), env={"GRPO_FORENSICS_CACHE": str(work / "cache-html")})
+    rows.append(("`grpo-forensics analyze` cold, with the HTML report", html_s, html_rss, ""))
+    print(f"analyze + HTML: {html_s:.2f} s", flush=True)
+    loads.append(load_avg())
+
+    lnav = shutil.which("lnav")
+    lnav_s = None
+    if args.skip_lnav:
+        rows.append(("lnav indexing", None, None, "skipped (--skip-lnav)"))
+    elif not lnav:
+        rows.append(("lnav indexing", None, None, "skipped: lnav not on PATH (`apt-get install -y lnav`, `brew install lnav`)"))
+    else:
+        home = work / "lnav-home"  # a clean lnav config dir, no session restore
+        home.mkdir()
+        cmd = [lnav, "-n", "-c", LNAV_QUERY, *files]
+        lnav_s, lnav_rss = timed(cmd, work / "lnav.out", env={"HOME": str(home)}, ok=(0, 1))
+        version = subprocess.run([lnav, "-V"], capture_output=True, text=True).stdout.strip()
+        rows.append((f"{version} `lnav -n -c '{LNAV_QUERY}' FILES` (headless indexing)", lnav_s, lnav_rss, ""))
+        print(f"lnav: {lnav_s:.2f} s", flush=True)
+    loads.append(load_avg())
+
+    loop_s, loop_rss, loop_detail = python_loop(info, args.loop_mb)
+    sliced = sum(v["bytes"] for v in loop_detail.values()) / 1e6
+    rows.append((f"line-by-line Python regex parser ({sliced:,.0f} MB slice, extrapolated)", loop_s, loop_rss, ""))
+    print(f"python loop: {loop_s:.2f} s (extrapolated)", flush=True)
+    loads.append(load_avg())
+
+    b = info["bytes"]
+    say(f"## grpo-forensics benchmark — {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{datetime.now():%Y-%m-%d %H:%M}")
+    say()
+    say(f"File set: one AReaL run, {mb / 1e3:.2f} GB in {len(files)} files — trainer.log {b['trainer'] / 1e9:.2f} GB, "
+        f"llm_server.log (SGLang, info level) {b['server'] / 1e9:.2f} GB, Ray session {b['ray'] / 1e9:.2f} GB; "
+        f"{info['steps']:,} steps, reward 0 in steps {info['incident_steps'][0]}–{info['incident_steps'][1]} "
+        f"(SGLang hang, request timeouts). Page cache warm (every file read once before timing). "
+        f"Load average during the runs: {' → '.join(loads)}.")
+    if args.repeat > 1:
+        say(f"Best of {args.repeat} runs for grep, cold and cached analyze and the growth table.")
+    say()
+    say("| file set | tool | seconds | MB/s | × grep | peak RSS |")
+    say("|---|---|---:|---:|---:|---:|")
+    label = f"{mb / 1e3:.2f} GB, 3 sources"
+    for name, seconds, rss, note in rows:
+        if seconds is None:
+            say(f"| {label} | {name} | — | — | — | {note} |")
+        else:
+            say(f"| {label} | {name.replace('|', chr(92) + '|')} | {seconds:.2f} | {mb / seconds:,.0f} | "
+                f"{grep_s / seconds:.2f} | {fmt_rss(rss)} |")
+        label = ""
+    say()
+    checks = [
+        ("cold analyze ≥ 50 % of grep's throughput", grep_s / cold_s >= 0.5, f"{grep_s / cold_s:.0%}"),
+        ("cold analyze ≥ 4× lnav's indexing throughput", None if lnav_s is None else lnav_s / cold_s >= 4,
+         "not measured" if lnav_s is None else f"{lnav_s / cold_s:.1f}×"),
+        ("cold analyze ≥ 20× the Python line loop", loop_s / cold_s >= 20, f"{loop_s / cold_s:.1f}×"),
+        ("peak RSS < 1.5 GB", max(cold_rss, html_rss) < 1536, fmt_rss(max(cold_rss, html_rss))),
+        ("second analyze of unchanged files < 1 s", warm_s2 < 1, f"{warm_s2:.2f} s"),
+    ]
+    say("| target | measured | met |")
+    say("|---|---:|---|")
+    for what, met, value in checks:
+        say(f"| {what} | {value} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    say()
+    say(f"Analysis: {summary_of(work / 'cold.json')}")
+    if lnav_s is not None:
+        say(f"lnav: `{LNAV_QUERY.lstrip(';')}` = {' '.join((work / 'lnav.out').read_text().split()[1:]) or '?'} log messages "
+            f"({_line_count(files):,} lines in the files).")
+    say("Python loop per file: " + "; ".join(
+        f"{g} {v['bytes'] / 1e6:,.0f} MB in {v['seconds']:.1f} s ({v['bytes'] / 1e6 / max(v['seconds'], 1e-9):,.0f} MB/s)"
+        for g, v in loop_detail.items()))
+
+    sizes = [float(x) for x in args.scaling.split(",") if x.strip()]
+    if sizes:
+        say()
+        say("### Growth with the input (cold `analyze --no-html`)")
+        say()
+        say("| input | seconds | s/GB | MB/s | peak RSS | load avg |")
+        say("|---:|---:|---:|---:|---:|---|")
+        points = []
+        for size in sizes:
+            if abs(size - args.size_gb) < 1e-9:
+                s_info, seconds, rss, la = info, cold_s, cold_rss, loads[1]
+            else:
+                s_info = get_set(args.dir, size, args.reuse, blocks)
+                warm(s_info["files"])
+                la = load_avg()
+                seconds, rss = best(lambda i, s_info=s_info, size=size: timed(
+                    analyze_cmd(s_info, work / f"scale-{size:g}.json", None),
+                    env={"GRPO_FORENSICS_CACHE": str(work / f"cache-{size:g}-{i}")}))
+                if not args.keep:
+                    shutil.rmtree(args.dir / f"run-{size:g}gb", ignore_errors=True)
+            gb = sum(s_info["bytes"].values()) / 1e9
+            points.append((gb, seconds, rss))
+            say(f"| {gb:.2f} GB | {seconds:.2f} | {seconds / gb:.2f} | {gb * 1e3 / seconds:,.0f} | {fmt_rss(rss)} | {la} |")
+        if len(points) >= 2:
+            per_gb = [s / g for g, s, _ in points]
+            spread = max(per_gb) / min(per_gb)
+            rss_growth = points[-1][2] / points[0][2]
+            size_growth = points[-1][0] / points[0][0]
+            say()
+            say(f"Time: s/GB from {min(per_gb):.2f} to {max(per_gb):.2f} (×{spread:.2f}) — "
+                f"{'linear' if spread <= 1.35 else 'NOT linear'} (≤ ×1.35 counts as linear). "
+                f"Memory: peak RSS ×{rss_growth:.2f} for ×{size_growth:.1f} the input — "
+                f"{'flat' if rss_growth <= 1.5 and max(r for *_, r in points) < 1536 else 'NOT flat'} "
+                f"(flat: ≤ ×1.5 and always < 1.5 GB).")
+
+    if args.report:
+        args.report.write_text("\n".join(out) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

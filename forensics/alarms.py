@@ -1,0 +1,124 @@
+"""What ``watch`` does when an alarm fires: print it, run the user's command, alert W&B, write the
+report. Each action reports what it did in one line; none raises on a failure of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from forensics.analysis import analyze_run
+from forensics.detect import Thresholds
+from forensics.model import Analysis, iso
+from forensics.run import RunData
+from forensics.watch import Alarm, ReplayResult
+
+_WANDB_RUN_DIR = re.compile(r"^run-\d{8}_\d{6}-(?P<id>[\w-]+)$")
+
+
+def print_alarm(alarm: Alarm, console: Console) -> None:
+    """The alarm, its cause and where the logs show it."""
+    console.print(f"[bold red]ALARM[/] {alarm.run_id}  {alarm.kind}  step {alarm.step}  at {iso(alarm.time) or '?'}")
+    console.print(f"  cause    {alarm.cause}" + (f" (confidence {alarm.confidence:.2f})" if alarm.confidence else ""))
+    console.print(f"  onset    step {alarm.onset_step}")
+    console.print(f"  summary  {alarm.summary}", markup=False)
+    for e in alarm.evidence[:6]:
+        console.print(f"    {Path(e.file).name}:{e.line}  {e.text[:100]}", markup=False, highlight=False)
+
+
+def render_replay(results: list[ReplayResult], console: Console) -> None:
+    """One table per run: each alarm's step and time against the offline onset and the last step."""
+    for result in results:
+        onsets = ", ".join(f"{kind} at step {step}" for kind, step in result.offline_onsets) or "none"
+        table = Table(title=f"{result.run_id}: offline incidents {onsets}; last step {result.last_step}", title_justify="left")
+        for column in ("step", "time", "kind", "cause", "onset", "evidence"):
+            table.add_column(column, overflow="fold")
+        for a in result.alarms:
+            where = f"{Path(a.evidence[0].file).name}:{a.evidence[0].line}" if a.evidence else ""
+            table.add_row(str(a.step), iso(a.time) or "", a.kind, a.cause, str(a.onset_step), where)
+        console.print(table)
+        if result.alarms and result.last_step is not None:
+            first = result.alarms[0]
+            console.print(f"would have stopped {result.run_id} at step {first.step} instead of {result.last_step} "
+                          f"({first.kind})", markup=False, soft_wrap=True)
+        else:
+            console.print(f"no alarm would have fired for {result.run_id}", markup=False, soft_wrap=True)
+
+
+def alarm_environment(alarm: Alarm, report: Path | None) -> dict[str, str]:
+    """The ``GRPO_FORENSICS_*`` variables a user command receives."""
+    return {
+        "GRPO_FORENSICS_STEP": "" if alarm.step is None else str(alarm.step),
+        "GRPO_FORENSICS_ONSET_STEP": "" if alarm.onset_step is None else str(alarm.onset_step),
+        "GRPO_FORENSICS_KIND": alarm.kind,
+        "GRPO_FORENSICS_CAUSE": alarm.cause,
+        "GRPO_FORENSICS_TIME": iso(alarm.time) or "",
+        "GRPO_FORENSICS_RUN_ID": alarm.run_id,
+        "GRPO_FORENSICS_REPORT": str(report) if report else "",
+    }
+
+
+def run_command(command: str, alarm: Alarm, *, report: Path | None = None, timeout: float = 600.0) -> str:
+    """Run ``command`` through the shell with the alarm as JSON on stdin and in the environment."""
+    env = {**os.environ, **alarm_environment(alarm, report)}
+    payload = json.dumps({**alarm.to_dict(), "report": str(report) if report else None})
+    try:
+        done = subprocess.run(command, shell=True, input=payload, text=True, env=env, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"--on-alarm command failed: {exc}"
+    return f"--on-alarm command exited {done.returncode}"
+
+
+def write_report(run: RunData, out_dir: Path) -> Path:
+    """The HTML report of the run as it is now."""
+    from reports import write_html
+
+    return write_html(Analysis([analyze_run(run, Thresholds())]), out_dir)
+
+
+def post_wandb_alert(alarm: Alarm, run: RunData) -> str:
+    """A W&B alert on the run's own W&B run, when it has one and a key is configured."""
+    run_id = _wandb_run_id(run)
+    if run_id is None:
+        return "--wandb-alert: the run has no online W&B run folder; no alert sent"
+    if not os.environ.get("WANDB_API_KEY"):
+        return "--wandb-alert: WANDB_API_KEY is not set; no alert sent"
+    project = _wandb_project(run)
+    try:
+        import wandb
+
+        live = wandb.init(id=run_id, project=project, resume="allow", settings=wandb.Settings(silent=True))
+        live.alert(title=f"grpo-forensics: {alarm.kind} at step {alarm.step}", text=alarm.summary[:1000],
+                   level=wandb.AlertLevel.ERROR)
+        live.finish()
+    except Exception as exc:  # any failure of a third-party service is a note, never the watcher's end
+        return f"--wandb-alert: failed ({type(exc).__name__}: {exc})"
+    return f"--wandb-alert: alert sent to W&B run {run_id}"
+
+
+def _wandb_run_id(run: RunData) -> str | None:
+    """The newest online run id under the run's ``wandb/`` folder (offline runs were never uploaded)."""
+    for source in run.location.logs:
+        if source.kind != "wandb":
+            continue
+        found = sorted(p.name for p in Path(source.path).iterdir() if _WANDB_RUN_DIR.match(p.name))
+        if found:
+            return _WANDB_RUN_DIR.match(found[-1])["id"]  # type: ignore[index]
+    return None
+
+
+def _wandb_project(run: RunData) -> str | None:
+    from parsers.wandb_run import read_wandb_runs
+
+    for source in run.location.logs:
+        if source.kind == "wandb":
+            for found in read_wandb_runs(source.path):
+                if found.project:
+                    return found.project
+    return None

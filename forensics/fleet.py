@@ -1,0 +1,353 @@
+"""Many runs at once: one task per run on local processes or a Ray cluster, gathered into one index.
+
+Runs are found in the calling process; each task loads and analyzes one run and hands back its
+contract run object and its rendered report (text, not frames), which the calling process writes
+under ``out_dir`` as results arrive. The index is two Parquet tables — ``index.parquet`` (one row
+per run) and ``incidents.parquet`` (one row per incident) — and ``index.html`` linking every
+run's ``runs/<slug>/report.html``.
+
+Example:
+    >>> from pathlib import Path
+    >>> result = analyze_fleet([Path("runs/a"), Path("runs/b")], Path("/tmp/fleet"))  # doctest: +SKIP
+    >>> [r.slug for r in result.runs]  # doctest: +SKIP
+    ['gsm8k-grpo-trial0', 'gsm8k-grpo-trial0-2']
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import re
+import socket
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.analysis import _custom_format, analyze_run
+from forensics.cache import ParseCache
+from forensics.detect import Thresholds
+from forensics.discover import RunLocation, find_runs
+from forensics.errors import ForensicsError, UnusableInput
+from forensics.model import SCHEMA, TOOL_VERSION, Analysis
+from forensics.run import load_online_wandb, load_run
+from parsers.custom import CustomFormat
+from reports import render_html, render_markdown
+from reports.index_html import write_index_html
+
+RUN_COLUMNS: dict[str, Any] = {
+    "slug": pl.String, "run_id": pl.String, "framework": pl.String, "root": pl.String,
+    "first_step": pl.Int64, "last_step": pl.Int64, "step_count": pl.Int64, "primary_metric": pl.String,
+    "n_incidents": pl.Int64, "first_kind": pl.String, "first_onset_step": pl.Int64,
+    "first_onset_time": pl.Datetime("ms"), "first_cause": pl.String, "first_confidence": pl.Float64,
+    "first_recovered": pl.Boolean, "checkpoint": pl.String, "checkpoint_step": pl.Int64,
+    "report": pl.String, "sources": pl.Int64, "lines": pl.Int64, "unparsed_lines": pl.Int64,
+    "seconds": pl.Float64, "error": pl.String,
+}
+INCIDENT_COLUMNS: dict[str, Any] = {
+    "slug": pl.String, "run_id": pl.String, "id": pl.String, "kind": pl.String, "metric": pl.String,
+    "onset_step": pl.Int64, "onset_time": pl.Datetime("ms"), "end_step": pl.Int64, "recovered": pl.Boolean,
+    "cause": pl.String, "confidence": pl.Float64, "wasted_steps": pl.Int64, "wasted_hours": pl.Float64,
+    "report": pl.String,
+}
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """One run of a fleet: its contract run object, or why it could not be analyzed."""
+
+    slug: str
+    """Unique within the fleet; the run's folder under ``runs/``."""
+    run_id: str
+    root: str
+    run: dict[str, Any] | None
+    report: str | None
+    """The run's report, relative to the fleet's ``out_dir``."""
+    markdown: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    """The traceback of ``error``, when it was a bug."""
+    unusable: bool = False
+    """``error`` was unusable input (exit 2), not a bug."""
+    seconds: float = 0.0
+
+
+@dataclass
+class FleetResult:
+    """What a fleet run wrote, and each run's outcome in the order the runs were found."""
+
+    out_dir: Path
+    runs: list[FleetRun]
+    index: Path
+    incidents: Path
+    page: Path | None
+    runs_table: pl.DataFrame = field(repr=False)
+    incidents_table: pl.DataFrame = field(repr=False)
+    seconds: float = 0.0
+    backend: str = ""
+
+    @property
+    def failed(self) -> list[FleetRun]:
+        return [r for r in self.runs if r.error is not None]
+
+    @property
+    def has_incident(self) -> bool:
+        return any(r.run and r.run["incidents"] for r in self.runs)
+
+    def to_document(self) -> dict[str, Any]:
+        """The CONTRACT's analysis document, with every run that was analyzed."""
+        return {"schema": SCHEMA, "tool_version": TOOL_VERSION, "runs": [r.run for r in self.runs if r.run]}
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a worker needs for one run; small and picklable."""
+
+    slug: str
+    location: RunLocation | None
+    wandb: str | None
+    custom_format: CustomFormat | None
+    thresholds: Thresholds
+    html: bool
+    markdown: bool
+    cache: ParseCache | None = None
+    cwd: str = field(default_factory=os.getcwd)
+
+
+def analyze_fleet(
+    paths: Sequence[Path],
+    out_dir: Path,
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    use_ray: bool = False,
+    custom_format: Path | None = None,
+    wandb_runs: Sequence[str] = (),
+    thresholds: Thresholds | None = None,
+    cache: ParseCache | None = None,
+    html: bool = True,
+    markdown: bool = False,
+) -> FleetResult:
+    """Analyze every run under ``paths`` in parallel; write per-run reports and the index to ``out_dir``.
+
+    Local processes by default (``workers``, default one per CPU); with ``use_ray`` or a
+    ``ray_address`` one Ray task per run (no address: ``RAY_ADDRESS``, else the cluster started
+    on this machine, else a new local Ray). ``cache`` is shared by the workers (its entries are
+    renamed into place, so none sees another's half-written one). A run that fails is a row with
+    its ``error``; the others are still written.
+
+    Raises:
+        PathNotFound, NoRunsFound: nothing usable at ``paths``.
+        UnusableInput: ``out_dir`` inside an analyzed path, a malformed ``custom_format``, no
+            ``ray`` package, no Ray cluster at the address.
+    """
+    started = time.perf_counter()
+    fmt = _custom_format(custom_format)
+    locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
+    names = [loc.run_id for loc in locations] + list(wandb_runs)
+    slugs = _slugs(names)
+    t = thresholds or Thresholds()
+    tasks = [_Task(s, loc, None, fmt, t, html, markdown, cache) for s, loc in zip(slugs, locations)]
+    tasks += [_Task(s, None, name, fmt, t, html, markdown) for s, name in zip(slugs[len(locations):], wandb_runs)]
+
+    out_dir = Path(out_dir)
+    for given in paths:
+        root = given.resolve() if given.is_dir() else given.resolve().parent
+        if out_dir.resolve() == root or root in out_dir.resolve().parents:
+            raise UnusableInput(f"{out_dir} is inside the analyzed path {given}; nothing is written there")
+    ray = _import_ray() if use_ray or ray_address else None
+    started_ray = _connect(ray, ray_address) if ray else False
+    done: dict[str, FleetRun] = {}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if ray is not None:
+            backend, outcomes = "Ray", _on_ray(ray, tasks)
+        else:
+            count = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+            backend, outcomes = f"{count} process(es)", _on_processes(tasks, count)
+        for outcome in outcomes:
+            done[outcome["slug"]] = _store(outcome, out_dir)
+    finally:
+        if started_ray:
+            ray.shutdown()
+    runs = [done[task.slug] for task in tasks]
+    runs_frame, incidents_frame = index_frames(runs)
+    index, incidents = out_dir / "index.parquet", out_dir / "incidents.parquet"
+    runs_frame.write_parquet(index)
+    incidents_frame.write_parquet(incidents)
+    page = write_index_html(runs_frame, incidents_frame, out_dir) if html else None
+    return FleetResult(out_dir, runs, index, incidents, page, runs_frame, incidents_frame,
+                       time.perf_counter() - started, backend)
+
+
+def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The runs table (one row per run) and the incidents table (one row per incident)."""
+    rows, incident_rows = [], []
+    for r in runs:
+        doc = r.run or {}
+        incidents = doc.get("incidents", [])
+        first = incidents[0] if incidents else {}
+        steps = doc.get("steps", {})
+        rec = doc.get("recommendation", {})
+        sources = doc.get("sources", [])
+        rows.append({
+            "slug": r.slug, "run_id": doc.get("run_id", r.run_id), "framework": doc.get("framework"),
+            "root": doc.get("root", r.root), "first_step": steps.get("first"), "last_step": steps.get("last"),
+            "step_count": steps.get("count"), "primary_metric": doc.get("primary_metric"),
+            "n_incidents": len(incidents) if r.run else None, "first_kind": first.get("kind"),
+            "first_onset_step": first.get("onset_step"), "first_onset_time": _time(first.get("onset_time")),
+            "first_cause": first.get("cause"), "first_confidence": first.get("confidence"),
+            "first_recovered": first.get("recovered"), "checkpoint": rec.get("checkpoint"),
+            "checkpoint_step": rec.get("step"), "report": r.report,
+            "sources": len(sources) if r.run else None, "lines": sum(s["lines"] for s in sources) if r.run else None,
+            "unparsed_lines": sum(s["unparsed_lines"] for s in sources) if r.run else None,
+            "seconds": round(r.seconds, 3), "error": r.error,
+        })
+        for inc in incidents:
+            incident_rows.append({
+                "slug": r.slug, "run_id": doc["run_id"],
+                **{k: inc[k] for k in ("id", "kind", "metric", "onset_step", "end_step", "recovered", "cause",
+                                       "confidence", "wasted_steps", "wasted_hours")},
+                "onset_time": _time(inc["onset_time"]),
+                "report": f"{r.report}#{inc['id']}" if r.report else None,
+            })
+    return pl.DataFrame(rows, schema=RUN_COLUMNS), pl.DataFrame(incident_rows, schema=INCIDENT_COLUMNS)
+
+
+# --------------------------------------------------------------------------- the work of one run
+
+
+def _analyze_one(task: _Task) -> dict[str, Any]:
+    """Load, analyze and render one run; never raises, so one bad run cannot sink the fleet."""
+    started = time.perf_counter()
+    try:
+        # Ray workers need not start in the caller's folder, and paths may be relative to it.
+        if os.getcwd() != task.cwd and os.path.isdir(task.cwd):
+            os.chdir(task.cwd)
+        if task.wandb:
+            data = load_online_wandb(task.wandb)
+        else:
+            data = load_run(task.location, custom_format=task.custom_format, cache=task.cache)  # type: ignore[arg-type]
+        run = analyze_run(data, task.thresholds)
+        single = Analysis([run])
+        page = render_html(single) if task.html else None
+        markdown = render_markdown(single) if task.markdown else None
+        return {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
+                "html": page, "markdown": markdown, "seconds": time.perf_counter() - started}
+    except Exception as exc:  # reported as the run's error; the caller decides the exit code
+        return _failure(task, exc, time.perf_counter() - started)
+
+
+def _failure(task: _Task, exc: BaseException, seconds: float = 0.0) -> dict[str, Any]:
+    unusable = isinstance(exc, ForensicsError | OSError)
+    name = task.location.run_id if task.location else (task.wandb or task.slug)
+    root = str(task.location.root) if task.location else (task.wandb or "")
+    return {"slug": task.slug, "run_id": name, "root": root, "run": None, "html": None, "markdown": None,
+            "error": str(exc) if unusable else f"{type(exc).__name__}: {exc}", "unusable": unusable,
+            "detail": None if unusable else "".join(traceback.format_exception(exc)), "seconds": seconds}
+
+
+def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
+    """Write the run's report under ``out_dir`` and keep only what the index needs."""
+    report = None
+    if outcome.get("html") is not None:
+        folder = out_dir / "runs" / outcome["slug"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "report.html").write_text(outcome["html"], encoding="utf-8")
+        report = f"runs/{outcome['slug']}/report.html"
+    return FleetRun(
+        slug=outcome["slug"], run_id=outcome["run_id"], root=outcome["root"], run=outcome["run"], report=report,
+        markdown=outcome.get("markdown"), error=outcome.get("error"), detail=outcome.get("detail"),
+        unusable=outcome.get("unusable", False), seconds=outcome.get("seconds", 0.0),
+    )
+
+
+# --------------------------------------------------------------------------- where the tasks run
+
+
+def _on_processes(tasks: list[_Task], workers: int) -> Iterator[dict[str, Any]]:
+    # spawn, not fork: a forked Polars thread pool can deadlock the child.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(_analyze_one, task): task for task in tasks}
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                yield future.result()
+            except Exception as exc:  # the worker process died (killed, out of memory)
+                yield _failure(task, exc)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UnusableInput("--ray needs the ray package in this environment (pip install 'ray[default]')") from None
+    return ray
+
+
+def _connect(ray: Any, address: str | None) -> bool:
+    """Join (or start) Ray unless the caller already did; True when this call did, so it shuts down too."""
+    if ray.is_initialized():
+        return False
+    _check_reachable(address)
+    options: dict[str, Any] = {} if address and address.startswith("ray://") else {
+        "include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        ray.init(address=address, ignore_reinit_error=True, **options)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise UnusableInput(f"no Ray cluster at {address or 'RAY_ADDRESS/local'}: {exc}") from None
+    return True
+
+
+def _on_ray(ray: Any, tasks: list[_Task]) -> Iterator[dict[str, Any]]:
+    remote = ray.remote(num_cpus=1)(_analyze_one)
+    pending = {remote.remote(task): task for task in tasks}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            task = pending.pop(ref)
+            try:
+                yield ray.get(ref)
+            except Exception as exc:  # the task's worker or node died
+                yield _failure(task, exc)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_reachable(address: str | None) -> None:
+    """Fail fast on a wrong ``HOST:PORT``: Ray itself retries an unreachable head for many minutes."""
+    match = re.fullmatch(r"(?:ray://)?\[?([^\]]+?)\]?:(\d+)", address or "")
+    if not match:
+        return  # None, "auto", "local": Ray resolves these itself
+    try:
+        socket.create_connection((match.group(1), int(match.group(2))), timeout=10).close()
+    except OSError as exc:
+        raise UnusableInput(f"no Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
+def _slugs(names: Sequence[str]) -> list[str]:
+    """File-safe, unique folder names in the order given (copies of one run get ``-2``, ``-3``…)."""
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        base = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:80] or "run"
+        slug, n = base, 1
+        while slug.lower() in seen:  # case-insensitive file systems
+            n += 1
+            slug = f"{base}-{n}"
+        seen.add(slug.lower())
+        out.append(slug)
+    return out
+
+
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None

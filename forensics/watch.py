@@ -1,0 +1,774 @@
+"""Follow a live run and raise an alarm when an incident starts; replay a finished run as if live.
+
+The offline detectors judge a whole run at once. Here the same ideas run online, one log
+record at a time, in the order the run wrote them:
+
+- ``reward_collapse``: the primary reward stuck at one exact value (zero, or any constant) for
+  ``zero_steps`` steps in a row, and improbable under the run's recent healthy history;
+- ``zero_variance``: loss and everything driving it exactly zero (dead batches);
+- ``nan_inf``: a non-finite loss, gradient norm or reward for several steps;
+- ``server_errors``: a burst of refused/reset connections or of request timeouts;
+- ``server_down``: the inference server exited, the trainer kept calling it, and no new server
+  came up within ``server_down_minutes``;
+- ``stall``: no new step for far longer than the run's own step time;
+- ``crash``: a training process died or a collective hung.
+
+Each rule is latched once it fires and re-armed only when the run looks healthy again, so one
+incident is one alarm. A :class:`Watcher` polls the run's files (through the parse cache, so
+each new line is parsed once); :func:`replay` feeds a finished run's records through the same
+rules and says where each alarm would have fired.
+
+Example:
+    >>> results = replay([Path("tests/fixtures/areal_seed001/outputs")])  # doctest: +SKIP
+    >>> results[0].alarms[0].step, results[0].last_step  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time as _time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from forensics.analysis import analyze_run
+from forensics.cache import ParseCache, default_cache_dir
+from forensics.causes import CAUSE_OF_KIND, explain
+from forensics.detect import CRASH_KINDS, Finding, Thresholds, choose_primary
+from forensics.discover import find_runs
+from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
+from forensics.model import Cause, Evidence, iso
+from forensics.run import RunData, load_run
+from parsers.custom import CustomFormat
+
+ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
+_REFUSALS = frozenset({"connection_refused", "connection_reset"})
+_TIMEOUTS = frozenset({"request_timeout"})
+_SERVER_UP = frozenset({"server_launch", "server_ready"})
+_TRAINER_CALLING = _REFUSALS | _TIMEOUTS | {"workflow_failed", "retries_exhausted"}
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """The online rules' knobs; the defaults come from the seeds (see README, "Watching a live run")."""
+
+    zero_steps: int = 5
+    """The primary reward at one exact value this many steps in a row (at least) is a collapse."""
+    warmup_steps: int = 10
+    """A reward that has not varied since the run's first step is judged only after this many steps."""
+    server_down_minutes: float = 5.0
+    """A server gone this long with no relaunch, while the trainer still calls it."""
+    refusal_burst: int = 5
+    """Refused or reset connections within ``refusal_window_s`` that make a burst..."""
+    refusal_window_s: float = 120.0
+    timeout_burst: int = 3
+    """...and request timeouts within ``timeout_window_s``."""
+    timeout_window_s: float = 1800.0
+    history_steps: int = 1000
+    """The reward rule compares against at most this many recent healthy steps (memory stays flat)."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """Shared with the offline detectors: improbability, stall factor and floor, NaN run, recovery window."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "thresholds"}
+        return {**out, **self.thresholds.to_dict()}
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """An incident that has started: what, at which step and time, why, and the lines that show it."""
+
+    run_id: str
+    kind: str
+    step: int | None
+    """The step at which the alarm fired (the step in progress for a log line)."""
+    time: datetime | None
+    onset_step: int | None
+    """Where the incident began: the first zero step of a collapse, the step of the server's exit."""
+    cause: Cause
+    summary: str
+    evidence: tuple[Evidence, ...] = ()
+    confidence: float | None = None
+
+    @property
+    def key(self) -> str:
+        """What makes an alarm the same one after a restart of ``watch``."""
+        return f"{self.run_id}|{self.kind}|{self.onset_step}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "time": iso(self.time),
+            "kind": self.kind,
+            "cause": self.cause,
+            "run_id": self.run_id,
+            "onset_step": self.onset_step,
+            "summary": self.summary,
+            "confidence": self.confidence,
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """One finished run replayed: the alarms in firing order, against the offline analysis."""
+
+    run_id: str
+    alarms: list[Alarm]
+    last_step: int | None
+    offline_onsets: list[tuple[str, int]]
+    """``(kind, onset_step)`` of each incident the offline analysis found."""
+
+    def to_dict(self) -> dict[str, Any]:
+        first = self.alarms[0].step if self.alarms else None
+        return {
+            "run_id": self.run_id,
+            "first_alarm_step": first,
+            "last_step": self.last_step,
+            "offline_onsets": [{"kind": k, "onset_step": s} for k, s in self.offline_onsets],
+        }
+
+
+def replay(
+    paths: Sequence[Path], *, settings: WatchSettings | None = None, custom_format: CustomFormat | None = None
+) -> list[ReplayResult]:
+    """Every run under ``paths`` replayed as if followed live: which alarms would have fired, where.
+
+    Raises:
+        PathNotFound, NoRunsFound: nothing usable at ``paths``.
+    """
+    s = settings or WatchSettings()
+    results = []
+    for location in find_runs(paths, custom_format=custom_format):
+        run = load_run(location, custom_format=custom_format)
+        follower = _Follower(location.run_id, s)
+        alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in follower.feed(run)]
+        alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
+        offline = analyze_run(run, s.thresholds)
+        last = int(run.steps["step"].max()) if not run.steps.is_empty() else None
+        results.append(ReplayResult(location.run_id, alarms, last, [(i.kind, i.onset_step) for i in offline.incidents]))
+    return results
+
+
+class Watcher:
+    """Follows the runs under ``path``: each :meth:`poll` reads what the logs grew by and returns
+    the alarms that are new. Alarms already raised (kept in ``state_dir``) are never raised again.
+
+    On its first poll a watcher reads the run's history; an incident found there alarms only when
+    it is still going on (a reward still collapsed, a server still down), not when it is over.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        settings: WatchSettings | None = None,
+        state_dir: Path | None = None,
+        custom_format: CustomFormat | None = None,
+        clock: Callable[[], float] = _time.monotonic,
+    ) -> None:
+        self.path = path
+        self.settings = settings or WatchSettings()
+        self.state_dir = state_dir or default_state_dir(path)
+        _refuse_inside(self.state_dir, path)
+        self._custom_format = custom_format
+        self._cache = ParseCache(self.state_dir / "cache")
+        self._clock = clock
+        self._followers: dict[str, _Follower] = {}
+        self._runs: dict[str, RunData] = {}
+        self._state = _State(self.state_dir / "alarms.json")
+
+    def poll(self) -> list[Alarm]:
+        """Read what is new and return the alarms raised by it (nothing while no run is there yet)."""
+        try:
+            locations = find_runs([self.path], custom_format=self._custom_format)
+        except (NoRunsFound, PathNotFound):
+            return []
+        raised: list[Alarm] = []
+        for location in locations:
+            run = load_run(location, custom_format=self._custom_format, cache=self._cache)
+            self._runs[location.run_id] = run
+            follower = self._followers.get(location.run_id)
+            catching_up = follower is None
+            if follower is None:
+                follower = self._followers[location.run_id] = _Follower(location.run_id, self.settings)
+            triggers = follower.feed(run, live_now=self._clock())
+            if catching_up:  # of the history, only the incidents still going on: the last of each kind, if open
+                last = {t.kind: t for t in triggers}
+                triggers = [t for t in last.values() if follower.still_open(t.kind)]
+            for trigger in triggers:
+                alarm = _alarm(run, trigger, as_of_trigger=False)
+                if self._state.add(alarm):
+                    raised.append(alarm)
+        return raised
+
+    def run(self, run_id: str) -> RunData | None:
+        """The run's frames as of the last poll (for a report written at alarm time)."""
+        return self._runs.get(run_id)
+
+    def follow(self, on_alarm: Callable[[Alarm], bool], *, interval: float = 30.0, timeout: float | None = None) -> int:
+        """Poll every ``interval`` seconds; hand each alarm to ``on_alarm``, stop when it returns
+        ``False`` or after ``timeout`` seconds. Returns how many alarms were raised."""
+        started = self._clock()
+        count = 0
+        while True:
+            for alarm in self.poll():
+                count += 1
+                if not on_alarm(alarm):
+                    return count
+            if timeout is not None and self._clock() - started + interval > timeout:
+                return count
+            _time.sleep(interval)
+
+
+def default_state_dir(path: Path) -> Path:
+    """``<cache dir>/watch/<hash of the resolved path>/``: never inside the watched tree."""
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return default_cache_dir() / "watch" / digest
+
+
+# -- online rules ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Trigger:
+    """A rule that fired, before its cause is named."""
+
+    kind: str
+    step: int | None
+    time: datetime | None
+    onset_step: int | None
+    summary: str
+    evidence: tuple[Evidence, ...]
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """Which metric keys the step rules read."""
+
+    primary: str | None
+    loss: str | None
+    signals: tuple[str, ...]
+    """What drives the loss: gradient norm, advantages, the reward spread in a group."""
+    grad: str | None
+
+    @property
+    def keys(self) -> list[str]:
+        return sorted({k for k in (self.primary, self.loss, self.grad, *self.signals) if k})
+
+
+@dataclass(frozen=True)
+class _Step:
+    step: int
+    time: datetime | None
+    file: str
+    line: int
+    values: dict[str, float]
+    where: dict[str, tuple[str, int]]
+
+
+@dataclass
+class _Streak:
+    """Consecutive steps sharing one property (one exact value, or "dead", or "non-finite")."""
+
+    value: Any = None
+    length: int = 0
+    first: _Step | None = None
+
+    def extend(self, value: Any, row: _Step) -> None:
+        if self.length and _same(value, self.value):
+            self.length += 1
+        else:
+            self.value, self.length, self.first = value, 1, row
+
+
+class _Follower:
+    """The online rules for one run, fed records in the order the run wrote them."""
+
+    def __init__(self, run_id: str, settings: WatchSettings) -> None:
+        self.run_id = run_id
+        self.s = settings
+        self.t = settings.thresholds
+        # where the feed stopped
+        self._last_step_time: datetime | None = None
+        self._last_step: int | None = None
+        self._last_row: _Step | None = None
+        self._held: tuple[int, int] | None = None
+        self._recent: dict[tuple[Any, ...], datetime | None] = {}
+        self._event_mark: datetime | None = None
+        # the clock: the newest log time, moved on by wall time while the logs are silent
+        self._log_now: datetime | None = None
+        self._log_now_at: float | None = None
+        self._wall: float | None = None
+        # rules
+        self._latched: dict[str, Any] = {}
+        self._roles = _Roles(None, None, (), None)
+        self._reward = _Streak()
+        self._history: deque[Any] = deque(maxlen=settings.history_steps)
+        self._history_counts: Counter[Any] = Counter()
+        self._varied = False
+        self._since_collapse = 0
+        self._dead = _Streak()
+        self._dead_history: deque[bool] = deque(maxlen=settings.history_steps)
+        self._live_steps = 0
+        self._bad = _Streak()
+        self._durations: deque[float] = deque(maxlen=200)
+        self._steps_seen = 0
+        self._refusals: deque[tuple[datetime, Evidence]] = deque()
+        self._timeouts: deque[tuple[datetime, Evidence]] = deque()
+        self._errors_quiet_since: datetime | None = None
+        self._exit: Evidence | None = None
+        self._called_after_exit = False
+        self._launching = False
+
+    # -- feeding ----------------------------------------------------------------------------------
+
+    def feed(self, run: RunData, *, live_now: float | None = None) -> list[_Trigger]:
+        """Feed what ``run`` holds that was not fed before; ``live_now`` (a monotonic clock) makes
+        silence count while the logs say nothing, and holds back the newest step until its table
+        is surely complete."""
+        self._wall = live_now
+        steps = self._new_steps(run, live=live_now is not None)
+        events = self._new_events(run.events)
+        fired: list[_Trigger] = []
+        for kind, record in _in_log_order(steps, events):
+            if kind == "step":
+                fired += self._on_step(record)
+            else:
+                fired += self._on_event(record)
+        if live_now is not None:
+            fired += self._tick(self._now(live_now))
+        return fired
+
+    def still_open(self, kind: str) -> bool:
+        """Whether the incident behind the last alarm of ``kind`` is still going on."""
+        return kind in self._latched
+
+    def _new_steps(self, run: RunData, *, live: bool) -> list[_Step]:
+        steps = run.steps
+        if self._last_step_time is not None:
+            steps = steps.filter(pl.col("time") > self._last_step_time)
+        elif self._last_step is not None:
+            steps = steps.filter(pl.col("step") > self._last_step)
+        steps = steps.sort("time", "step") if steps["time"].null_count() == 0 else steps.sort("step")
+        if live and steps.height:
+            # The newest step's table may still be arriving: wait until a later step or the next poll.
+            newest = steps.row(-1, named=True)
+            ident = (newest["step"], newest["line"])
+            if self._held != ident:
+                self._held = ident
+                steps = steps.head(steps.height - 1)
+        if steps.is_empty():
+            return []
+        self._roles = _roles(run.metrics)
+        values = _values(run.metrics, self._roles.keys, steps["step"])
+        return [
+            _Step(r["step"], r["time"], r["file"], r["line"], *values.get(r["step"], ({}, {})))
+            for r in steps.iter_rows(named=True)
+        ]
+
+    def _new_events(self, events: pl.DataFrame) -> list[dict[str, Any]]:
+        """Events not fed before, told apart by content so a rotated or recompressed copy of a log
+        is not fed twice; records older than the high-water mark by more than a slack are old."""
+        slack = timedelta(minutes=10)
+        if self._event_mark is not None:
+            events = events.filter(pl.col("time").is_null() | (pl.col("time") >= self._event_mark - slack))
+        fresh = []
+        for row in events.iter_rows(named=True):
+            key = (row["time"], row["kind"], row["message"]) if row["time"] else (Path(row["file"]).name, row["line"])
+            if key in self._recent:
+                continue
+            self._recent[key] = row["time"]
+            fresh.append(row)
+            if row["time"] and (self._event_mark is None or row["time"] > self._event_mark):
+                self._event_mark = row["time"]
+        if self._event_mark is not None and len(self._recent) > 10_000:
+            floor = self._event_mark - slack
+            self._recent = {k: t for k, t in self._recent.items() if t is None or t >= floor}
+            if len(self._recent) > 100_000:  # untimed records only: keep the newest
+                self._recent = dict(list(self._recent.items())[-50_000:])
+        return fresh
+
+    def _now(self, wall: float) -> datetime | None:
+        if self._log_now is None or self._log_now_at is None:
+            return self._log_now
+        return self._log_now + timedelta(seconds=max(0.0, wall - self._log_now_at))
+
+    def _advance(self, when: datetime | None) -> None:
+        if when is not None and (self._log_now is None or when > self._log_now):
+            self._log_now, self._log_now_at = when, self._wall
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def _on_step(self, row: _Step) -> list[_Trigger]:
+        fired = self._tick(row.time) if row.time else []
+        self._advance(row.time)
+        if row.time and self._last_step_time and row.time > self._last_step_time:
+            self._durations.append((row.time - self._last_step_time).total_seconds())
+        self._last_step_time = row.time or self._last_step_time
+        self._last_step, self._last_row = row.step, row
+        self._steps_seen += 1
+        for kind in ("stall", "crash"):
+            self._latched.pop(kind, None)  # the run logged a step: it is moving again
+        if self._exit is not None:
+            self._called_after_exit = True
+        primary = self._roles.primary
+        if primary is not None and primary in row.values:
+            fired += self._reward_rule(row, primary)
+        fired += self._dead_rule(row)
+        fired += self._nan_rule(row)
+        return fired
+
+    def _reward_rule(self, row: _Step, key: str) -> list[_Trigger]:
+        value = row.values[key]
+        streak = self._reward
+        if streak.length and not _same(value, streak.value):
+            self._varied = True
+            if "reward_collapse" not in self._latched:
+                for _ in range(streak.length):
+                    self._remember(streak.value)
+        streak.extend(value, row)
+        collapsed = self._latched.get("reward_collapse")
+        if collapsed is not None:
+            self._since_collapse = 0 if _same(value, collapsed) else self._since_collapse + 1
+            if self._since_collapse >= self.t.recovery_window:
+                del self._latched["reward_collapse"]
+                self._history.clear()
+                self._history_counts.clear()
+            return []
+        if not (_finite(value) and streak.length >= self.s.zero_steps):
+            return []
+        if self._varied:
+            seen = self._history_counts[_token(value)]
+            if not _improbable(seen, len(self._history), streak.length, self.t.chance):
+                return []
+        elif streak.length < self.s.warmup_steps:
+            return []
+        self._latched["reward_collapse"] = value
+        self._since_collapse = 0
+        described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
+        first = streak.first or row
+        summary = f"{key} {described} for {streak.length} steps in a row (steps {first.step}–{row.step})"
+        if not self._varied:
+            summary += ", and it has not varied since the run's first step"
+        evidence = (_metric_evidence(first, key), _metric_evidence(row, key)) if first is not row else (_metric_evidence(row, key),)
+        return [_Trigger("reward_collapse", row.step, row.time, first.step, summary, evidence, key)]
+
+    def _remember(self, value: Any) -> None:
+        if len(self._history) == self._history.maxlen:
+            self._history_counts[_token(self._history[0])] -= 1
+        self._history.append(value)
+        self._history_counts[_token(value)] += 1
+
+    def _dead_rule(self, row: _Step) -> list[_Trigger]:
+        roles = self._roles
+        loss = row.values.get(roles.loss) if roles.loss else None
+        signals = [row.values.get(k) for k in roles.signals]
+        if loss is None or not signals or None in signals:
+            return []
+        dead = loss == 0 and all(v == 0 for v in signals)
+        streak = self._dead
+        if streak.length and not _same(dead, streak.value) and "zero_variance" not in self._latched:
+            self._dead_history.extend([bool(streak.value)] * streak.length)
+        streak.extend(dead, row)
+        if not dead:
+            self._live_steps += 1
+            self._latched.pop("zero_variance", None)
+            return []
+        if "zero_variance" in self._latched or "reward_collapse" in self._latched:
+            return []  # dead batches are what a collapsed reward looks like: one alarm is enough
+        # Never a live step since the first update: no learning signal at all, not a warm-up effect.
+        never_live = self._live_steps <= 1 and streak.length >= 2
+        improbable = streak.length >= self.t.min_run and _improbable(
+            sum(self._dead_history), len(self._dead_history), streak.length, self.t.chance
+        )
+        if not (never_live or improbable):
+            return []
+        self._latched["zero_variance"] = True
+        first = streak.first or row
+        summary = (f"{streak.length} steps in a row (from step {first.step}) with the loss and everything driving it "
+                   "exactly 0: every reward in a group identical, nothing to learn from")
+        return [_Trigger("zero_variance", row.step, row.time, first.step, summary,
+                         (_metric_evidence(first, roles.loss), _metric_evidence(row, roles.loss)), None)]
+
+    def _nan_rule(self, row: _Step) -> list[_Trigger]:
+        roles = self._roles
+        watched = [row.values[k] for k in (roles.loss, roles.grad, roles.primary) if k in row.values]
+        if not watched:
+            return []
+        bad = not all(_finite(v) for v in watched)
+        self._bad.extend(bad, row)
+        if not bad:
+            self._latched.pop("nan_inf", None)
+            return []
+        if "nan_inf" in self._latched or self._bad.length < self.t.nan_run:
+            return []
+        self._latched["nan_inf"] = True
+        first = self._bad.first or row
+        return [_Trigger("nan_inf", row.step, row.time, first.step,
+                         f"non-finite loss/gradient/reward for {self._bad.length} steps from step {first.step}",
+                         (_metric_evidence(first, roles.loss or roles.primary),), roles.primary)]
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _on_event(self, row: dict[str, Any]) -> list[_Trigger]:
+        when = row["time"]
+        fired = self._tick(when) if when else []
+        self._advance(when)
+        kind = row["kind"]
+        evidence = _event_evidence(row)
+        if kind in _SERVER_UP:
+            # A new server: what the old one refused says nothing about it, and clients are refused
+            # while it loads.
+            self._launching = kind == "server_launch"
+            self._exit = None
+            self._called_after_exit = False
+            self._refusals.clear()
+            self._timeouts.clear()
+            for latched in ("server_down", "server_errors"):
+                self._latched.pop(latched, None)
+            return fired
+        if kind == "server_exit":
+            if self._exit is None and "server_down" not in self._latched:
+                self._exit, self._called_after_exit = evidence, False
+            return fired
+        if kind in _TRAINER_CALLING and self._exit is not None:
+            self._called_after_exit = True
+        if kind in CRASH_KINDS:
+            return fired + self._crash(row, evidence)
+        if when is not None and kind in _REFUSALS | _TIMEOUTS:
+            fired += self._burst(kind, when, row, evidence)
+        return fired
+
+    def _crash(self, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
+        if "crash" in self._latched:
+            return []
+        self._latched["crash"] = True
+        summary = f"a training process failed during step {row['step']} ({row['kind']})"
+        return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]
+
+    def _burst(self, kind: str, when: datetime, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
+        refused = kind in _REFUSALS
+        window = self._refusals if refused else self._timeouts
+        seconds = self.s.refusal_window_s if refused else self.s.timeout_window_s
+        needed = self.s.refusal_burst if refused else self.s.timeout_burst
+        window.append((when, evidence))
+        while window and (when - window[0][0]).total_seconds() > seconds:
+            window.popleft()
+        self._errors_quiet_since = when
+        if self._steps_seen == 0 or self._launching or "server_errors" in self._latched or len(window) < needed:
+            return []  # before the first step, or while a server loads, clients are refused by design
+        self._latched["server_errors"] = True
+        what = "refused/reset connections" if refused else "request timeouts"
+        first = window[0][1]
+        summary = f"{len(window)} {what} within {_span(seconds)} (first at {iso(first.time)}, step {first.step})"
+        return [_Trigger("server_errors", row["step"], when, first.step, summary, tuple(e for _, e in list(window)[:10]))]
+
+    # -- the passing of time ------------------------------------------------------------------------
+
+    def _tick(self, now: datetime | None) -> list[_Trigger]:
+        if now is None:
+            return []
+        fired: list[_Trigger] = []
+        if "server_errors" in self._latched and self._errors_quiet_since is not None:
+            if (now - self._errors_quiet_since).total_seconds() > 2 * max(self.s.timeout_window_s, self.s.refusal_window_s):
+                del self._latched["server_errors"]
+        if self._exit is not None and self._exit.time is not None and self._called_after_exit:
+            down = (now - self._exit.time).total_seconds()
+            if down >= self.s.server_down_minutes * 60 and "server_down" not in self._latched:
+                self._latched["server_down"] = True
+                at = self._exit.time + timedelta(minutes=self.s.server_down_minutes)
+                summary = (f"the inference server exited at {iso(self._exit.time)} and no server came back within "
+                           f"{_span(self.s.server_down_minutes * 60)} while the trainer kept calling it")
+                step = self._last_step + 1 if self._last_step is not None else self._exit.step
+                fired.append(_Trigger("server_down", step, at, self._exit.step, summary, (self._exit,)))
+                self._exit = None
+        if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched:
+            typical = statistics.median(self._durations)
+            limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
+            silent = (now - self._last_step_time).total_seconds()
+            if silent > limit:
+                self._latched["stall"] = True
+                step = (self._last_step or 0) + 1
+                summary = (f"no step after step {self._last_step} for {_span(limit)} "
+                           f"({limit / typical:.0f}× the run's median step of {typical:.0f} s)")
+                at = self._last_step_time + timedelta(seconds=limit)
+                shown = (_metric_evidence(self._last_row, None),) if self._last_row else ()
+                fired.append(_Trigger("stall", step, at, step, summary, shown))
+        return fired
+
+
+# -- from a trigger to an alarm ---------------------------------------------------------------------
+
+
+def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
+    """Name the trigger's cause as the offline analysis would, from what was logged up to it."""
+    events, metrics = run.events, run.metrics
+    if as_of_trigger:
+        events, metrics = _up_to(events, trigger), _up_to(metrics, trigger)
+    onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
+    finding_kind = "stall" if trigger.kind == "stall" else "crash" if trigger.kind == "crash" else "reward_collapse"
+    if onset is None:
+        return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
+                     trigger.evidence)
+    onset_row = run.steps.filter(pl.col("step") == onset)
+    onset_time = onset_row["time"][0] if onset_row.height else trigger.time
+    has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
+    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary), events, metrics, onset_time,
+                      has_server_log=has_server_log)
+    cause = verdict.cause
+    if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):
+        cause = CAUSE_OF_KIND.get(trigger.evidence[0].kind, "unknown") if trigger.evidence else "unknown"
+    if trigger.kind == "zero_variance" and cause == "unknown":
+        cause = "reward_pipeline"
+    shown = {(e.file, e.line) for e in trigger.evidence}
+    extra = tuple(e for e in verdict.evidence if (e.file, e.line) not in shown)
+    evidence = (trigger.evidence + extra)[:12]
+    summary = trigger.summary if not verdict.explanation else f"{trigger.summary}. {verdict.explanation}"
+    return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, trigger.onset_step, cause, summary,
+                 evidence, verdict.confidence)
+
+
+def _up_to(frame: pl.DataFrame, trigger: _Trigger) -> pl.DataFrame:
+    if trigger.time is not None:
+        return frame.filter(pl.col("time").is_null() | (pl.col("time") <= trigger.time))
+    if trigger.step is not None:
+        return frame.filter(pl.col("step").is_null() | (pl.col("step") <= trigger.step))
+    return frame
+
+
+class _State:
+    """Alarms raised so far for one watched path, kept as JSON in the state folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._raised: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["raised"]
+        except (OSError, ValueError, KeyError, TypeError):
+            self._raised = {}
+
+    def add(self, alarm: Alarm) -> bool:
+        """Record ``alarm``; ``False`` when it was raised before."""
+        if alarm.key in self._raised:
+            return False
+        self._raised[alarm.key] = alarm.to_dict()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        staging = self.path.with_suffix(f".tmp-{os.getpid()}")
+        staging.write_text(json.dumps({"raised": self._raised}, indent=1), encoding="utf-8")
+        staging.replace(self.path)
+        return True
+
+
+def _refuse_inside(state_dir: Path, watched: Path) -> None:
+    root = watched.resolve()
+    root = root if root.is_dir() or not root.exists() else root.parent
+    state = state_dir.resolve()
+    if state == root or root in state.parents:
+        raise UnusableInput(f"--state-dir {state_dir} is inside the watched path {watched}; nothing is written there")
+
+
+# -- small helpers ----------------------------------------------------------------------------------
+
+
+def _in_log_order(steps: list[_Step], events: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """Steps and events merged in the order they were written: by time, else by step (an event
+    belongs to the step in progress, so it comes before that step's header)."""
+    header_time = {s.step: s.time for s in steps if s.time is not None}
+    timed = bool(header_time)
+
+    def key(item: tuple[str, Any]) -> tuple[Any, ...]:
+        kind, r = item
+        step = r.step if kind == "step" else r["step"]
+        when = r.time if kind == "step" else r["time"]
+        if timed:
+            when = when or header_time.get(step) or datetime.max
+            return (when, kind == "step")
+        return (step if step is not None else math.inf, kind == "step")
+
+    items = [("step", s) for s in steps] + [("event", e) for e in events]
+    return iter(sorted(items, key=key))
+
+
+def _roles(metrics: pl.DataFrame) -> _Roles:
+    primary, _ = choose_primary(metrics)
+    keys = set(metrics.filter(pl.col("step").is_not_null())["key"].unique().to_list())
+    signals = tuple(sorted(
+        k for k in keys
+        if k.endswith("grad_norm")
+        or ("advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"})
+        or k.endswith(("reward/std", "score/std"))
+    ))
+    loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
+    return _Roles(primary, loss, signals, _first_key(keys, ("grad_norm",)))
+
+
+def _values(
+    metrics: pl.DataFrame, keys: list[str], steps: pl.Series
+) -> dict[int, tuple[dict[str, float], dict[str, tuple[str, int]]]]:
+    """``{step: (values, (file, line) of each)}`` for the given steps (the latest copy of each value)."""
+    if not keys:
+        return {}
+    rows = (
+        metrics.filter(pl.col("key").is_in(keys) & pl.col("step").is_in(steps.implode()))
+        .group_by("step", "key")
+        .agg(pl.col("value").last(), pl.col("file").last(), pl.col("line").last())
+    )
+    out: dict[int, tuple[dict[str, float], dict[str, tuple[str, int]]]] = {}
+    for step, key, value, file, line in rows.iter_rows():
+        values, where = out.setdefault(step, ({}, {}))
+        values[key], where[key] = value, (file, line)
+    return out
+
+
+def _metric_evidence(row: _Step, key: str | None) -> Evidence:
+    file, line = row.where.get(key, (row.file, row.line)) if key else (row.file, row.line)
+    value = row.values.get(key) if key else None
+    text = f"step {row.step}: {key} = {value:.4e}" if value is not None else f"step {row.step} logged"
+    return Evidence("metric", row.time, row.step, file, line, text)
+
+
+def _event_evidence(row: dict[str, Any]) -> Evidence:
+    return Evidence(row["kind"], row["time"], row["step"], row["file"], row["line"], row["message"] or "")
+
+
+def _first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
+    for suffix in suffixes:
+        found = sorted(k for k in keys if k.endswith(suffix))
+        if found:
+            return found[0]
+    return None
+
+
+def _improbable(seen: int, history: int, run: int, chance: float) -> bool:
+    """As the offline detector: ``run`` repeats of a value seen ``seen`` times in ``history``
+    healthy steps, with the frequency smoothed by half a pseudo-observation."""
+    p = (seen + 0.5) / (history + 1.0)
+    return p**run < chance
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def _token(value: Any) -> Any:
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float | int) and math.isfinite(value)
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -1,0 +1,246 @@
+"""``analyze`` over many runs: in parallel on local processes and on a real local Ray, one index.
+
+The same set of runs — incident fixtures, a healthy run and a copy of it (one run id twice), the
+seed 003 loop and a run whose experiment name is an HTML payload — goes through both backends
+once per module; each backend's index must agree with a plain single-run ``analyze --json``.
+Ray runs as a user runs it: the CLI in a subprocess, with its own ``HOME`` and a short temp dir
+(see ``test_real_ray.py``). About 10 s for Ray.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from areal_builder import RunSpec, healthy_reward, write_run
+from conftest import FIXTURES, tree_state
+from typer.testing import CliRunner
+
+from forensics.cli import app
+from forensics.model import iso
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTILE = "<img src=x onerror=alert(1)>&\"'"
+HAS_RAY = importlib.util.find_spec("ray") is not None
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The fleet's paths: fixtures relative to the repository (as a user types them), built runs absolute."""
+    built = tmp_path_factory.mktemp("runs")
+    write_run(built / "hostile" / "outputs", RunSpec(experiment=HOSTILE, last_step=40, save_freq_steps=10,
+                                                     reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    shutil.copytree(FIXTURES / "areal_healthy_sparse" / "outputs", built / "copy" / "outputs")
+    fixtures = [Path("tests/fixtures", name, "outputs") for name in ("areal_seed000", "areal_seed001",
+                                                                     "areal_healthy_sparse", "sglang_oom")]
+    return [*fixtures, Path("tests/fixtures/seed003"), built / "copy" / "outputs", built / "hostile" / "outputs"]
+
+
+@pytest.fixture(scope="module")
+def before(runs: list[Path]) -> dict[str, tuple[str, int, int]]:
+    return {k: v for path in runs for k, v in tree_state(REPO / path).items()}
+
+
+@pytest.fixture(scope="module")
+def singles(runs: list[Path], before, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Each path through a plain single-run ``analyze --json``: run object by root."""
+    out = tmp_path_factory.mktemp("single")
+    found = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)
+        for k, path in enumerate(runs):
+            doc = out / f"{k}.json"
+            result = runner.invoke(app, ["analyze", str(path), "--json", str(doc), "--no-html", "--no-cache"])
+            assert result.exit_code == 0, result.output
+            [run] = json.loads(doc.read_text())["runs"]
+            found[run["root"]] = run
+    return found
+
+
+@pytest.fixture(scope="module", params=["processes", pytest.param("ray", marks=pytest.mark.skipif(not HAS_RAY, reason="ray is not installed"))])
+def fleet(request: pytest.FixtureRequest, runs: list[Path], before, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict, str]]:
+    """(out dir, --json document, terminal output) of one fleet run on each backend."""
+    out = tmp_path_factory.mktemp(request.param)
+    args = ["analyze", *map(str, runs), "--out", str(out / "report"), "--json", str(out / "doc.json"), "--no-cache"]
+    if request.param == "processes":
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(REPO)
+            result = runner.invoke(app, [*args, "--workers", "2"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        yield out / "report", json.loads((out / "doc.json").read_text()), result.output
+        return
+    temp_root = Path(tempfile.mkdtemp(prefix="rf-", dir="/tmp"))  # unix socket paths are limited to ~107 bytes
+    home = out / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"HOME": str(home), "RAY_TMPDIR": str(temp_root), "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "forensics", *args, "--ray"], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        yield out / "report", json.loads((out / "doc.json").read_text()), done.stdout
+    finally:
+        shutil.rmtree(temp_root, ignore_errors=True)
+
+
+def test_index_rows_match_single_run_analysis(fleet, singles: dict[str, dict]) -> None:
+    out, _, _ = fleet
+    index = pl.read_parquet(out / "index.parquet")
+    assert index.height == len(singles) and index["error"].null_count() == index.height
+    assert index["slug"].n_unique() == index.height
+    for row in index.iter_rows(named=True):
+        single = singles[row["root"]]
+        incidents = single["incidents"]
+        assert row["run_id"] == single["run_id"]
+        assert row["n_incidents"] == len(incidents)
+        assert (row["first_onset_step"], row["first_cause"]) == (
+            (incidents[0]["onset_step"], incidents[0]["cause"]) if incidents else (None, None))
+        assert (row["checkpoint"], row["checkpoint_step"]) == (single["recommendation"]["checkpoint"], single["recommendation"]["step"])
+        assert (row["first_step"], row["last_step"], row["step_count"]) == tuple(single["steps"].values())
+    by_root = dict(zip(index["slug"], index["root"]))
+    incidents = pl.read_parquet(out / "incidents.parquet")
+    assert incidents.height == sum(len(s["incidents"]) for s in singles.values())
+    for row in incidents.iter_rows(named=True):
+        [expected] = [i for i in singles[by_root[row["slug"]]]["incidents"] if i["id"] == row["id"]]
+        for key in ("kind", "metric", "onset_step", "end_step", "recovered", "cause", "confidence", "wasted_steps"):
+            assert row[key] == expected[key], key
+        assert iso(row["onset_time"]) == expected["onset_time"]
+
+
+def test_known_verdicts_in_the_index(fleet) -> None:
+    out, _, _ = fleet
+    index = pl.read_parquet(out / "index.parquet")
+    got = {r["root"]: (r["first_onset_step"], r["first_cause"]) for r in index.iter_rows(named=True)}
+    expected = {"areal_seed000": (940, "inference_server_unresponsive"), "areal_seed001": (188, "inference_server_crash"),
+                "sglang_oom": (180, "inference_server_oom"), "areal_healthy_sparse": (None, None),
+                "seed003": (1, "reward_pipeline")}
+    for name, verdict in expected.items():
+        [hit] = [v for root, v in got.items() if f"{root}/".startswith(f"tests/fixtures/{name}/")]
+        assert hit == verdict, name
+
+
+def test_json_document_holds_every_run_as_a_single_analysis_would(fleet, singles: dict[str, dict]) -> None:
+    _, doc, _ = fleet
+    assert doc["schema"] == "grpo-forensics/analysis/v1"
+    assert {r["root"]: r for r in doc["runs"]} == singles
+
+
+def test_index_html_links_every_run_to_its_written_report(fleet) -> None:
+    out, _, output = fleet
+    page = (out / "index.html").read_text()
+    index = pl.read_parquet(out / "index.parquet")
+    links = set(re.findall(r'href="([^"#]+)(?:#([^"]*))?"', page))
+    reports = {href for href, _ in links if href.startswith("runs/")}
+    assert reports == set(index["report"]) and len(reports) == index.height
+    for href, anchor in links:
+        if not href.startswith("runs/"):
+            continue
+        target = (out / href).read_text()
+        assert target.startswith("<!DOCTYPE html>")
+        assert not anchor or f'id="{anchor}"' in target
+    assert not re.search(r"""<(?:script|link|img)[^>]+(?:src|href)=["']https?://""", page)
+    assert 'http-equiv="Content-Security-Policy"' in page
+    assert "seed003" in output and "inference_server_oom" in output  # the terminal table
+
+
+def test_hostile_run_name_is_text_everywhere(fleet) -> None:
+    out, _, output = fleet
+    index = pl.read_parquet(out / "index.parquet")
+    [row] = index.filter(pl.col("run_id").str.starts_with("<img")).iter_rows(named=True)
+    assert row["run_id"] == f"{HOSTILE}/trial0"
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", row["slug"])
+    page = (out / "index.html").read_text()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;&amp;&quot;&#x27;/trial0" in page
+    assert "<img src=x" not in (out / row["report"]).read_text()
+    assert f"{HOSTILE}/trial0" in output  # printed as text
+
+
+def test_copies_of_one_run_get_their_own_reports(fleet) -> None:
+    out, _, _ = fleet
+    index = pl.read_parquet(out / "index.parquet").filter(pl.col("run_id") == "countdown-grpo/trial1")
+    assert sorted(index["slug"]) == ["countdown-grpo-trial1", "countdown-grpo-trial1-2"]
+    assert all((out / report).is_file() for report in index["report"])
+
+
+def test_fleet_writes_nothing_in_the_analyzed_trees(fleet, runs: list[Path], before) -> None:
+    assert {k: v for path in runs for k, v in tree_state(REPO / path).items()} == before
+
+
+def test_no_html_markdown_and_fail_on_incident(fixture_run, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["analyze", str(fixture_run("areal_healthy_sparse")), str(fixture_run("sglang_oom")), "--out", str(out),
+            "--no-html", "--markdown", "-", "--no-cache", "--workers", "2"]
+    sick = runner.invoke(app, [*args, "--fail-on-incident"])
+    assert sick.exit_code == 1, sick.output
+    assert "countdown-grpo/trial1" in sick.stdout and "gsm8k-grpo-oom/trial0" in sick.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["incidents.parquet", "index.parquet"]
+    healthy = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--workers", "1", "--out",
+                                  str(tmp_path / "one"), "--no-cache", "--fail-on-incident"])
+    assert healthy.exit_code == 0, healthy.output  # --workers makes even one run a fleet
+    assert (tmp_path / "one" / "runs" / "countdown-grpo-trial1" / "report.html").is_file()
+
+
+def test_a_run_that_cannot_be_read_is_a_row_not_the_end(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    for name in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / ".config"))
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--wandb", "entity/project/run123",
+                                 "--out", str(tmp_path / "out"), "--no-cache"])
+    assert result.exit_code == 2, result.output
+    assert "entity/project/run123" in result.stderr and "Traceback" not in result.output
+    index = pl.read_parquet(tmp_path / "out" / "index.parquet")
+    assert index["error"].null_count() == 1 and index.height == 2
+    assert (tmp_path / "out" / "runs" / "countdown-grpo-trial1" / "report.html").is_file()
+
+
+def test_custom_format_reaches_the_workers(tmp_path: Path) -> None:
+    from forensics.fleet import analyze_fleet
+
+    for name in ("a", "b"):
+        lines = [f"2025-06-01 14:{s // 60:02d}:{s % 60:02d} | step {s} | reward={0.0 if s >= 30 else 0.4 + s % 5 / 10:.4f} "
+                 f"reward_std=0.2000 loss=-0.0100 grad_norm=0.50" for s in range(1, 41)]
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.log").write_text("\n".join(lines) + "\n")
+    result = analyze_fleet([tmp_path / "a", tmp_path / "b"], tmp_path / "out", workers=2, html=False,
+                           custom_format=FIXTURES / "custom_format_example.toml")
+    assert [r.run["incidents"][0]["onset_step"] for r in result.runs if r.run] == [30, 30]
+    assert result.page is None and result.index.is_file()
+
+
+def test_ray_missing_is_a_one_line_error(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--ray", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "ray" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
+def test_unreachable_ray_address_fails_fast(fixture_run, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--ray-address", "127.0.0.1:1",
+                                 "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "no Ray cluster at 127.0.0.1:1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_inside_an_analyzed_tree_is_refused(fixture_run, tmp_path: Path) -> None:
+    from forensics.errors import UnusableInput
+    from forensics.fleet import analyze_fleet
+
+    root = fixture_run("areal_healthy_sparse")
+    with pytest.raises(UnusableInput):
+        analyze_fleet([root, fixture_run("sglang_oom")], root / "fleet")
+    assert not (root / "fleet").exists()

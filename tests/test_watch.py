@@ -1,0 +1,270 @@
+"""``watch``: alarms on a run that grows while it is followed, and ``watch --replay`` on every incident."""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import tree_state
+from typer.testing import CliRunner
+from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
+
+from forensics.cli import app
+from forensics.watch import Watcher, WatchSettings, replay
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SETTINGS = WatchSettings()
+runner = CliRunner()
+
+
+def trial_dir(name: str) -> Path:
+    [log] = (FIXTURES / name / "outputs" / "logs").glob("*/*/*/trainer.log*")
+    return log.parent
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "onset", "kind"),
+    [
+        ("areal_seed000", 940, "reward_collapse"),
+        ("areal_seed001", 188, "server_errors"),
+        ("sglang_hang", 250, "reward_collapse"),
+        ("sglang_oom", 180, "server_errors"),
+        ("sglang_healthy_collapse", 120, "reward_collapse"),
+    ],
+)
+def test_replay_fires_within_the_configured_steps_after_the_offline_onset(name: str, onset: int, kind: str) -> None:
+    [result] = replay([FIXTURES / name / "outputs"])
+    assert onset in [step for _, step in result.offline_onsets]
+    first = result.alarms[0]
+    assert first.kind == kind
+    assert onset <= first.step <= onset + SETTINGS.zero_steps - 1
+    assert first.time is not None and first.evidence and first.evidence[0].line > 0
+    assert first.step < result.last_step
+
+
+def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
+    [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
+    by_kind = {a.kind: a for a in reversed(result.alarms)}
+    collapse = by_kind["reward_collapse"]
+    assert (collapse.onset_step, collapse.step, collapse.cause) == (188, 192, "inference_server_crash")
+    assert by_kind["server_down"].evidence[0].kind == "server_exit"
+
+
+@pytest.mark.parametrize(
+    ("build", "onset", "kind"),
+    [(nccl_hang_run, 8, "stall"), (ray_oom_kill_run, 6, "crash"), (zero_score_run, 1, "reward_collapse")],
+)
+def test_replay_of_verl_runs(tmp_path: Path, build, onset: int, kind: str) -> None:
+    build(tmp_path / "run")
+    [result] = replay([tmp_path / "run"])
+    first = result.alarms[0]
+    assert first.kind == kind
+    # a score constant since the first step waits out the warm-up
+    assert onset <= first.step <= onset + max(SETTINGS.zero_steps, SETTINGS.warmup_steps)
+    assert any(a.kind == "crash" for a in result.alarms) == (build is not zero_score_run)
+
+
+def test_replay_of_the_hand_rolled_loop_catches_dead_batches_at_the_second_dead_step() -> None:
+    [result] = replay([FIXTURES / "seed003"])
+    [alarm] = result.alarms
+    assert (alarm.kind, alarm.onset_step, alarm.step, alarm.cause) == ("zero_variance", 1, 2, "reward_pipeline")
+
+
+def test_healthy_sparse_rewards_never_alarm() -> None:
+    [result] = replay([FIXTURES / "areal_healthy_sparse" / "outputs"])
+    assert result.alarms == []
+
+
+def test_replay_json_is_the_contract_document(tmp_path: Path) -> None:
+    before = tree_state(FIXTURES / "areal_seed001")
+    result = runner.invoke(app, ["watch", str(FIXTURES / "areal_seed001" / "outputs"), "--replay", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    first = doc["alarms"][0]
+    assert (first["step"], first["kind"], first["cause"]) == (188, "server_errors", "inference_server_crash")
+    assert first["time"] == "2025-11-12T20:44:32.548"
+    assert doc["runs"][0]["last_step"] == 900
+    healthy = runner.invoke(app, ["watch", str(FIXTURES / "areal_healthy_sparse" / "outputs"), "--replay", "--json"])
+    assert healthy.exit_code == 0 and json.loads(healthy.stdout)["alarms"] == []
+    table = runner.invoke(app, ["watch", str(FIXTURES / "areal_seed001" / "outputs"), "--replay"])
+    assert "would have stopped" in table.stdout and "at step 188 instead of 900" in table.stdout
+    assert tree_state(FIXTURES / "areal_seed001") == before
+
+
+# -- following a growing run ----------------------------------------------------------------------
+
+_STAMP = re.compile(rb"(\d{8}-\d{2}:\d{2}:\d{2}\.\d{3})")
+
+
+def _timed_lines(path: Path) -> Iterator[tuple[bytes, int, str, bytes]]:
+    """A log's lines keyed by the time they were written (untimed lines inherit the previous one)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    stamp = b""
+    for number, line in enumerate(data.splitlines(keepends=True)):
+        found = _STAMP.search(line[:40])
+        stamp = found.group(1) if found else stamp
+        yield stamp, number, path.name.removesuffix(".gz"), line
+
+
+class Writer(threading.Thread):
+    """Writes a fixture's trainer and server logs into ``target`` in the order they were written,
+    a few hundred lines at a time; ``rotate_at`` renames trainer.log to trainer.log.1 after that many lines."""
+
+    def __init__(self, source: Path, target: Path, *, stop_after: bytes | None = None, rotate_at: int | None = None,
+                 chunk: int = 200, pause: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.pause = pause
+        self.source, self.target, self.stop_after, self.rotate_at, self.chunk = source, target, stop_after, rotate_at, chunk
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        self.target.mkdir(parents=True, exist_ok=True)
+        logs = [_timed_lines(p) for p in sorted(self.source.glob("*.log*"))]
+        handles: dict[str, object] = {}
+        written = 0
+        for stamp, _, name, line in heapq.merge(*logs):
+            if self.halt.is_set() or (self.stop_after and stamp > self.stop_after):
+                break
+            if name not in handles:
+                handles[name] = open(self.target / name, "ab")  # noqa: SIM115
+            handles[name].write(line)  # type: ignore[attr-defined]
+            written += 1
+            if self.rotate_at and written == self.rotate_at:
+                handles.pop("trainer.log").close()  # type: ignore[attr-defined]
+                (self.target / "trainer.log").rename(self.target / "trainer.log.1")
+            if written % self.chunk == 0:
+                for h in handles.values():
+                    h.flush()  # type: ignore[attr-defined]
+                time.sleep(self.pause)
+        for h in handles.values():
+            h.close()  # type: ignore[attr-defined]
+
+
+def follow_until_alarm(watcher: Watcher, writer: Writer, *, limit: float = 40.0) -> list:
+    writer.start()
+    alarms: list = []
+    polls = 0
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done = not writer.is_alive()
+        alarms += watcher.poll()
+        polls += 1
+        if alarms or done:
+            break
+        time.sleep(0.05)
+    writer.halt.set()
+    writer.join()
+    assert polls >= 3, "the run should have been read while it grew"
+    return alarms
+
+
+def test_a_growing_run_alarms_within_the_configured_steps_and_a_restart_does_not_repeat_it(tmp_path: Path) -> None:
+    run = tmp_path / "outputs" / "logs" / "root" / "exp" / "trial0"
+    state = tmp_path / "state"
+    # stop writing a while after the onset: the alarm must come from what was written by then
+    writer = Writer(trial_dir("areal_seed001"), run, stop_after=b"20251112-21:05:00.000")
+    alarms = follow_until_alarm(Watcher(tmp_path / "outputs", state_dir=state), writer)
+    assert alarms, "no alarm while the run collapsed"
+    first = alarms[0]
+    assert first.kind == "server_errors" and 188 <= first.step <= 188 + SETTINGS.zero_steps
+    assert any(e.file.endswith("trainer.log") and e.line > 0 for e in first.evidence)
+    assert (state / "cache").is_dir()  # new lines were parsed through the parse cache
+    assert (state / "alarms.json").is_file() and not any(p.name == "alarms.json" for p in tmp_path.joinpath("outputs").rglob("*"))
+
+    # a restarted watch with the same state resumes without repeating the alarms raised
+    again = Watcher(tmp_path / "outputs", state_dir=state)
+    repeated = again.poll()
+    assert first.key not in {a.key for a in repeated}
+    # the collapse still going on is one alarm, and only once
+    assert all(a.kind != "server_errors" or a.onset_step != first.onset_step for a in repeated)
+    assert Watcher(tmp_path / "outputs", state_dir=state).poll() == []
+
+
+def test_a_healthy_run_followed_to_its_end_never_alarms(tmp_path: Path) -> None:
+    writer = Writer(trial_dir("areal_healthy_sparse"), tmp_path / "outputs" / "logs" / "root" / "c" / "trial1", chunk=300, pause=0.03)
+    watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state")
+    assert follow_until_alarm(watcher, writer) == []
+    assert watcher.poll() == []  # the last step, held back while its table might be arriving
+    run = watcher.run("c/trial1")
+    assert run is not None and int(run.steps["step"].max()) == 300
+
+
+def test_rotation_neither_replays_old_lines_nor_loses_the_alarm(tmp_path: Path) -> None:
+    run = tmp_path / "outputs" / "logs" / "root" / "exp" / "trial0"
+    writer = Writer(trial_dir("sglang_healthy_collapse"), run, rotate_at=6000)
+    watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state")
+    alarms = follow_until_alarm(watcher, writer)
+    assert (run / "trainer.log.1").is_file() and (run / "trainer.log").is_file()
+    [first, *_] = alarms
+    assert (first.kind, first.onset_step) == ("reward_collapse", 120)
+    assert 120 <= first.step <= 120 + SETTINGS.zero_steps
+    assert first.cause == "reward_pipeline"
+
+
+def test_a_watch_started_late_alarms_on_what_is_still_going_on_only(tmp_path: Path) -> None:
+    alarms = Watcher(FIXTURES / "areal_seed001" / "outputs", state_dir=tmp_path / "s1").poll()
+    by_kind = {a.kind: a for a in alarms}
+    # the reward never recovered from step 188: one alarm, dated at its onset
+    assert by_kind["reward_collapse"].onset_step == 188
+    # the server that died at step 188 was relaunched since: only its last death is news
+    assert len(alarms) == len(by_kind)
+    assert by_kind["server_down"].onset_step == 851
+    healthy = Watcher(FIXTURES / "areal_healthy_sparse" / "outputs", state_dir=tmp_path / "s2").poll()
+    assert healthy == []
+
+
+def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    result = runner.invoke(app, ["watch", str(tmp_path / "run"), "--state-dir", str(tmp_path / "run" / "s")])
+    assert result.exit_code == 2 and "inside the watched path" in result.stderr
+
+
+def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5(tmp_path: Path) -> None:
+    outputs = FIXTURES / "sglang_healthy_collapse" / "outputs"
+    before = tree_state(outputs)
+    command = f'cat > {tmp_path}/alarm.json; echo "$GRPO_FORENSICS_KIND $GRPO_FORENSICS_STEP" > {tmp_path}/env.txt'
+    done = subprocess.run(
+        [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30",
+         "--state-dir", str(tmp_path / "state"), "--on-alarm", command, "--report-dir", str(tmp_path / "report"),
+         "--wandb-alert"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 5, done.stderr + done.stdout
+    alarm = json.loads((tmp_path / "alarm.json").read_text())
+    assert (alarm["kind"], alarm["onset_step"], alarm["cause"]) == ("reward_collapse", 120, "reward_pipeline")
+    assert (tmp_path / "env.txt").read_text().split() == ["reward_collapse", str(alarm["step"])]
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert "no online W&B run folder" in done.stdout + done.stderr
+    assert tree_state(outputs) == before
+    # the same state: nothing new to say, exit 0 when the timeout ends the watch
+    quiet = runner.invoke(app, ["watch", str(outputs), "--interval", "0.1", "--timeout", "0.3",
+                                "--state-dir", str(tmp_path / "state")])
+    assert quiet.exit_code == 0, quiet.output
+
+
+def test_logs_that_stop_growing_raise_a_stall_once_the_run_s_own_step_time_is_exceeded(tmp_path: Path) -> None:
+    Writer(trial_dir("sglang_healthy_collapse"), tmp_path / "logs", stop_after=b"20251124-11:40:00.000", pause=0).run()
+    now = [1000.0]
+    watcher = Watcher(tmp_path / "logs", state_dir=tmp_path / "state", clock=lambda: now[0])
+    assert watcher.poll() == [] and watcher.poll() == []
+    now[0] += 300  # silent for 5 min: within ten minutes, the floor
+    assert watcher.poll() == []
+    now[0] += 600
+    [stall] = watcher.poll()
+    assert stall.kind == "stall" and stall.evidence[0].kind == "metric"
+    now[0] += 3600
+    assert watcher.poll() == []  # one silence, one alarm
