@@ -1,5 +1,5 @@
-"""What ``watch`` does when an alarm fires: print it, run the user's command, alert W&B, write the
-report. Each action reports what it did in one line; none raises on a failure of its own.
+"""What ``watch`` does when an alarm fires besides printing it (reports/alarms.py): run the user's
+command, alert W&B, write the report. Each action reports what it did in one line; none raises on a failure of its own.
 """
 
 from __future__ import annotations
@@ -10,45 +10,13 @@ import re
 import subprocess
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from forensics.analysis import analyze_run
 from forensics.detect import Thresholds
 from forensics.model import Analysis, iso
 from forensics.run import RunData
-from forensics.watch import Alarm, ReplayResult
+from forensics.watch import Alarm
 
 _WANDB_RUN_DIR = re.compile(r"^run-\d{8}_\d{6}-(?P<id>[\w-]+)$")
-
-
-def print_alarm(alarm: Alarm, console: Console) -> None:
-    """The alarm, its cause and where the logs show it."""
-    console.print(f"[bold red]ALARM[/] {alarm.run_id}  {alarm.kind}  step {alarm.step}  at {iso(alarm.time) or '?'}")
-    console.print(f"  cause    {alarm.cause}" + (f" (confidence {alarm.confidence:.2f})" if alarm.confidence else ""))
-    console.print(f"  onset    step {alarm.onset_step}")
-    console.print(f"  summary  {alarm.summary}", markup=False)
-    for e in alarm.evidence[:6]:
-        console.print(f"    {Path(e.file).name}:{e.line}  {e.text[:100]}", markup=False, highlight=False)
-
-
-def render_replay(results: list[ReplayResult], console: Console) -> None:
-    """One table per run: each alarm's step and time against the offline onset and the last step."""
-    for result in results:
-        onsets = ", ".join(f"{kind} at step {step}" for kind, step in result.offline_onsets) or "none"
-        table = Table(title=f"{result.run_id}: offline incidents {onsets}; last step {result.last_step}", title_justify="left")
-        for column in ("step", "time", "kind", "cause", "onset", "evidence"):
-            table.add_column(column, overflow="fold")
-        for a in result.alarms:
-            where = f"{Path(a.evidence[0].file).name}:{a.evidence[0].line}" if a.evidence else ""
-            table.add_row(str(a.step), iso(a.time) or "", a.kind, a.cause, str(a.onset_step), where)
-        console.print(table)
-        if result.alarms and result.last_step is not None:
-            first = result.alarms[0]
-            console.print(f"would have stopped {result.run_id} at step {first.step} instead of {result.last_step} "
-                          f"({first.kind})", markup=False, soft_wrap=True)
-        else:
-            console.print(f"no alarm would have fired for {result.run_id}", markup=False, soft_wrap=True)
 
 
 def alarm_environment(alarm: Alarm, report: Path | None) -> dict[str, str]:

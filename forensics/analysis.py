@@ -60,7 +60,7 @@ def analyze(
             ``custom_format`` is malformed.
     """
     t = thresholds or Thresholds()
-    fmt = _custom_format(custom_format)
+    fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     runs = [load_run(location, custom_format=fmt, cache=cache) for location in locations]
     runs += [load_online_wandb(name) for name in wandb_runs]
@@ -69,10 +69,15 @@ def analyze(
 
 def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:
     """The runs ``analyze(paths)`` would analyze, found but not read (cheap: file heads only)."""
-    return find_runs(paths, custom_format=_custom_format(custom_format))
+    return find_runs(paths, custom_format=read_log_format(custom_format))
 
 
-def _custom_format(path: Path | None) -> CustomFormat | None:
+def read_log_format(path: Path | None) -> CustomFormat | None:
+    """The custom log format declared in the TOML file ``path`` (``None`` for none).
+
+    Raises:
+        UnusableInput: the file cannot be read or is not a valid format.
+    """
     try:
         return load_custom_format(path) if path else None
     except (OSError, FormatDefinitionError) as exc:

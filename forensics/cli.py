@@ -344,10 +344,10 @@ def watch(
     Example: grpo-forensics watch outputs/ --on-alarm 'scancel "$SLURM_JOB_ID"' --report-dir /tmp/alarm
     """
     from forensics import alarms as act
+    from forensics.analysis import read_log_format
     from forensics.watch import Watcher, WatchSettings
     from forensics.watch import replay as replay_run
-    from parsers._formats import FormatDefinitionError
-    from parsers.custom import load_custom_format
+    from reports.alarms import print_alarm, render_replay
 
     settings = WatchSettings(zero_steps=zero_steps, warmup_steps=warmup_steps, server_down_minutes=server_down_minutes)
     console = Console(stderr=as_json)
@@ -355,10 +355,7 @@ def watch(
     def work() -> int:
         if report_dir is not None and _inside(report_dir, path):
             raise UnusableInput(f"--report-dir {report_dir} is inside the watched path {path}; reports never go there")
-        try:
-            fmt = load_custom_format(log_format) if log_format else None
-        except (OSError, FormatDefinitionError) as exc:
-            raise UnusableInput(f"{log_format}: {exc}") from exc
+        fmt = read_log_format(log_format)
         if replay:
             results = replay_run([path], settings=settings, custom_format=fmt)
             if as_json:
@@ -366,7 +363,7 @@ def watch(
                           for r in results for a in r.alarms]
                 _write_json({"alarms": alarms, "runs": [r.to_dict() for r in results]}, "-")
             else:
-                act.render_replay(results, console)
+                render_replay(results, console)
             return 0
         if not path.exists():
             raise UnusableInput(f"{path}: no such file or directory")
@@ -380,7 +377,7 @@ def watch(
             if as_json:
                 sys.stdout.write(json.dumps({**alarm.to_dict(), "report": str(report) if report else None}) + "\n")
                 sys.stdout.flush()
-            act.print_alarm(alarm, console)
+            print_alarm(alarm, console)
             if report:
                 console.print(f"report: {report}", markup=False)
             if on_alarm:

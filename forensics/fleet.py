@@ -31,7 +31,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.analysis import _custom_format, analyze_run
+from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache
 from forensics.detect import Thresholds
 from forensics.discover import RunLocation, find_runs
@@ -149,7 +149,7 @@ def analyze_fleet(
             ``ray`` package, no Ray cluster at the address.
     """
     started = time.perf_counter()
-    fmt = _custom_format(custom_format)
+    fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     names = [loc.run_id for loc in locations] + list(wandb_runs)
     slugs = _slugs(names)
