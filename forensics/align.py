@@ -25,15 +25,16 @@ def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
     if frame.is_empty() or clock.is_empty():
         return frame
     last = int(clock["step"].max())
-    order = "__order"
-    indexed = frame.with_row_index(order)
-    timed = indexed.filter(pl.col("step").is_null() & pl.col("time").is_not_null()).sort("time")
-    placed = timed.drop("step").join_asof(
+    # Only the step-less rows are placed; their steps are scattered back in place, so the
+    # (large) frame is neither re-sorted nor copied column by column.
+    where = frame.select(pl.arg_where(pl.col("step").is_null() & pl.col("time").is_not_null()).alias("__row"))
+    if where.is_empty():
+        return frame
+    timed = where.with_columns(frame["time"].gather(where["__row"]).alias("time")).sort("time")
+    placed = timed.join_asof(
         clock.rename({"time": "__header_time"}), left_on="time", right_on="__header_time", strategy="forward"
-    )
-    placed = placed.with_columns(pl.col("step").fill_null(last + 1)).drop("__header_time")
-    rest = indexed.filter(~pl.col(order).is_in(placed[order].implode()))
-    return pl.concat([rest, placed.select(rest.columns)]).sort(order).drop(order)
+    ).with_columns(pl.col("step").fill_null(last + 1))
+    return frame.with_columns(frame["step"].scatter(placed["__row"], placed["step"]))
 
 
 def step_durations(steps: pl.DataFrame) -> pl.DataFrame:

@@ -97,7 +97,7 @@ def explain(
     in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
-    seen = dict(in_window.group_by("kind").len().iter_rows())
+    seen = dict(in_window.group_by("kind", maintain_order=True).len().iter_rows())
     server = server_context(metrics, onset, onset_time, spans.window, has_server_log=has_server_log)
 
     if finding.kind == "nan_inf":
@@ -177,9 +177,10 @@ def _rate_test(window: pl.DataFrame, baseline: pl.DataFrame, spans: _Windows) ->
     """Per kind: counts in both windows and the chance of the window count under the baseline rate."""
     w_len = spans.window[1] - spans.window[0] + 1
     b_len = max(spans.baseline[1] - spans.baseline[0] + 1, 1)
-    counts = window.group_by("kind", "cause").agg(pl.len().alias("in_window"))
+    # Kinds in order of first appearance: ties in p-value then read the same in every process.
+    counts = window.group_by("kind", "cause", maintain_order=True).agg(pl.len().alias("in_window"))
     base = baseline.group_by("kind").agg(pl.len().alias("in_baseline"))
-    rows = counts.join(base, on="kind", how="left").with_columns(pl.col("in_baseline").fill_null(0))
+    rows = counts.join(base, on="kind", how="left", maintain_order="left").with_columns(pl.col("in_baseline").fill_null(0))
     p_values = [
         _poisson_tail(k, (b + 0.5) / b_len * w_len) for k, b in zip(rows["in_window"], rows["in_baseline"], strict=True)
     ]
@@ -206,7 +207,7 @@ def _memory_first(window: pl.DataFrame, first: dict) -> bool:
 
 def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
     parts = []
-    for row in kinds.sort("p_value").iter_rows(named=True):
+    for row in kinds.sort("p_value", maintain_order=True).iter_rows(named=True):
         p = row["p_value"]
         parts.append(
             f"{row['in_window']} {row['kind']} in steps {spans.window[0]}–{spans.window[1]} vs "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -66,9 +67,25 @@ class Finding:
     """For a stall: the last thing logged after the last step."""
 
 
+_keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
+
+
+def metric_keys(metrics: pl.DataFrame) -> tuple[set[str], set[str]]:
+    """Every key of ``metrics``, and those with a step. Several detectors and the report ask for
+    them; on a long frame one hash pass costs as much as a detector, so the last answer is kept."""
+    global _keys_of
+    if _keys_of is not None and _keys_of[0]() is metrics and _keys_of[1] == metrics.height:
+        return _keys_of[2], _keys_of[3]
+    # The streaming engine keeps one small table per thread; in memory, group_by would index every row.
+    found = metrics.lazy().group_by("key").agg(pl.col("step").is_not_null().any().alias("stepped")).collect(engine="streaming")
+    every, stepped = set(found["key"].to_list()), set(found.filter("stepped")["key"].to_list())
+    _keys_of = (weakref.ref(metrics), metrics.height, every, stepped)
+    return every, stepped
+
+
 def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
     """The metric to judge the run by, and a sentence saying why it was chosen."""
-    keys = set(metrics.filter(pl.col("step").is_not_null())["key"].unique().to_list())
+    keys = metric_keys(metrics)[1]
     for key in PRIMARY_CANDIDATES:
         if key in keys:
             return key, f"{key} is the run's task reward"
@@ -147,7 +164,7 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
     A stretch counts when it is improbable under the run's history, or when the run never had
     a live step again after its first (a short hand-rolled run that died at iteration 1).
     """
-    keys = set(metrics["key"].unique().to_list())
+    keys = metric_keys(metrics)[0]
     loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
     signals = [
         k
@@ -191,7 +208,7 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
 
 def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> list[Finding]:
     """Loss, gradient norm or reward non-finite for several steps in a row."""
-    keys = [k for k in metrics["key"].unique().to_list() if k == primary or k.endswith(("grad_norm", "actor_loss/avg", "pg_loss", "/loss"))]
+    keys = [k for k in sorted(metric_keys(metrics)[0]) if k == primary or k.endswith(("grad_norm", "actor_loss/avg", "pg_loss", "/loss"))]
     if not keys:
         return []
     flags_frame = (

@@ -46,8 +46,11 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
     if len(frames) <= 1:
         only = next(iter(frames.values()), None)
         return Merged(only if only is not None else pl.DataFrame(), {}, ())
-    stepped = pl.concat(list(frames.values())).filter(pl.col("step").is_not_null())
-    counts = stepped.group_by("key", "source").agg(pl.col("step").n_unique().alias("steps"))
+    # Lazy over the sources as they are: only the rows kept are ever copied (a join would copy
+    # every stepped row once more, and the sources can be tens of millions of rows).
+    every = pl.concat(list(frames.values())).lazy()
+    stepped = every.filter(pl.col("step").is_not_null())
+    counts = stepped.group_by("key", "source").agg(pl.col("step").n_unique().alias("steps")).collect(engine="streaming").sort("key", "source")
     preference = pl.col("source").replace_strict(_PREFERENCE, default=len(_PREFERENCE), return_dtype=pl.Int64)
     chosen = (
         counts.with_columns(preference.alias("rank"))
@@ -60,7 +63,8 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
         (pl.col("steps") < pl.col("best")) & pl.col("key").is_in(shared.implode())
     ).group_by("source").agg(pl.len().alias("keys"), (pl.col("steps") / pl.col("best")).min().alias("share")).iter_rows(named=True):
         notes.append(f"{row['source']} holds fewer steps than another copy for {row['keys']} series (down to {row['share']:.0%}): not used for them")
-    keep = stepped.join(chosen.select("key", "source"), on=["key", "source"])
-    unstepped = pl.concat(list(frames.values())).filter(pl.col("step").is_null())
+    taken_from = dict(chosen.select("key", "source").iter_rows())
+    taken = pl.col("key").replace_strict(taken_from, default=None, return_dtype=pl.String) == pl.col("source")
+    kept = pl.concat([stepped.filter(taken), every.filter(pl.col("step").is_null())]).collect()
     sources = dict(chosen.filter(pl.col("key").is_in(shared.implode())).select("key", "source").iter_rows())
-    return Merged(pl.concat([keep, unstepped]), sources, tuple(notes))
+    return Merged(kept, sources, tuple(notes))

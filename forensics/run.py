@@ -203,7 +203,7 @@ def _read_sglang(path: Path) -> Parsed:
 _READERS: dict[str, tuple[str, ...]] = {
     "areal_trainer": ("areal",),
     "areal_log": ("areal",),
-    "areal_server": ("areal", "sglang"),
+    "areal_server": ("sglang",),  # the SGLang parser reads the wrapper lines with AReaL's patterns
     "sglang_server": ("sglang",),
     "custom_log": ("custom",),
     "wandb": ("wandb",),

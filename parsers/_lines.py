@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 CHUNK_BYTES = 64 << 20
+#: Bytes per batch of :func:`collect_line_batches`: small enough that memory stays flat as files
+#: grow, large enough that the per-batch overhead is noise.
+BATCH_BYTES = 16 << 20
+IN_FLIGHT = 2
 
 #: Colour and cursor escape sequences (colorlog writes them into files too).
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
@@ -127,6 +132,83 @@ def collect_lines(
         parts = extract(empty)
         return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
     return {name: pl.concat(frames) for name, frames in pieces.items()}
+
+
+def collect_line_batches(
+    path: Path,
+    extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]],
+    batch_bytes: int | None = None,
+) -> dict[str, pl.DataFrame]:
+    """Like :func:`collect_lines`, in batches of whole lines: besides the two batches in flight,
+    only ``extract``'s (reduced) results are held, so the file's text never is at once.
+
+    ``extract`` must be line-local: batch boundaries fall between any two lines. Two batches are
+    in flight at a time (Polars releases the GIL), which keeps both cores busy where one batch's
+    plan would not.
+    """
+    size = batch_bytes or BATCH_BYTES
+    pieces: dict[str, list[pl.DataFrame]] = {}
+
+    def run(data: bytes, before: Future[int] | None, after: Future[int]) -> dict[str, pl.DataFrame]:
+        # A batch learns its first line number from the batch before it, as soon as that one has
+        # split its lines: counting newlines up front would cost a pass over the bytes under the GIL.
+        try:
+            texts = _texts(data)
+            first = before.result() if before is not None else 1
+        except BaseException as exc:
+            after.set_exception(exc)
+            raise
+        after.set_result(first + texts.height)
+        lines = texts.lazy().with_row_index("line", offset=first).with_columns(pl.col("line").cast(pl.Int64))
+        parts = extract(lines)
+        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+
+    def keep(done: Future[dict[str, pl.DataFrame]]) -> None:
+        for name, frame in done.result().items():
+            pieces.setdefault(name, []).append(frame)
+
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        in_flight: list[Future[dict[str, pl.DataFrame]]] = []
+        before: Future[int] | None = None
+        for data in _line_blocks(path, size):
+            after: Future[int] = Future()
+            in_flight.append(pool.submit(run, data, before, after))
+            before = after
+            if len(in_flight) == IN_FLIGHT:
+                keep(in_flight.pop(0))
+        for done in in_flight:
+            keep(done)
+    if not pieces:  # an empty file: no batch at all, but the extract's (empty) frames still
+        parts = extract(pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String}))
+        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+    return {name: pl.concat(frames) for name, frames in pieces.items()}
+
+
+def _texts(data: bytes) -> pl.DataFrame:
+    """The lines of ``data`` (whole lines) as a ``text`` column; undecodable bytes replaced."""
+    try:
+        return pl.read_lines(data, name="text")
+    except pl.exceptions.ComputeError as exc:
+        if "utf" not in str(exc).lower():
+            raise
+    body = data[:-1] if data.endswith(b"\n") else data
+    texts = body.decode("utf-8", errors="replace").split("\n")
+    return pl.DataFrame({"text": texts}).with_columns(pl.col("text").str.strip_suffix("\r"))
+
+
+def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes that end after a newline (the last one may not)."""
+    rest = b""
+    with _open(path) as fh:
+        while block := fh.read(size):
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                rest += block
+                continue
+            yield rest + block[:cut] if rest else block[:cut]
+            rest = block[cut:]
+    if rest:
+        yield rest
 
 
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, sniff
+from parsers._lines import ANSI, collect_line_batches, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
@@ -35,6 +35,7 @@ _LITE_HEADER = r"INFO: Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+)
 _REALHF_HEADER = r"INFO: Epoch (\d+)/(\d+) step (\d+)/(\d+) \(global step (\d+)\) finishes\."
 _STATS_ANCHOR = r"INFO: Stats \(\d+/\d+\):|INFO: RPC name \S+ returns"
 _TIME_TABLE_ANCHOR = r"Detailed time stats:"
+_FACT_LINES = r"Launcher|Local Scheduler|LocalScheduler"
 _CHAIN_MARKER = r"^(?:During handling of the above exception|The above exception was the direct cause)"
 _TRACEBACK_CONTEXT = r"^(?:\s|During handling of the above exception|The above exception was the direct cause)"
 
@@ -73,7 +74,7 @@ def read_areal_log(path: Path) -> AReaLLog:
     head = re.sub(ANSI, "", sniff(path, 256 << 10)).splitlines()[:5000]
     prefixes = _prefixes_in(head, fmt)
     pairs = _pairs_per_row(head, prefixes)
-    parts = collect_lines(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
+    parts = collect_line_batches(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
     return _assemble(str(path), parts, fmt, pairs)
 
 
@@ -98,11 +99,12 @@ def _pairs_per_row(head: list[str], prefixes: list[str]) -> int:
 
 
 def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: int) -> dict[str, pl.LazyFrame]:
-    """Line-local work, as two lazy queries the engine runs over the file on all cores.
+    """Line-local work on one batch of lines, reduced to what :func:`_assemble` reads.
 
     Table rows (most of the bytes) are split by field, never matched by a regex. Table rules
     and blank lines are dropped unread; only the remaining lines are cleaned of colour codes
     (colorlog colours a message's first line, never a table row) and read with the logger regex.
+    Results must not depend on where batches are cut (see ``collect_line_batches``).
     """
     text = pl.col("text")
     for regex in prefixes:
@@ -124,7 +126,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .select("line", "complete", *columns, (pl.col(f"field_{2 * pairs + 1}").str.strip_chars() != "").fill_null(False).alias("overflow"))
     )
     first = pl.col("text").str.head(1)
-    other = (
+    base = (
         lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
         .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
         .filter(pl.col("text") != "")
@@ -133,29 +135,76 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .select(
             "line",
             "text",
-            pl.when("logged").then(pl.col("head").str.extract(fmt.fields["time"], 1)).alias("time"),
+            pl.when("logged").then(pl.col("head").str.extract(fmt.fields["time"], 1)).str.strptime(
+                pl.Datetime("ms"), fmt.timestamp_format, strict=False).alias("time"),
             pl.when("logged").then(pl.col("head").str.extract(fmt.fields["level"], 1)).alias("level"),
         )
     )
-    return {"rows": rows, "other": other}
+    base = base.collect().lazy()  # one batch: read once, used by several results
+    # What the assembly needs of most lines (headers, table anchors, borders, traceback markers)
+    # is read here, so their text is not kept: only lines whose text is read again keep it.
+    text, logged = pl.col("text"), pl.col("time").is_not_null()
+    border = first.is_in(["╒", "╘"])
+    untimed = ~logged & ~border
+    flags = base.with_columns(
+        (untimed & text.str.contains(fmt.traceback_start)).alias("start"),
+        (untimed & text.str.contains(fmt.traceback_exception)).alias("exc"),
+    ).with_columns(
+        pl.when((logged & (pl.col("level").is_in(["ERROR", "CRITICAL"]) | text.str.contains(_FACT_LINES)
+                           | text.str.contains(fmt.any_event))) | pl.col("start") | pl.col("exc")).then(text).alias("kept")
+    )
+    # Kept texts are copied out: a view into the batch would pin the whole batch in memory.
+    kept = pl.concat_str(pl.col("kept"), pl.lit("")).alias("text")
+    timed = flags.filter(logged).select(
+        "line",
+        kept,
+        "time",
+        "level",
+        pl.when(text.str.contains("Train step ", literal=True)).then(text.str.extract(_LITE_HEADER, 5).cast(pl.Int64)).alias("lite_step"),
+        pl.when(text.str.contains("(global step ", literal=True)).then(text.str.extract(_REALHF_HEADER, 5).cast(pl.Int64)).alias("realhf_step"),
+        (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
+        text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
+    )
+    # Untimed lines matter as traceback starts and exceptions, and through their neighbours among
+    # the untimed lines (is the traceback chained?): those, and each batch's first and last untimed
+    # line (neighbours across the cut), are kept; the rest are only counted.
+    traced = pl.col("start") | pl.col("exc")
+    position = pl.int_range(pl.len())
+    untimed_rows = (
+        flags.filter(untimed)
+        .filter(traced | traced.shift(1) | traced.shift(-1) | (position == 0) | (position == pl.len() - 1))
+        .select("line", kept, "start", "exc", text.str.contains(_CHAIN_MARKER).alias("chain"))
+    )
+    counts = flags.select(
+        pl.col("line").max().alias("last"),
+        (untimed & ~pl.col("start") & ~pl.col("exc") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
+    )
+    parts = {
+        "rows": rows,
+        "timed": timed,
+        "untimed": untimed_rows,
+        "tops": base.filter(first == "╒").select("line"),
+        "counts": counts,
+    }
+    for i, pattern in enumerate(fmt.metrics):
+        found = base.filter(logged & text.str.contains(pattern.literal, literal=True))
+        groups = found.select("line", "time", text.str.extract_groups(pattern.regex).alias("g")).unnest("g")
+        parts[f"metric{i}"] = groups.with_columns(pl.col(group).cast(pl.Float64, strict=False) for group in pattern.keys)
+    return parts
 
 
 def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: int) -> AReaLLog:
-    rows, other = parts["rows"], parts["other"]
+    rows, logged, untimed, counts = parts["rows"], parts["timed"], parts["untimed"], parts["counts"]
     # Blank lines and table rules are never read; a file ending in them is counted to its last text.
-    total_lines = max(int(rows["line"].max() or 0), int(other["line"].max() or 0))
-    other = other.with_columns(pl.col("time").str.strptime(pl.Datetime("ms"), fmt.timestamp_format, strict=False))
-    is_border = pl.col("text").str.head(1).is_in(["╒", "╘"])
-    tops = other.filter(pl.col("text").str.starts_with("╒")).select("line")
-    other = other.filter(~is_border)
-    logged = other.filter(pl.col("time").is_not_null())
+    total_lines = max(int(rows["line"].max() or 0), int(counts["last"].max() or 0))
+    tops = parts["tops"]
 
     headers = _headers(logged)
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     complete = rows.filter(pl.col("complete"))
     metrics, orphans, bad_values = _table_metrics(path, complete, tops, logged, headers, pairs)
-    memory = _line_metrics(path, logged, fmt)
-    events, traceback_lines = _events(path, other, logged, fmt)
+    memory = _line_metrics(path, [parts[f"metric{i}"] for i in range(len(fmt.metrics))], fmt)
+    events = _events(path, untimed, logged, fmt)
 
     broken = rows.height - complete.height
     notes = [
@@ -170,11 +219,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: 
     ]
     if steps.is_empty():
         notes.append("no StatsLogger step headers")
-    unexplained = other.filter(
-        pl.col("time").is_null()
-        & ~pl.col("line").is_in(traceback_lines.implode())
-        & ~pl.col("text").str.contains(_TRACEBACK_CONTEXT)
-    ).height
+    unexplained = int(counts["unexplained"].sum())
     return AReaLLog(
         path=path,
         steps=steps,
@@ -189,13 +234,11 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: 
 
 def _headers(logged: pl.DataFrame) -> pl.DataFrame:
     """Step header lines: ``step`` in log units (1-based), ``era`` telling tables' direction."""
-    lite = logged.filter(pl.col("text").str.contains("Train step ", literal=True) & pl.col("text").str.contains(_LITE_HEADER)).select(
-        "line", "time", pl.col("text").str.extract(_LITE_HEADER, 5).cast(pl.Int64).alias("step"),
-        pl.lit("lite").alias("era"),
+    lite = logged.filter(pl.col("lite_step").is_not_null()).select(
+        "line", "time", pl.col("lite_step").alias("step"), pl.lit("lite").alias("era")
     )
-    realhf = logged.filter(pl.col("text").str.contains("(global step ", literal=True) & pl.col("text").str.contains(_REALHF_HEADER)).select(
-        "line", "time", pl.col("text").str.extract(_REALHF_HEADER, 5).cast(pl.Int64).alias("step"),
-        pl.lit("realhf").alias("era"),
+    realhf = logged.filter(pl.col("realhf_step").is_not_null()).select(
+        "line", "time", pl.col("realhf_step").alias("step"), pl.lit("realhf").alias("era")
     )
     return pl.concat([lite, realhf]).sort("line")
 
@@ -210,11 +253,7 @@ def _table_metrics(
     if rows.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("line").with_columns(pl.col("line").alias("top"))
-    anchors = (
-        logged.filter(pl.col("text").str.contains(_STATS_ANCHOR) | pl.col("text").str.contains(_TIME_TABLE_ANCHOR))
-        .select(pl.col("line").alias("anchor"), pl.col("text").str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"))
-        .sort("anchor")
-    )
+    anchors = logged.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
     # A table belongs to the stats anchor just above its top border (a few lines at most);
     # AReaL-lite prints tables after their step header, realhf before it.
     tables = tops.join_asof(anchors, left_on="top", right_on="anchor", strategy="backward").filter(
@@ -234,12 +273,13 @@ def _table_metrics(
     )
     placed = rows.join_asof(owned.select("top", "header", "step", "time", "latest"), left_on="line", right_on="top")
     orphans = placed.filter(pl.col("step").is_null()).height
-    kept = placed.filter(pl.col("latest").fill_null(False))
+    kept = placed.lazy().filter(pl.col("latest").fill_null(False))
+    # One lazy query from table rows to metric rows: the long intermediate frames are never held.
     cells = pl.concat(
         kept.select("step", "time", pl.col(f"k{j}").alias("key"), pl.col(f"v{j}").alias("value"), pl.col("header").alias("line"))
         for j in range(pairs)
     ).filter(pl.col("key").is_not_null() & (pl.col("key") != ""))
-    bad_values = cells.filter(pl.col("value").is_null()).height
+    bad = cells.filter(pl.col("value").is_null()).select(pl.len())
     cells = cells.filter(pl.col("value").is_not_null())
     if (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1:
         # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
@@ -247,19 +287,21 @@ def _table_metrics(
             pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
         )
     cells = cells.with_columns(pl.lit(path).alias("file"), pl.col("key").cast(pl.String))
-    return conform(cells, METRIC_SCHEMA), orphans, bad_values
+    present = cells.collect_schema().names()
+    cells = cells.select(
+        (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
+    )
+    cells_frame, bad_frame = pl.collect_all([cells, bad])
+    return cells_frame, orphans, int(bad_frame.item())
 
 
-def _line_metrics(path: str, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
+def _line_metrics(path: str, found: list[pl.DataFrame], fmt: LogFormat) -> pl.DataFrame:
     """Metrics carried by ordinary log lines (memory), one row per value, step left to alignment."""
     frames = []
-    for pattern in fmt.metrics:
-        found = logged.filter(pl.col("text").str.contains(pattern.literal, literal=True)).with_columns(
-            pl.col("text").str.extract_groups(pattern.regex).alias("g")
-        ).unnest("g")
+    for pattern, lines in zip(fmt.metrics, found, strict=True):
         for group, key in pattern.keys.items():
             frames.append(
-                found.select(
+                lines.select(
                     "time", "line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value")
                 )
             )
@@ -268,9 +310,7 @@ def _line_metrics(path: str, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFra
     return conform(pl.concat(frames).with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
 
 
-def _events(
-    path: str, other: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat
-) -> tuple[pl.DataFrame, pl.Series]:
+def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
     """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks."""
     # One pass of all patterns at once picks the few candidate lines; only they are classified.
     candidates = logged.filter(pl.col("text").str.contains(fmt.any_event) | pl.col("level").is_in(["ERROR", "CRITICAL"]))
@@ -281,15 +321,11 @@ def _events(
     ).with_columns(fmt.severity_of(pl.col("kind"), pl.col("level")).alias("severity"))
 
     # A chained traceback is one event; its kind comes from the exception at its very end.
-    chain = pl.col("text").str.contains(_CHAIN_MARKER)
-    untimed = (
-        other.filter(pl.col("time").is_null())
-        .select("line", "text")
-        .sort("line")
-        .with_columns(chain.shift(1, fill_value=False).alias("chained"), chain.shift(-1, fill_value=False).alias("continues"))
+    untimed = untimed.sort("line").with_columns(
+        pl.col("chain").shift(1, fill_value=False).alias("chained"), pl.col("chain").shift(-1, fill_value=False).alias("continues")
     )
-    starts = untimed.filter(pl.col("text").str.contains(fmt.traceback_start) & ~pl.col("chained"))
-    exceptions = untimed.filter(pl.col("text").str.contains(fmt.traceback_exception) & ~pl.col("continues")).select(
+    starts = untimed.filter(pl.col("start") & ~pl.col("chained"))
+    exceptions = untimed.filter(pl.col("exc") & ~pl.col("continues")).select(
         pl.col("line").alias("exc_line"), pl.col("text").alias("exc_text")
     )
     errors_at = named.filter(is_error).select((pl.col("line") + 1).alias("line"))
@@ -308,17 +344,13 @@ def _events(
             pl.concat_str(pl.col("text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
         )
     )
-    traceback_lines = pl.concat(
-        [untimed.filter(pl.col("text").str.contains(fmt.traceback_start))["line"],
-         untimed.filter(pl.col("text").str.contains(fmt.traceback_exception))["line"]]
-    )
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
             tracebacks.select("time", "kind", "severity", "line", "message"),
         ]
     ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
-    return conform(events.sort("line"), EVENT_SCHEMA), traceback_lines
+    return conform(events.sort("line"), EVENT_SCHEMA)
 
 
 _FACTS = {

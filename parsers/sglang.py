@@ -806,10 +806,17 @@ def _classify(other: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
     )
     # Event kinds: one combined regex first, the ordered per-pattern checks only on its hits.
     error_level = pl.col("level").is_in(["ERROR", "CRITICAL"])
-    candidates = other.filter(~pl.col("areal") & (message.str.contains(fmt.any_event) | error_level))
+    candidates = other.filter(
+        (~pl.col("areal") & (message.str.contains(fmt.any_event) | error_level))
+        | (pl.col("areal") & pl.col("areal_text").str.contains(areal.any_event))
+    )
+    # AReaL's wrapper and launcher lines (server launch, ready, exit) are read with AReaL's patterns.
     kinds = candidates.select(
         "line",
-        pl.coalesce(fmt.classify(message), pl.when(error_level).then(pl.lit("log_error"))).alias("kind"),
+        pl.when(pl.col("areal"))
+        .then(areal.classify(pl.col("areal_text")))
+        .otherwise(pl.coalesce(fmt.classify(message), pl.when(error_level).then(pl.lit("log_error"))))
+        .alias("kind"),
     )
     return other.join(kinds, on="line", how="left")
 
@@ -1022,15 +1029,25 @@ def _events(
         pl.col("kind").replace_strict(severity, default="error").alias("severity"),
         pl.col("clean").alias("message"),
     )
-    frames = [plain]
+    areal = load_format("areal")
+    wrapper = other.filter(pl.col("kind").is_not_null() & pl.col("areal")).select(
+        "line",
+        "kind",
+        pl.col("kind").replace_strict({p.kind: p.severity for p in areal.events}, default="error").alias("severity"),
+        pl.col("clean").alias("message"),
+        pl.lit(areal.source).alias("source"),
+    )
+    frames = [plain.with_columns(pl.lit(fmt.source).alias("source")), wrapper]
     if tracebacks:
-        frames.append(pl.DataFrame(tracebacks, schema={"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String}))
+        tb = pl.DataFrame(tracebacks, schema={"line": pl.Int64, "kind": pl.String, "severity": pl.String, "message": pl.String})
+        frames.append(tb.with_columns(pl.lit(fmt.source).alias("source")))
     for endpoint, status, kind, level in _ACCESS_EVENTS:
         hit = access.filter(pl.col("endpoint").str.contains(endpoint) & (pl.col("status") >= status))
         if hit.height:
-            frames.append(hit.select("line", pl.lit(kind).alias("kind"), pl.lit(level).alias("severity"), pl.col("clean").alias("message")))
+            frames.append(hit.select("line", pl.lit(kind).alias("kind"), pl.lit(level).alias("severity"),
+                                     pl.col("clean").alias("message"), pl.lit(fmt.source).alias("source")))
     events = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames])
-    events = _time_at(events, timeline).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(file).alias("file"))
+    events = _time_at(events, timeline).with_columns(pl.lit(file).alias("file"))
     return conform(events.sort("line"), EVENT_SCHEMA)
 
 

@@ -189,3 +189,33 @@ def test_real_areal_excerpts(name: str, expected: dict) -> None:
     if "kinds" in expected:
         assert expected["kinds"] <= set(log.events["kind"].to_list())
     assert log.lines == len((SAMPLES / name).read_bytes().splitlines())
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 97, 4096])
+def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
+    """Batch cuts fall inside tables, tracebacks and relaunches; lines stay numbered as in the file."""
+    import parsers._lines as lines
+
+    def timeout(step: int, header: datetime) -> list[LogLine]:
+        message = "HTTP request to 172.17.0.2:30000/generate timed out after 600.00s (attempt 1/3)"
+        return [LogLine(header - timedelta(seconds=5), message, "/AReaL/areal/utils/http.py", "WARNING")] if step % 7 == 3 else []
+
+    spec = RunSpec(last_step=30, step_lines=timeout, recover_mode="auto", recover_freq_steps=10,
+                   relaunch=Relaunch(stop_after=25, resume_from=20, first_reward=lambda s: 0.125))
+    log_path = write_run(tmp_path / "outputs", spec).trainer_log
+    damaged = tmp_path / "damaged.log"
+    damaged.write_bytes(log_path.read_bytes().replace(b"\n", b"\r\n", 40) + b"\xff\xfe junk\nTraceback (most recent call last):\n  x\nValueError: y")
+    zipped = tmp_path / "trainer.log.gz"
+    zipped.write_bytes(gzip.compress(log_path.read_bytes()))
+    whole = {path: read_areal_log(path) for path in (log_path, damaged)}
+    assert whole[log_path].metrics.height > 1000 and whole[log_path].events.height > 3
+    monkeypatch.setattr(lines, "BATCH_BYTES", batch_bytes)
+    for path, expected in [*whole.items(), (zipped, whole[log_path])]:
+        log = read_areal_log(path)
+        for frame in ("steps", "metrics", "events"):
+            got, want = getattr(log, frame), getattr(expected, frame)
+            if path is zipped:
+                got, want = got.drop("file"), want.drop("file")
+            assert got.equals(want), (path.name, frame)
+        assert (log.lines, log.unparsed_lines, log.notes, log.facts) == (
+            expected.lines, expected.unparsed_lines, expected.notes, expected.facts)

@@ -239,8 +239,10 @@ def test_time_only_prefix_takes_the_date_of_the_wrapper_line_and_rolls_over_midn
     log = read_sglang_log(path)
     times = log.metrics.filter(pl.col("key") == "sglang/token_usage")["time"].to_list()
     assert times == [datetime(2025, 11, 11, 23, 59, 58), datetime(2025, 11, 12, 0, 0, 1), datetime(2025, 11, 12, 0, 0, 2)]
-    assert kinds(log) == [(3, "kv_cache_retract")]
-    assert log.events["time"].to_list() == [datetime(2025, 11, 11, 23, 59, 59)]
+    # the wrapper's launch line is an event too, read with AReaL's patterns and its own time
+    assert kinds(log) == [(1, "server_launch"), (3, "kv_cache_retract")]
+    assert log.events["time"].to_list() == [datetime(2025, 11, 11, 23, 59, 57, 100000), datetime(2025, 11, 11, 23, 59, 59)]
+    assert log.events["source"].to_list() == ["areal", "sglang"]
     assert series(log, "sglang/new_token_ratio") == [0.9446]
     assert log.unparsed_lines == 0
     assert not any("modification time" in note for note in log.notes)
@@ -301,7 +303,7 @@ def test_crlf_ray_prefixed_stats_and_access(tmp_path: Path) -> None:
     assert log.unparsed_lines == 0
 
 
-def test_areal_wrapper_lines_are_understood_but_not_events(tmp_path: Path) -> None:
+def test_areal_wrapper_lines_are_read_with_areal_patterns(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         [
@@ -312,7 +314,9 @@ def test_areal_wrapper_lines_are_understood_but_not_events(tmp_path: Path) -> No
         ],
     )
     log = read_sglang_log(path)
-    assert kinds(log) == [(3, "child_crash")]
+    assert kinds(log) == [(1, "server_launch"), (2, "server_ready"), (3, "child_crash"), (4, "server_exit")]
+    assert log.events["source"].to_list() == ["areal", "areal", "sglang", "areal"]
+    assert log.events["severity"].to_list() == ["info", "info", "error", "error"]  # exit -9 is AReaL's error
     assert log.unparsed_lines == 0
     assert log.servers.select("instance", "port", "ready_time").rows() == [(0, 30000, datetime(2025, 11, 12, 5, 0, 40))]
     assert any("warning level" in note for note in log.notes)
@@ -452,8 +456,8 @@ def test_servers_relaunched_into_the_same_file_are_told_apart(tmp_path: Path) ->
     ]
     assert log.servers["launch_time"].to_list() == [datetime(2025, 11, 11, 9), datetime(2025, 11, 11, 10)]
     assert log.servers["ready_time"].to_list() == [datetime(2025, 11, 11, 9, 0, 39), datetime(2025, 11, 11, 10, 0, 39)]
-    assert [k for _, k in kinds(log)] == ["server_launch", "server_ready", "server_ready", "process_killed",
-                                          "server_launch", "server_ready", "server_ready"]
+    assert [k for _, k in kinds(log)] == ["server_launch", "server_launch", "server_ready", "server_ready", "process_killed",
+                                          "server_launch", "server_launch", "server_ready", "server_ready"]
     assert series(log, "mem/kv_cache_gb") == [43.38]
     assert series(log, "mem/weights_gb") == [14.51]
     assert series(log, "mem/available_gb") == [78.5, 63.99]
@@ -474,7 +478,7 @@ def test_server_that_died_while_starting_is_not_concurrent_with_its_relaunch(tmp
         ],
     )
     log = read_sglang_log(path)
-    assert kinds(log) == [(2, "server_launch_failed")]
+    assert kinds(log) == [(1, "server_launch"), (2, "server_launch_failed"), (4, "server_exit"), (5, "server_launch"), (6, "server_ready")]
     assert log.servers.select("instance", "first_line", "last_line", "ready_time", "concurrent").rows() == [
         (0, 1, 4, None, False), (1, 5, 6, datetime(2025, 11, 11, 9, 1, 40), False)
     ]
