@@ -214,7 +214,7 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
             return None
         row = last.row(0, named=True)
         return Evidence("last_step", row["time"], row["step"], row["file"], row["line"], f"last step logged: {row['step']}")
-    hit = run.metrics.filter((pl.col("key") == finding.metric) & (pl.col("step") == finding.onset_step))
+    hit = run.metrics.filter((pl.col("step") == finding.onset_step) & (pl.col("key") == finding.metric))
     if hit.is_empty():
         return None
     row = hit.row(0, named=True)
@@ -227,11 +227,12 @@ def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
     watched = pl.col("key").str.contains(r"grad_norm$|actor_loss/avg$|pg_loss$|/loss$")
     if primary:
         watched = watched | (pl.col("key") == primary)
-    tables = metrics.filter(pl.col("step").is_not_null())
-    bad = tables.filter(watched & ~pl.col("value").is_finite()).with_columns(
+    # One filter each, straight on the frame: a copy of all stepped rows costs gigabytes on long runs.
+    stepped = pl.col("step").is_not_null()
+    bad = metrics.filter(stepped & ~pl.col("value").is_finite() & watched).with_columns(
         pl.lit("nan_inf").alias("kind"), pl.lit("warning").alias("severity")
     )
-    skipped = tables.filter(pl.col("key").str.ends_with("update_successful") & (pl.col("value") == 0)).with_columns(
+    skipped = metrics.filter(stepped & (pl.col("value") == 0) & pl.col("key").str.ends_with("update_successful")).with_columns(
         pl.lit("overflow_skip").alias("kind"), pl.lit("warning").alias("severity")
     )
     rows = pl.concat([bad, skipped]).with_columns(

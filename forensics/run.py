@@ -72,7 +72,11 @@ def load_run(
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
 
-    merged = merge_sources(_in_log_units({name: _latest_copy(pl.concat(frames)) for name, frames in metrics.items()}))
+    latest = {}
+    for name in list(metrics):  # each parser's frames are let go as soon as they are merged
+        latest[name] = _latest_copy(pl.concat(metrics.pop(name)))
+    merged = merge_sources(_in_log_units(latest))
+    del latest
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
     if all_steps.is_empty() and not merged.metrics.is_empty():
         all_steps = _steps_from_metrics(merged.metrics)
