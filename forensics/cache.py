@@ -109,7 +109,10 @@ class ParseCache:
                 self.outcomes[str(path)] = "hit"
                 return old
             if reader in SPLICEABLE and identity.grew_from(old_identity, path):
-                grown = self._splice(reader, path, old, old_identity, parse)
+                try:
+                    grown = self._splice(reader, path, old, old_identity, parse)
+                except OSError:  # no room for the scratch copy of the tail: parse the whole file
+                    grown = None
                 if grown is not None:
                     self.outcomes[str(path)] = "grown"
                     self._store(entry, identity, grown)
@@ -171,6 +174,7 @@ class ParseCache:
 
     def _store(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
         """Write the entry beside its final place, then rename it in; a cache that cannot be written is skipped."""
+        staging = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
@@ -178,13 +182,14 @@ class ParseCache:
                 frame.write_parquet(staging / f"{name}.parquet", compression="lz4", statistics=False)
             meta = {"identity": identity.__dict__, "parsed": parsed.meta()}
             (staging / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-            old = entry.with_name(entry.name + f".old-{os.getpid()}")
+            old = entry.with_name(f"{entry.name}.old-{os.getpid()}")
             if entry.exists():
                 entry.rename(old)
             staging.rename(entry)
             shutil.rmtree(old, ignore_errors=True)
-        except OSError:
-            shutil.rmtree(locals().get("staging", entry.parent / ".none"), ignore_errors=True)
+        except (OSError, pl.exceptions.PolarsError):  # a full disk, say
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
     def _splice(self, reader: str, path: Path, old: Parsed, old_identity: Identity, parse: Callable[[Path], Parsed]) -> Parsed | None:
         """``old`` extended by a parse of what ``path`` grew by, or ``None`` when no clean cut is found."""
