@@ -156,6 +156,7 @@ class ParseCache:
     def remember(self, key: str, parts: dict[str, bytes]) -> None:
         """Keep finished outputs (a rendered report, a summary) for an unchanged set of inputs."""
         entry = self.directory / "results" / key
+        staging = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
@@ -164,7 +165,8 @@ class ParseCache:
             shutil.rmtree(entry, ignore_errors=True)
             staging.rename(entry)
         except OSError:
-            pass
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
     # -- internals ------------------------------------------------------------------------------
 
