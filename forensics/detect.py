@@ -122,7 +122,7 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         seen = where.count(value, healthy_from, i)
         # Constant from the first step to the last: never healthy, nothing to compare with.
         never_varied = i == 0 and run == len(values)
-        if _finite(value) and run >= t.min_run and (never_varied or _improbable(seen, i - healthy_from, run, t)):
+        if finite_value(value) and run >= t.min_run and (never_varied or improbable(seen, i - healthy_from, run, t.chance)):
             history = values[healthy_from:i]
             end = _recovery(values, i + run, value, history, t)
             onset, end_step = steps[i], (steps[end] if end is not None else None)
@@ -145,15 +145,29 @@ class _Positions:
     def __init__(self, values: list[float | None]) -> None:
         self._at: dict[object, list[int]] = {}
         for i, v in enumerate(values):
-            self._at.setdefault(_token(v), []).append(i)
+            self._at.setdefault(value_token(v), []).append(i)
 
     def count(self, value: float | None, start: int, stop: int) -> int:
-        at = self._at.get(_token(value), [])
+        at = self._at.get(value_token(value), [])
         return bisect.bisect_left(at, stop) - bisect.bisect_left(at, start)
 
 
-def _token(value: float | None) -> object:
+def value_token(value: float | None) -> object:
     return "nan" if value is not None and math.isnan(value) else value
+
+
+def learning_signals(keys: set[str]) -> tuple[str | None, list[str]]:
+    """Among ``keys``: the loss, and what drives it (gradient norm, advantages, the reward spread
+    in a group), sorted. All exactly zero at a step means a dead batch."""
+    loss = first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
+    signals = sorted(
+        k
+        for k in keys
+        if k.endswith("grad_norm")
+        or ("advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"})
+        or k.endswith(("reward/std", "score/std"))
+    )
+    return loss, signals
 
 
 def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
@@ -164,15 +178,7 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
     A stretch counts when it is improbable under the run's history, or when the run never had
     a live step again after its first (a short hand-rolled run that died at iteration 1).
     """
-    keys = metric_keys(metrics)[0]
-    loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
-    signals = [
-        k
-        for k in keys
-        if k.endswith("grad_norm")
-        or ("advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"})
-        or k.endswith(("reward/std", "score/std"))
-    ]
+    loss, signals = learning_signals(metric_keys(metrics)[0])
     if not (loss and signals):
         return []
     wide = (
@@ -191,7 +197,7 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
     while i < len(flags):
         run = _run_length(flags, i)
         never_again = i <= 1 and i + run == len(flags) and run >= 2
-        if flags[i] == 1.0 and (never_again or (run >= t.min_run and _improbable(dead_before[i], i, run, t))):
+        if flags[i] == 1.0 and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             findings.append(
                 Finding(
                     "zero_variance",
@@ -285,52 +291,52 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame) -> list[Finding]:
 
 def _run_length(values: list[float], i: int) -> int:
     n = 1
-    while i + n < len(values) and _same(values[i + n], values[i]):
+    while i + n < len(values) and same_value(values[i + n], values[i]):
         n += 1
     return n
 
 
-def _same(a: float | None, b: float | None) -> bool:
+def same_value(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is b
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-def _finite(value: float | None) -> bool:
+def finite_value(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _improbable(seen: int, history: int, run: int, t: Thresholds) -> bool:
+def improbable(seen: int, history: int, run: int, chance: float) -> bool:
     """Would ``run`` consecutive repeats of a value seen ``seen`` times in ``history`` healthy
-    steps be rarer than ``t.chance``?
+    steps be rarer than ``chance``?
 
     The healthy frequency is smoothed (half a pseudo-observation) so a short history cannot
     make a value look impossible or certain.
     """
     p = (seen + 0.5) / (history + 1.0)
-    return p**run < t.chance
+    return p**run < chance
 
 
 def _recovery(values: list[float], start: int, value: float, history: list[float], t: Thresholds) -> int | None:
     """Index of the first step of a full window that looks like the healthy history again."""
-    healthy = [v for v in history if _finite(v) and not _same(v, value)]
+    healthy = [v for v in history if finite_value(v) and not same_value(v, value)]
     if not healthy:
         return None
     level = sorted(healthy)[len(healthy) // 2] * t.recovery_level
-    p = sum(1 for v in history if _same(v, value)) / max(len(history), 1)
+    p = sum(1 for v in history if same_value(v, value)) / max(len(history), 1)
     allowed = math.floor(p * t.recovery_window + 2 * math.sqrt(max(p * (1 - p) * t.recovery_window, 0.0)))
     for j in range(start, len(values) - t.recovery_window + 1):
         window = values[j : j + t.recovery_window]
-        if _same(window[0], value) or not all(_finite(v) for v in window):
+        if same_value(window[0], value) or not all(finite_value(v) for v in window):
             continue
-        stuck = sum(1 for v in window if _same(v, value))
-        others = [v for v in window if not _same(v, value)]
+        stuck = sum(1 for v in window if same_value(v, value))
+        others = [v for v in window if not same_value(v, value)]
         if stuck <= allowed and sum(others) / len(others) >= level:
             return j
     return None
 
 
-def _first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
+def first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
     for suffix in suffixes:
         found = sorted(k for k in keys if k.endswith(suffix))
         if found:

@@ -43,7 +43,19 @@ import polars as pl
 from forensics.analysis import analyze_run
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.causes import CAUSE_OF_KIND, explain
-from forensics.detect import CRASH_KINDS, Finding, Thresholds, choose_primary
+from forensics.detect import (
+    CRASH_KINDS,
+    Finding,
+    Thresholds,
+    choose_primary,
+    finite_value,
+    first_key,
+    improbable,
+    learning_signals,
+    metric_keys,
+    same_value,
+    value_token,
+)
 from forensics.discover import find_runs
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.model import Cause, Evidence, iso
@@ -286,7 +298,7 @@ class _Streak:
     first: _Step | None = None
 
     def extend(self, value: Any, row: _Step) -> None:
-        if self.length and _same(value, self.value):
+        if self.length and same_value(value, self.value):
             self.length += 1
         else:
             self.value, self.length, self.first = value, 1, row
@@ -432,7 +444,7 @@ class _Follower:
     def _reward_rule(self, row: _Step, key: str) -> list[_Trigger]:
         value = row.values[key]
         streak = self._reward
-        if streak.length and not _same(value, streak.value):
+        if streak.length and not same_value(value, streak.value):
             self._varied = True
             if "reward_collapse" not in self._latched:
                 for _ in range(streak.length):
@@ -440,17 +452,17 @@ class _Follower:
         streak.extend(value, row)
         collapsed = self._latched.get("reward_collapse")
         if collapsed is not None:
-            self._since_collapse = 0 if _same(value, collapsed) else self._since_collapse + 1
+            self._since_collapse = 0 if same_value(value, collapsed) else self._since_collapse + 1
             if self._since_collapse >= self.t.recovery_window:
                 del self._latched["reward_collapse"]
                 self._history.clear()
                 self._history_counts.clear()
             return []
-        if not (_finite(value) and streak.length >= self.s.zero_steps):
+        if not (finite_value(value) and streak.length >= self.s.zero_steps):
             return []
         if self._varied:
-            seen = self._history_counts[_token(value)]
-            if not _improbable(seen, len(self._history), streak.length, self.t.chance):
+            seen = self._history_counts[value_token(value)]
+            if not improbable(seen, len(self._history), streak.length, self.t.chance):
                 return []
         elif streak.length < self.s.warmup_steps:
             return []
@@ -466,9 +478,9 @@ class _Follower:
 
     def _remember(self, value: Any) -> None:
         if len(self._history) == self._history.maxlen:
-            self._history_counts[_token(self._history[0])] -= 1
+            self._history_counts[value_token(self._history[0])] -= 1
         self._history.append(value)
-        self._history_counts[_token(value)] += 1
+        self._history_counts[value_token(value)] += 1
 
     def _dead_rule(self, row: _Step) -> list[_Trigger]:
         roles = self._roles
@@ -478,7 +490,7 @@ class _Follower:
             return []
         dead = loss == 0 and all(v == 0 for v in signals)
         streak = self._dead
-        if streak.length and not _same(dead, streak.value) and "zero_variance" not in self._latched:
+        if streak.length and not same_value(dead, streak.value) and "zero_variance" not in self._latched:
             self._dead_history.extend([bool(streak.value)] * streak.length)
         streak.extend(dead, row)
         if not dead:
@@ -489,10 +501,10 @@ class _Follower:
             return []  # dead batches are what a collapsed reward looks like: one alarm is enough
         # Never a live step since the first update: no learning signal at all, not a warm-up effect.
         never_live = self._live_steps <= 1 and streak.length >= 2
-        improbable = streak.length >= self.t.min_run and _improbable(
+        rare = streak.length >= self.t.min_run and improbable(
             sum(self._dead_history), len(self._dead_history), streak.length, self.t.chance
         )
-        if not (never_live or improbable):
+        if not (never_live or rare):
             return []
         self._latched["zero_variance"] = True
         first = streak.first or row
@@ -506,7 +518,7 @@ class _Follower:
         watched = [row.values[k] for k in (roles.loss, roles.grad, roles.primary) if k in row.values]
         if not watched:
             return []
-        bad = not all(_finite(v) for v in watched)
+        bad = not all(finite_value(v) for v in watched)
         self._bad.extend(bad, row)
         if not bad:
             self._latched.pop("nan_inf", None)
@@ -701,15 +713,9 @@ def _in_log_order(steps: list[_Step], events: list[dict[str, Any]]) -> Iterator[
 
 def _roles(metrics: pl.DataFrame) -> _Roles:
     primary, _ = choose_primary(metrics)
-    keys = set(metrics.filter(pl.col("step").is_not_null())["key"].unique().to_list())
-    signals = tuple(sorted(
-        k for k in keys
-        if k.endswith("grad_norm")
-        or ("advantages/" in k and k.rsplit("/", 1)[-1] in {"avg", "min", "max", "mean"})
-        or k.endswith(("reward/std", "score/std"))
-    ))
-    loss = _first_key(keys, ("actor_loss/avg", "pg_loss", "/loss", "loss"))
-    return _Roles(primary, loss, signals, _first_key(keys, ("grad_norm",)))
+    keys = metric_keys(metrics)[1]
+    loss, signals = learning_signals(keys)
+    return _Roles(primary, loss, tuple(signals), first_key(keys, ("grad_norm",)))
 
 
 def _values(
@@ -739,35 +745,6 @@ def _metric_evidence(row: _Step, key: str | None) -> Evidence:
 
 def _event_evidence(row: dict[str, Any]) -> Evidence:
     return Evidence(row["kind"], row["time"], row["step"], row["file"], row["line"], row["message"] or "")
-
-
-def _first_key(keys: set[str], suffixes: tuple[str, ...]) -> str | None:
-    for suffix in suffixes:
-        found = sorted(k for k in keys if k.endswith(suffix))
-        if found:
-            return found[0]
-    return None
-
-
-def _improbable(seen: int, history: int, run: int, chance: float) -> bool:
-    """As the offline detector: ``run`` repeats of a value seen ``seen`` times in ``history``
-    healthy steps, with the frequency smoothed by half a pseudo-observation."""
-    p = (seen + 0.5) / (history + 1.0)
-    return p**run < chance
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return a == b
-
-
-def _token(value: Any) -> Any:
-    return "nan" if isinstance(value, float) and math.isnan(value) else value
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, float | int) and math.isfinite(value)
 
 
 def _span(seconds: float) -> str:
