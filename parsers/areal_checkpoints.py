@@ -20,7 +20,6 @@ import json
 import os
 import re
 import stat
-import struct
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, size_phrase, why
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["read_areal_checkpoints"]
@@ -37,7 +37,6 @@ _STEP_FOLDER = re.compile(r"epoch(\d+)epochstep(\d+)globalstep(\d+)")
 _WEIGHTS = re.compile(r".+\.safetensors|(pytorch_model|adapter_model).*\.bin")
 _SHARD = re.compile(r"(.+)-\d+-of-(\d+)\.(safetensors|bin)")
 _OPTIMIZER_SHARD = re.compile(r"optim_world_size_\d+_rank_\d+\.pt")
-_MAX_HEADER = 100_000_000  # the safetensors format's own limit on header size
 _MAX_JSON = 100_000_000
 
 _Check = Callable[[dict[str, Path]], list[str]]
@@ -67,9 +66,9 @@ def read_areal_checkpoints(trial_dir: Path) -> pl.DataFrame:
     """
     trial_dir = Path(trial_dir)
     roles = {
-        folder.name: _entries(folder)
-        for folder in _entries(trial_dir)
-        if folder.name != "recover_info" and _is_dir(folder)
+        folder.name: entries(folder)
+        for folder in entries(trial_dir)
+        if folder.name != "recover_info" and is_dir(folder)
     }
     rows_of = _realhf_rows if _is_realhf(trial_dir, roles) else _areal_rows
     rows = [row for role, entries in roles.items() for row in rows_of(trial_dir, role, entries)]
@@ -136,7 +135,7 @@ def _row(
         role,
         complete,
         complete and resumable_if_complete,
-        _mtime(folder),
+        mtime(folder),
         problems + (notes or []),
     )
 
@@ -154,7 +153,7 @@ def _is_realhf(trial_dir: Path, roles: dict[str, list[Path]]) -> bool:
     # In AReaL-lite epoch1 starts after a whole epoch, so globalstep > epochstep there.
     if any(epoch == 1 and epoch_step == global_step for epoch, epoch_step, global_step in counters):
         return True
-    if _is_dir(trial_dir / "recover_info"):
+    if is_dir(trial_dir / "recover_info"):
         return False
     info = _realhf_recover_info(trial_dir)
     return "actor" in roles or (info is not None and os.path.lexists(info))
@@ -173,7 +172,7 @@ def _realhf_recover_info_problem(trial_dir: Path) -> str | None:
         return "recover_info.pkl cannot be located: trial_dir is not <fileroot>/checkpoints/…"
     if not os.path.lexists(path):
         return f"recover_info.pkl missing ({path}), so realhf cannot resume"
-    return _check_file(path)
+    return check_file(path)
 
 
 def _recover_step(trial_dir: Path) -> tuple[int | None, list[str]]:
@@ -197,7 +196,7 @@ def _inspect(folder: Path, check: _Check) -> list[str]:
     try:
         names = {entry.name: Path(entry.path) for entry in os.scandir(folder)}
     except OSError as error:
-        return [f"{folder.name} cannot be listed: {_why(error)}"]
+        return [f"{folder.name} cannot be listed: {why(error)}"]
     return check(names) if names else ["folder is empty"]
 
 
@@ -214,7 +213,7 @@ def _check_hf_export(names: dict[str, Path]) -> list[str]:
     if not weights:
         problems.append("no weight files (*.safetensors or pytorch_model*.bin)")
     for path in sorted(weights):
-        check = _check_safetensors if path.name.endswith(".safetensors") else _check_file
+        check = check_safetensors if path.name.endswith(".safetensors") else check_file
         if problem := check(path):
             problems.append(problem)
     return problems + _check_shard_set(names)
@@ -225,7 +224,7 @@ def _check_recover(names: dict[str, Path]) -> list[str]:
     if ".metadata" in names or any(name.endswith(".distcp") for name in names):
         return _check_dcp(names)
     optimizer = [path for name, path in names.items() if _OPTIMIZER_SHARD.fullmatch(name)]
-    problems = _check_hf_export(names) + [p for p in map(_check_file, sorted(optimizer)) if p]
+    problems = _check_hf_export(names) + [p for p in map(check_file, sorted(optimizer)) if p]
     if not optimizer:
         problems.append(
             "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"
@@ -238,12 +237,12 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     problems: list[str] = []
     if ".metadata" not in names:
         problems.append(".metadata missing: the DCP save did not finish")
-    elif problem := _check_file(names[".metadata"]):
+    elif problem := check_file(names[".metadata"]):
         problems.append(problem)
     shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
     if not shards:
         problems.append("no *.distcp shard files")
-    return problems + [p for p in map(_check_file, shards) if p]
+    return problems + [p for p in map(check_file, shards) if p]
 
 
 def _check_config(names: dict[str, Path], config: str) -> list[str]:
@@ -289,53 +288,6 @@ def _check_shard_set(names: dict[str, Path]) -> list[str]:
     ]
 
 
-def _check_safetensors(path: Path) -> str | None:
-    """A u64 little-endian header length N, N bytes of JSON, then the tensor data it describes."""
-    name = path.name
-    if problem := _check_file(path):
-        return problem
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as file:
-            head = file.read(8)
-            if len(head) < 8:
-                return f"{name} is too short for a safetensors header ({_size(size)} file)"
-            (length,) = struct.unpack("<Q", head)
-            if length > size - 8 or length > _MAX_HEADER:
-                declared = f"declared {_size(length)} header in a {_size(size)} file"
-                return f"{name} header is unreadable ({declared})"
-            header = json.loads(file.read(length))
-    except OSError as error:
-        return f"{name} cannot be read: {_why(error)}"
-    except (ValueError, RecursionError):
-        return f"{name} header is unreadable (not valid JSON)"
-    if not isinstance(header, dict):
-        return f"{name} header is unreadable (not a JSON object)"
-    try:
-        tensors = [entry for key, entry in header.items() if key != "__metadata__"]
-        end = max((int(entry["data_offsets"][1]) for entry in tensors), default=0)
-    except (TypeError, KeyError, IndexError, ValueError):
-        return f"{name} header is unreadable (malformed tensor entries)"
-    present = size - 8 - length
-    if end > present:
-        return f"{name} is truncated ({present:,} of the {end:,} data bytes its header describes)"
-    return None
-
-
-def _check_file(path: Path) -> str | None:
-    """A non-empty regular file that can be opened (opening a FIFO would block, hence the stat)."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            return f"{path.name} is not a regular file"
-        if info.st_size == 0:
-            return f"{path.name} is empty (0 bytes)"
-        with path.open("rb"):
-            return None
-    except OSError as error:
-        return f"{path.name} cannot be read: {_why(error)}"
-
-
 def _read_json(path: Path) -> tuple[Any, str | None]:
     """The parsed file, or why it could not be had."""
     try:
@@ -343,10 +295,10 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
         if not stat.S_ISREG(info.st_mode):
             return None, f"{path.name} is not a regular file"
         if info.st_size > _MAX_JSON:
-            return None, f"{path.name} is implausibly large ({_size(info.st_size)} file)"
+            return None, f"{path.name} is implausibly large ({size_phrase(info.st_size)} file)"
         return json.loads(path.read_bytes()), None
     except OSError as error:
-        return None, f"{path.name} cannot be read: {_why(error)}"
+        return None, f"{path.name} cannot be read: {why(error)}"
     except (ValueError, RecursionError) as error:
         return None, f"{path.name} does not parse: {error}"
 
@@ -356,37 +308,3 @@ def _links_to_recover_checkpoint(entry: Path) -> bool:
         return entry.is_symlink() and Path(os.readlink(entry)).name == "recover_checkpoint"
     except OSError:
         return False
-
-
-def _entries(folder: Path) -> list[Path]:
-    try:
-        return sorted(Path(entry.path) for entry in os.scandir(folder))
-    except OSError:
-        return []
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:  # is_dir() itself swallows only "not found"-like errors, not EACCES
-        return False
-
-
-def _mtime(path: Path) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(os.lstat(path).st_mtime)
-    except (OSError, ValueError, OverflowError):
-        return None
-
-
-def _size(n: int) -> str:
-    """Sizes as they read in a sentence: ``312-byte``, ``9 GB``."""
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
-    return f"{n}-byte"
-
-
-def _why(error: OSError) -> str:
-    return error.strerror or type(error).__name__

@@ -28,14 +28,12 @@ import json
 import os
 import re
 import shlex
-import stat
-import struct
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, why
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = [
@@ -83,7 +81,7 @@ def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:
         folder that is gone adds a row for that folder, incomplete. Empty when nothing is found.
     """
     ckpt_root = Path(ckpt_root)
-    folders = {int(m[1]): ckpt_root / m[0] for e in _entries(ckpt_root) if (m := _STEP_FOLDER.fullmatch(e.name)) and _is_dir(e)}
+    folders = {int(m[1]): ckpt_root / m[0] for e in entries(ckpt_root) if (m := _STEP_FOLDER.fullmatch(e.name)) and is_dir(e)}
     tracker = latest_checkpointed_iteration(ckpt_root)
     tracker_exists = os.path.lexists(ckpt_root / TRACKER)
     # What other saves of the run wrote tells what a save of this verl version writes.
@@ -94,7 +92,7 @@ def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:
         if tracker is not None and step > tracker:
             notes.append(f"newer than {TRACKER} ({tracker}): trainer.resume_mode=auto would not pick it")
         complete = not problems
-        rows.append((str(folder), step, "verl", "+".join(roles) or None, complete, complete and resumable, _mtime(folder), problems + notes))
+        rows.append((str(folder), step, "verl", "+".join(roles) or None, complete, complete and resumable, mtime(folder), problems + notes))
     if tracker is not None and tracker not in folders:
         missing = ckpt_root / f"global_step_{tracker}"
         rows.append((str(missing), tracker, "verl", None, False, False, None, [f"{TRACKER} names global_step_{tracker}, which is missing"]))
@@ -109,7 +107,7 @@ def _inspect(folder: Path, layout: dict[str, bool]) -> tuple[list[str], list[str
     """(problems, notes, roles present, whether every role holds optimizer and extra state)."""
     problems: list[str] = []
     notes: list[str] = []
-    roles = [role for role in _ROLES if _is_dir(folder / role)]
+    roles = [role for role in _ROLES if is_dir(folder / role)]
     if "actor" not in roles:
         problems.append("actor/ missing")
     resumable = bool(roles)
@@ -120,7 +118,7 @@ def _inspect(folder: Path, layout: dict[str, bool]) -> tuple[list[str], list[str
         resumable = resumable and role_resumable
     if not os.path.lexists(folder / "data.pt"):
         notes.append("data.pt missing: a resume restarts the dataloader from the beginning")
-    elif problem := _check_file(folder / "data.pt"):
+    elif problem := check_file(folder / "data.pt"):
         problems.append(problem)
     return problems, notes, roles, resumable
 
@@ -177,7 +175,7 @@ def _check_fsdp_shards(names: dict[str, Path], manifest_expected: bool) -> tuple
         present[part] = len(ranks)
         if ranks and missing:
             problems.append(f"{part} shards missing for ranks {_ranges(missing)} ({len(ranks)} of {world} present)")
-        problems += [p for p in (_check_file(path) for _, path in sorted(ranks.items())) if p]
+        problems += [p for p in (check_file(path) for _, path in sorted(ranks.items())) if p]
     if not present["model"]:
         problems.append(f"no model shards (model_world_size_{world}_rank_*.pt)")
     resumable = True
@@ -199,7 +197,7 @@ def _check_dist_ckpt(folder: Path) -> list[str]:
     shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
     if ".metadata" in names and not shards:
         problems.append("dist_ckpt/ has no *.distcp shards")
-    return problems + [f"dist_ckpt/{p}" for p in map(_check_file, shards) if p]
+    return problems + [f"dist_ckpt/{p}" for p in map(check_file, shards) if p]
 
 
 def _check_huggingface(folder: Path) -> list[str]:
@@ -221,28 +219,9 @@ def _check_huggingface(folder: Path) -> list[str]:
                 if shard not in names:
                     problems.append(f"huggingface/{shard} listed in {name} is missing")
     for name, path in sorted(names.items()):
-        if name.endswith(".safetensors") and (problem := _check_safetensors(path)):
+        if name.endswith(".safetensors") and (problem := check_safetensors(path)):
             problems.append(f"huggingface/{problem}")
     return problems
-
-
-def _check_safetensors(path: Path) -> str | None:
-    """A u64 header length, that many bytes of JSON, then at least the data the header describes."""
-    if problem := _check_file(path):
-        return problem
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8).ljust(8, b"\0"))
-            if length > size - 8:
-                return f"{path.name} header is unreadable (declared {length} bytes in a {size}-byte file)"
-            header = json.loads(fh.read(length))
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
-        return f"{path.name} header is unreadable"
-    if end > size - 8 - length:
-        return f"{path.name} is truncated ({size - 8 - length:,} of {end:,} data bytes)"
-    return None
 
 
 def resume_args(path: Path) -> list[str]:
@@ -256,7 +235,7 @@ def resume_args(path: Path) -> list[str]:
     path = Path(path).absolute()
     if _STEP_FOLDER.fullmatch(path.name):
         return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={path}"]
-    if any(_STEP_FOLDER.fullmatch(e.name) for e in _entries(path)) or (path / TRACKER).exists():
+    if any(_STEP_FOLDER.fullmatch(e.name) for e in entries(path)) or (path / TRACKER).exists():
         return ["trainer.resume_mode=auto", f"trainer.default_local_dir={path}"]
     raise ValueError(f"{path} is neither a global_step_N folder nor a verl checkpoint root")
 
@@ -278,26 +257,15 @@ def _ranges(numbers: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
-def _check_file(path: Path) -> str | None:
-    """A non-empty regular file (a FIFO would block a read, hence the stat first)."""
-    try:
-        info = path.stat()
-    except OSError as error:
-        return f"{path.name} cannot be read: {error.strerror or type(error).__name__}"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{path.name} is not a regular file"
-    return f"{path.name} is empty (0 bytes)" if info.st_size == 0 else None
-
-
 def _read_json(path: Path) -> tuple[Any, str | None]:
-    if problem := _check_file(path):
+    if problem := check_file(path):
         return None, problem
     try:
         if path.stat().st_size > _MAX_JSON:
             return None, f"{path.name} is implausibly large"
         return json.loads(path.read_bytes()), None
     except OSError as error:
-        return None, f"{path.name} cannot be read: {error.strerror or type(error).__name__}"
+        return None, f"{path.name} cannot be read: {why(error)}"
     except (ValueError, RecursionError):
         return None, f"{path.name} does not parse as JSON"
 
@@ -307,21 +275,3 @@ def _scandir(folder: Path) -> list[os.DirEntry[str]]:
         return list(os.scandir(folder))
     except OSError:
         return []
-
-
-def _entries(folder: Path) -> list[Path]:
-    return sorted(Path(e.path) for e in _scandir(folder))
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
-def _mtime(path: Path) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(os.lstat(path).st_mtime)
-    except (OSError, ValueError, OverflowError):
-        return None
