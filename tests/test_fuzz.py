@@ -13,7 +13,6 @@ import gzip
 import os
 import struct
 import tempfile
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wandb_frames import MAGIC, legacy_stream
 
 from parsers import (
     read_areal_log,
@@ -411,27 +411,6 @@ def test_tensorboard_seed_reads_back() -> None:
         assert sorted(run.metrics["step"].to_list()) == list(range(1, 21)), run.notes
 
 
-_W_MAGIC = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
-_TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(5)]
-
-
-def _wandb_log(records: list[bytes]) -> bytes:
-    """A LevelDB-style ``.wandb`` stream: 7-byte header, 32 KiB blocks, chunked records."""
-    out = bytearray(_W_MAGIC)
-    for rec in records:
-        rest, first = rec, True
-        while True:
-            room = 32768 - len(out) % 32768
-            if room < 7:
-                out += b"\x00" * room
-                continue
-            piece, rest = rest[: room - 7], rest[room - 7 :]
-            kind = (1 if not rest else 2) if first else (4 if not rest else 3)
-            out += struct.pack("<IHB", zlib.crc32(piece, _TYPE_CRC[kind]), len(piece), kind) + piece
-            first = False
-            if not rest:
-                break
-    return bytes(out)
 
 
 def _wandb_seed() -> bytes | None:
@@ -456,7 +435,7 @@ def _wandb_seed() -> bytes | None:
     end = pb.Record()
     end.exit.exit_code = 0
     records.append(end.SerializeToString())
-    return _wandb_log(records)
+    return legacy_stream(records)
 
 
 WANDB_FILE = _wandb_seed()
@@ -484,7 +463,7 @@ def test_wandb_seed_reads_back() -> None:
 def test_wandb_mutated(data: st.DataObject) -> None:
     assert WANDB_FILE is not None
     doc = data.draw(st.one_of(
-        st.binary(max_size=2048).map(lambda b: _W_MAGIC + b),
+        st.binary(max_size=2048).map(lambda b: MAGIC + b),
         st.binary(max_size=512),
         st.composite(lambda d: _mutate_binary(d, WANDB_FILE))(),
     ))

@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import textwrap
-import zlib
 from datetime import datetime
 from pathlib import Path
 
@@ -20,6 +18,8 @@ import polars as pl
 import pytest
 
 pytest.importorskip("wandb")
+
+from wandb_frames import legacy_stream  # noqa: E402 - tests/fixtures, on the path via conftest
 
 from parsers.schema import METRIC_SCHEMA  # noqa: E402
 from parsers.wandb_run import (  # noqa: E402
@@ -212,24 +212,6 @@ def test_resumed_run_merges_folders_later_wins(resumed_root: Path) -> None:
     assert run.summary["best_reward"] == 0.9
 
 
-def _legacy_log(path: Path, records: list[bytes]) -> None:
-    """Frame records the way wandb's legacy Python writer did (its DataStore, removed in 0.30)."""
-    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
-    for payload in records:
-        first = True
-        while True:
-            room = 32768 - len(out) % 32768
-            if room < 7:
-                out += b"\x00" * room
-                continue
-            chunk, payload = payload[: room - 7], payload[room - 7 :]
-            last = not payload
-            kind = 1 if first and last else 2 if first else 4 if last else 3
-            out += struct.pack("<IHB", zlib.crc32(chunk, zlib.crc32(bytes([kind]))), len(chunk), kind) + chunk
-            first = False
-            if last:
-                break
-    path.write_bytes(bytes(out))
 
 
 def test_legacy_writer_records_give_the_same_rows(wandb_root: Path, tmp_path: Path) -> None:
@@ -255,7 +237,7 @@ def test_legacy_writer_records_give_the_same_rows(wandb_root: Path, tmp_path: Pa
     records.append(summary.SerializeToString())
     records.append(pb.Record(exit=pb.RunExitRecord(exit_code=1)).SerializeToString())
     path = tmp_path / "run-legacy1.wandb"
-    _legacy_log(path, records)
+    path.write_bytes(legacy_stream(records))
 
     legacy = read_wandb_run(path)
     assert legacy.writer == "legacy" and legacy.run_id == "legacy1" and legacy.exit_code == 1
