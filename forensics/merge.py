@@ -8,6 +8,7 @@ the most steps of it, and the choice is reported.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -46,6 +47,12 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
     if len(frames) <= 1:
         only = next(iter(frames.values()), None)
         return Merged(only if only is not None else pl.DataFrame(), {}, ())
+    stepped_keys = pl.collect_all(
+        [frame.lazy().filter(pl.col("step").is_not_null()).select(pl.col("key").unique()) for frame in frames.values()]
+    )
+    if _disjoint(set(found["key"].to_list()) for found in stepped_keys):
+        # No series in two copies (a trainer log beside a server log): nothing to choose, nothing copied.
+        return Merged(pl.concat(list(frames.values()), rechunk=False), {}, ())
     # Lazy over the sources as they are: only the rows kept are ever copied (a join would copy
     # every stepped row once more, and the sources can be tens of millions of rows).
     every = pl.concat(list(frames.values())).lazy()
@@ -68,3 +75,12 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
     kept = pl.concat([stepped.filter(taken), every.filter(pl.col("step").is_null())]).collect()
     sources = dict(chosen.filter(pl.col("key").is_in(shared.implode())).select("key", "source").iter_rows())
     return Merged(kept, sources, tuple(notes))
+
+
+def _disjoint(key_sets: Iterable[set[str]]) -> bool:
+    seen: set[str] = set()
+    for keys in key_sets:
+        if not seen.isdisjoint(keys):
+            return False
+        seen |= keys
+    return True
