@@ -19,27 +19,24 @@ def last_and_peak_per_minute(values: pl.DataFrame, *, counts_suffix: str = "_lin
 
     The result has ``values``' columns, in line order.
     """
-    timed = values.filter(pl.col("time").is_not_null())
-    if timed.is_empty():
+    if values["time"].null_count() == values.height:
         return values
-    counted = pl.col("key").str.ends_with(counts_suffix)
-    peak_at = pl.col("value").arg_max()
-    reduced = (
-        timed.lazy()
-        .with_columns(pl.col("time").dt.truncate("1m").alias("__minute"))
-        .group_by("__minute", "key", maintain_order=True)
+    rows = values.with_row_index("__row")
+    picked = (
+        rows.lazy()
+        .filter(pl.col("time").is_not_null())
+        .group_by(pl.col("time").cast(pl.Int64) // 60_000, "key")
         .agg(
-            pl.all().exclude("value").last(),
-            pl.when(counted.first()).then(pl.col("value").sum()).otherwise(pl.col("value").last()).alias("value"),
-            pl.col("line").get(peak_at).alias("__peak_line"),
-            pl.col("time").get(peak_at).alias("__peak_time"),
-            pl.col("value").max().alias("__peak"),
-            counted.first().alias("__counted"),
+            pl.col("__row").last().alias("last"),
+            pl.col("__row").sort_by("value").last().alias("peak"),
+            pl.col("value").sum().alias("total"),
         )
+        .with_columns(pl.col("key").str.ends_with(counts_suffix).alias("counted"))
         .collect()
     )
-    peaks = reduced.filter(~pl.col("__counted") & (pl.col("__peak_line") != pl.col("line"))).with_columns(
-        pl.col("__peak_line").alias("line"), pl.col("__peak_time").alias("time"), pl.col("__peak").alias("value")
-    )
-    untimed = values.filter(pl.col("time").is_null())
-    return pl.concat([reduced.select(values.columns), peaks.select(values.columns), untimed]).sort("line", maintain_order=True)
+    last = picked.select(pl.col("last").alias("__row"), pl.when("counted").then(pl.col("total")).alias("__total"))
+    peaks = picked.filter(~pl.col("counted") & (pl.col("peak") != pl.col("last"))).select(pl.col("peak").alias("__row"))
+    untimed = rows.filter(pl.col("time").is_null()).select("__row")
+    kept = pl.concat([last, peaks, untimed], how="diagonal").sort("__row")
+    reduced = rows[kept["__row"]].with_columns(kept["__total"])
+    return reduced.with_columns(pl.col("__total").fill_null(pl.col("value")).alias("value")).drop("__row", "__total")

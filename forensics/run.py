@@ -202,7 +202,8 @@ def _read_sglang(path: Path) -> Parsed:
     stats = last_and_peak_per_minute(server.metrics)
     if stats.height < server.metrics.height:
         notes += (f"{server.metrics.height} server stats values kept as {stats.height}: per minute and key, the last value and the peak",)
-    metrics = pl.concat([stats, conform(http, METRIC_SCHEMA)])
+    # In time order, as the run's frames are kept (the values have no step yet).
+    metrics = pl.concat([stats, conform(http, METRIC_SCHEMA)]).sort("time", nulls_last=True, maintain_order=True)
     return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
 
 
