@@ -42,7 +42,7 @@ from typing import Any
 import polars as pl
 
 from parsers._formats import LogFormat, MetricPattern, load_format
-from parsers._lines import ANSI, _is_gzip, iter_line_chunks, scan_lines, sniff
+from parsers._lines import ANSI, _is_gzip, iter_line_chunks, line_frames, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform
 
 __all__ = ["HTTP_SCHEMA", "SERVER_SCHEMA", "SGLangLog", "looks_like_sglang", "read_sglang_log"]
@@ -159,7 +159,7 @@ def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
     replace undecodable bytes (see :mod:`parsers._lines`).
     """
     if fast and not _is_gzip(path):
-        frames: Iterable[pl.DataFrame] = scan_lines(path).collect_batches(chunk_size=_BATCH_LINES)
+        frames: Iterable[pl.DataFrame] = line_frames(path)
     else:
         frames = (chunk.collect() for chunk in iter_line_chunks(path))
     pending: list[pl.DataFrame] = []
