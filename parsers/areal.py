@@ -118,13 +118,21 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
             key.str.strip_chars().cast(pl.Categorical).alias(f"k{j}"),
             raw.str.strip_chars().cast(pl.Float64, strict=False).alias(f"v{j}"),
         ]
-    rows = (
+    split = (
         lines.filter(pl.col("text").str.starts_with("│"))
         .with_columns(pl.col("text").str.strip_chars_end().str.ends_with("│").alias("complete"))
         .select("line", "complete", fields.alias("f"))
         .unnest("f")
         .select("line", "complete", *columns, (pl.col(f"field_{2 * pairs + 1}").str.strip_chars() != "").fill_null(False).alias("overflow"))
+        .collect()
+        .lazy()
     )
+    # One cell per key/value pair of a whole row, row by row (a stable sort of this batch's pairs
+    # by line): the file's cells then come out in line order, and a run needs no sort of them.
+    whole = split.filter("complete")
+    cells = pl.concat(
+        whole.select("line", pl.col(f"k{j}").alias("key"), pl.col(f"v{j}").alias("value")) for j in range(pairs)
+    ).filter(pl.col("key").is_not_null() & (pl.col("key") != "")).sort("line", maintain_order=True)
     first = pl.col("text").str.head(1)
     base = (
         lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
@@ -180,7 +188,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         (untimed & ~pl.col("start") & ~pl.col("exc") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
     )
     parts = {
-        "rows": rows,
+        "rows": split.select("line", "complete", "overflow"),
+        "cells": cells,
         "timed": timed,
         "untimed": untimed_rows,
         "tops": base.filter(first == "╒").select("line"),
@@ -202,7 +211,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: 
     headers = _headers(logged)
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     complete = rows.filter(pl.col("complete"))
-    metrics, orphans, bad_values = _table_metrics(path, complete, tops, logged, headers, pairs)
+    metrics, orphans, bad_values = _table_metrics(path, complete, parts["cells"], tops, logged, headers)
     memory = _line_metrics(path, [parts[f"metric{i}"] for i in range(len(fmt.metrics))], fmt)
     events = _events(path, untimed, logged, fmt)
 
@@ -244,9 +253,9 @@ def _headers(logged: pl.DataFrame) -> pl.DataFrame:
 
 
 def _table_metrics(
-    path: str, rows: pl.DataFrame, tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame, pairs: int
+    path: str, rows: pl.DataFrame, cells: pl.DataFrame, tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int]:
-    """Table rows → (step, key, value); the later copy of a re-logged step wins.
+    """Whole table rows' cells → (step, key, value); the later copy of a re-logged step wins.
 
     Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
     """
@@ -271,14 +280,15 @@ def _table_metrics(
         .sort("top")
         .with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
     )
-    placed = rows.join_asof(owned.select("top", "header", "step", "time", "latest"), left_on="line", right_on="top")
-    orphans = placed.filter(pl.col("step").is_null()).height
-    kept = placed.lazy().filter(pl.col("latest").fill_null(False))
-    # One lazy query from table rows to metric rows: the long intermediate frames are never held.
-    cells = pl.concat(
-        kept.select("step", "time", pl.col(f"k{j}").alias("key"), pl.col(f"v{j}").alias("value"), pl.col("header").alias("line"))
-        for j in range(pairs)
-    ).filter(pl.col("key").is_not_null() & (pl.col("key") != ""))
+    owners = owned.select("top", "header", "step", "time", "latest")
+    orphans = rows.select("line").join_asof(owners, left_on="line", right_on="top").filter(pl.col("step").is_null()).height
+    # One lazy query from cells to metric rows: the long intermediate frames are never held.
+    cells = (
+        cells.lazy()
+        .join_asof(owners.lazy(), left_on="line", right_on="top")
+        .filter(pl.col("latest").fill_null(False))
+        .select("step", "time", "key", "value", pl.col("header").alias("line"))
+    )
     bad = cells.filter(pl.col("value").is_null()).select(pl.len())
     cells = cells.filter(pl.col("value").is_not_null())
     if (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1:
@@ -307,7 +317,9 @@ def _line_metrics(path: str, found: list[pl.DataFrame], fmt: LogFormat) -> pl.Da
             )
     if not frames:
         return pl.DataFrame(schema=METRIC_SCHEMA)
-    return conform(pl.concat(frames).with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
+    # In line order (each line's values in turn), as the table cells are.
+    values = pl.concat(frames).sort("line", maintain_order=True)
+    return conform(values.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
 
 
 def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
