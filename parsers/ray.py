@@ -30,6 +30,7 @@ import json
 import os
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -682,18 +683,23 @@ def read_ray_session(session_dir: Path) -> RaySession:
     match = SESSION_NAME.search(session_dir.name) or SESSION_NAME.search(str(session_dir.resolve()))
     started = datetime.strptime(f"{match[1]} {match[2]}.{match[3]}", "%Y-%m-%d %H-%M-%S.%f") if match else None
     fmt = load_format("ray")
-    texts: list[RayLog] = []
+    text_files: list[tuple[Path, str]] = []
     json_files: list[tuple[Path, str]] = []
     for path in sorted(p for p in logs.rglob("*") if p.is_file() and not p.is_symlink()):
         kind = _file_kind(path)
-        if kind is None:
-            continue
         if kind in ("ray_events", "ray_export_events"):
             json_files.append((path, kind))
-        elif path.stat().st_size == 0:
-            texts.append(RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})))
-        else:
-            texts.append(_read_text(path, kind, None, started))
+        elif kind is not None:
+            text_files.append((path, kind))
+
+    def read(path: Path, kind: str) -> RayLog:
+        if path.stat().st_size == 0:
+            return RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}))
+        return _read_text(path, kind, None, started)
+
+    # A session is many files, each read mostly on one core: two at a time (Polars releases the GIL).
+    with ThreadPoolExecutor(2) as pool:
+        texts = list(pool.map(lambda job: read(*job), text_files))
     workers = _workers(texts)
     text_events = _attribute(texts, workers)
     text_events = _drop_unconfirmed_deaths(text_events, [t for t in texts if t.kind == "ray_gcs" and t.lines])
