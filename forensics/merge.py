@@ -48,7 +48,11 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
         only = next(iter(frames.values()), None)
         return Merged(only if only is not None else pl.DataFrame(), {}, ())
     stepped_keys = pl.collect_all(
-        [frame.lazy().filter(pl.col("step").is_not_null()).select(pl.col("key").unique()) for frame in frames.values()]
+        [
+            frame.lazy().group_by("key").agg(pl.col("step").is_not_null().any().alias("stepped")).filter("stepped")
+            for frame in frames.values()
+        ],
+        engine="streaming",
     )
     if _disjoint(set(found["key"].to_list()) for found in stepped_keys):
         # No series in two copies (a trainer log beside a server log): nothing to choose, nothing copied.
