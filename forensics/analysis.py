@@ -64,10 +64,7 @@ def analyze(
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     runs = [load_run(location, custom_format=fmt, cache=cache) for location in locations]
     runs += [load_online_wandb(name) for name in wandb_runs]
-    analysis = Analysis([analyze_run(run, t) for run in runs])
-    if cache is not None:  # entries are written while the analysis runs
-        cache.flush()
-    return analysis
+    return Analysis([analyze_run(run, t) for run in runs])
 
 
 def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:

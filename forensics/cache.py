@@ -23,7 +23,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -95,14 +94,6 @@ class ParseCache:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.outcomes: dict[str, str] = {}
         """Per source path, what the last read did: ``hit``, ``grown`` or ``parsed``."""
-        self._writer: ThreadPoolExecutor | None = None
-        self._writing: dict[Path, Future[None]] = {}
-
-    def flush(self) -> None:
-        """Wait until every entry handed to the cache is written."""
-        for done in list(self._writing.values()):
-            done.result()
-        self._writing.clear()
 
     def parsed(self, reader: str, path: Path, parse: Callable[[Path], Parsed], *, variant: str = "") -> Parsed:
         """``parse(path)``, or its cached result when ``path`` has not changed since."""
@@ -111,8 +102,6 @@ class ParseCache:
         except OSError:
             return parse(path)
         entry = self._entry(reader, path, variant)
-        if entry in self._writing:
-            self._writing.pop(entry).result()
         stored = _load(entry)
         if stored is not None:
             old_identity, old = stored
@@ -126,11 +115,11 @@ class ParseCache:
                     grown = None
                 if grown is not None:
                     self.outcomes[str(path)] = "grown"
-                    self._store_later(entry, identity, grown)
+                    self._store(entry, identity, grown)
                     return grown
         result = parse(path)
         self.outcomes[str(path)] = "parsed"
-        self._store_later(entry, identity, result)
+        self._store(entry, identity, result)
         return result
 
     def clear(self) -> None:
@@ -184,13 +173,6 @@ class ParseCache:
     def _entry(self, reader: str, path: Path, variant: str) -> Path:
         key = _sha(f"{reader}\0{path.resolve()}\0{variant}\0{_code_digest()}".encode())[:32]
         return self.directory / "parsed" / key
-
-    def _store_later(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
-        """Write the entry on a thread of its own: the next source is parsed meanwhile (Parquet
-        writing releases the GIL). The thread is joined at exit, or by :meth:`flush`."""
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="grpo-forensics-cache")
-        self._writing[entry] = self._writer.submit(self._store, entry, identity, parsed)
 
     def _store(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
         """Write the entry beside its final place, then rename it in; a cache that cannot be written is skipped."""
