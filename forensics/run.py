@@ -12,7 +12,6 @@ import polars as pl
 from forensics.align import assign_steps, reconstruct_times, step_clock
 from forensics.cache import ParseCache
 from forensics.discover import LogSource, RunLocation
-from forensics.downsample import last_and_peak_per_minute
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import merge_sources, step_offset
@@ -188,7 +187,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> Parsed
 
 
 def _read_sglang(path: Path) -> Parsed:
-    server = read_sglang_log(path)
+    server = read_sglang_log(path, stats_per_minute=True)
     http = server.http.select(
         pl.col("minute").alias("time"),
         pl.format("sglang/http/{}/{}", pl.col("endpoint").str.strip_prefix("/"), pl.col("status")).alias("key"),
@@ -199,11 +198,8 @@ def _read_sglang(path: Path) -> Parsed:
     notes = server.notes
     if server.servers.height > 1:
         notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
-    stats = last_and_peak_per_minute(server.metrics)
-    if stats.height < server.metrics.height:
-        notes += (f"{server.metrics.height} server stats values kept as {stats.height}: per minute and key, the last value and the peak",)
     # In time order, as the run's frames are kept (the values have no step yet).
-    metrics = pl.concat([stats, conform(http, METRIC_SCHEMA)]).sort("time", nulls_last=True, maintain_order=True)
+    metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)]).sort("time", nulls_last=True, maintain_order=True)
     return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import polars as pl
 
+from parsers._fold import last_and_peak_per_minute
 from parsers._formats import LogFormat, MetricPattern, load_format
 from parsers._lines import ANSI, _is_gzip, iter_line_chunks, line_frames, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform
@@ -134,18 +135,22 @@ def looks_like_sglang(path: Path) -> bool:
     return bool(lines) and prefixed >= max(3, len(lines) // 2)
 
 
-def read_sglang_log(path: Path) -> SGLangLog:
-    """Parse one SGLang server log (plain or gzipped, any version 0.3 → 0.5.2x) into frames."""
+def read_sglang_log(path: Path, *, stats_per_minute: bool = False) -> SGLangLog:
+    """Parse one SGLang server log (plain or gzipped, any version 0.3 → 0.5.2x) into frames.
+
+    ``stats_per_minute`` keeps, of the stats values, the last and the peak per minute and key (see
+    :mod:`parsers._fold`), batch by batch, so a server log of days never holds every sample.
+    """
     path = Path(path)
     fmt = load_format("sglang")
     rules = _Rules.of(fmt)
     try:
-        parts = _reduce_all(_batches(path, fast=True), rules)
+        parts = _reduce_all(_batches(path, fast=True), rules, stats_per_minute)
     except pl.exceptions.ComputeError as exc:
         if "utf" not in str(exc).lower():
             raise
-        parts = _reduce_all(_batches(path, fast=False), rules)
-    return _assemble(path, parts, fmt)
+        parts = _reduce_all(_batches(path, fast=False), rules, stats_per_minute)
+    return _assemble(path, parts, fmt, stats_per_minute)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,18 +183,18 @@ def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
         yield pl.concat(pending) if len(pending) > 1 else pending[0]
 
 
-def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules) -> _Parts:
+def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules, fold: bool) -> _Parts:
     """Reduce every batch, two at a time (Polars releases the GIL), keeping file order."""
     done: list[_Parts] = []
     with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
         running: deque = deque()
         for batch in batches:
-            running.append(pool.submit(_reduce, batch, rules))
+            running.append(pool.submit(_reduce, batch, rules, fold))
             if len(running) >= _WORKERS:
                 done.append(running.popleft().result())
         done.extend(future.result() for future in running)
     if not done:
-        done.append(_reduce(pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), rules))
+        done.append(_reduce(pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), rules, fold))
     return _Parts.merge(done)
 
 
@@ -238,6 +243,7 @@ class _Parts:
     stats_lines: int = 0
     sample_count: int = 0
     stats_unparsed: int = 0
+    stats_values: int = 0
 
     @staticmethod
     def merge(parts: list[_Parts]) -> _Parts:
@@ -254,7 +260,7 @@ class _Parts:
 
 
 _FRAMES = ("other", "anchors", "access", "samples", "stats_rest", "clues")
-_COUNTS = ("request_logs", "stats_lines", "sample_count", "stats_unparsed")
+_COUNTS = ("request_logs", "stats_lines", "sample_count", "stats_unparsed", "stats_values")
 
 
 def _copy(column: str) -> pl.Expr:
@@ -263,7 +269,7 @@ def _copy(column: str) -> pl.Expr:
     return pl.concat_str(pl.col(column), pl.lit("")).alias(column)
 
 
-def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
+def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     """Sort one batch's lines into access, request-log, stats and other lines; fold the bulk."""
     batch = batch.select(pl.col("line").cast(pl.Int64), "text")
     access, rest = _split_access(batch)
@@ -275,6 +281,9 @@ def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
     kept, quiet, bars = _sort_other(other, rules)
     fast, slow = _stats_samples(stats, rules)
     metrics, clues, left, unparsed = _parse_samples(fast)
+    values = metrics.height
+    if fold:  # dated samples fold here; time-only ones once their dates are known (see _metrics)
+        metrics = last_and_peak_per_minute(metrics)
     last_line = int(batch["line"][-1]) if batch.height else 0
     firsts = [int(f["line"][0]) for f in (fast, slow) if f.height]
     return _Parts(
@@ -292,6 +301,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules) -> _Parts:
         stats_lines=stats.height,
         sample_count=fast.height + slow.height,
         stats_unparsed=unparsed,
+        stats_values=values,
     )
 
 
@@ -621,7 +631,7 @@ def _dated(stamp: pl.Expr, fraction: bool = True) -> pl.Expr:
 # Eager assembly on the few kept rows
 
 
-def _assemble(path: Path, parts: _Parts, fmt: LogFormat) -> SGLangLog:
+def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLog:
     file = str(path)
     notes: list[str] = []
     total = parts.last_line
@@ -644,7 +654,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat) -> SGLangLog:
 
     tracebacks, members, owners = _tracebacks(other, fmt)
     events = _events(file, other, tracebacks, members, owners, access, timeline, fmt)
-    metrics, rest_unparsed = _metrics(file, other, parts, rest, timeline, fmt)
+    metrics, rest_unparsed = _metrics(file, other, parts, rest, timeline, fmt, fold)
     http, access_unparsed = _http(access, timeline)
     stats_lines = parts.stats_lines
     samples = parts.sample_count
@@ -668,6 +678,9 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat) -> SGLangLog:
             f"{stats_lines} Decode/Prefill stats lines kept as {samples} samples (the last line per second and "
             "rank prefix); sglang/decode_lines and sglang/prefill_lines count the lines behind each sample"
         )
+    kept = metrics.filter(pl.col("key").str.starts_with("sglang/")).height
+    if fold and parts.stats_values > kept:
+        notes.append(f"{parts.stats_values} server stats values kept as {kept}: per minute and key, the last value and the peak")
     if parts.request_logs:
         notes.append(f"{parts.request_logs} request log lines (Receive/Finish: obj=…) were skipped")
     if access_unparsed:
@@ -1076,7 +1089,7 @@ def _unparsed(other: pl.DataFrame, members: set[int]) -> int:
 
 
 def _metrics(
-    file: str, other: pl.DataFrame, parts: _Parts, rest: pl.DataFrame, timeline: pl.DataFrame, fmt: LogFormat
+    file: str, other: pl.DataFrame, parts: _Parts, rest: pl.DataFrame, timeline: pl.DataFrame, fmt: LogFormat, fold: bool
 ) -> tuple[pl.DataFrame, int]:
     """Stats values the batches parsed, plus the samples left to :func:`_generic_stats` and the
     records' startup/memory values → long-form metric rows; also the left samples without any
@@ -1090,6 +1103,7 @@ def _metrics(
     for i, batch in enumerate(batches):
         if batch["time"].null_count():  # time-only samples take their date from the timeline
             batch = _time_at(batch, timeline, exact=True).select(_EMPTY_LONG.columns).sort("line", maintain_order=True)
+            batch = last_and_peak_per_minute(batch) if fold else batch
         extra = few.filter(which == i)
         batches[i] = pl.concat([batch, extra]).sort("line", maintain_order=True) if extra.height else batch
     metrics = pl.concat(batches).with_columns(pl.lit(file).alias("file"))

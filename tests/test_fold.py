@@ -1,4 +1,4 @@
-"""Server stats per minute (forensics.downsample), and the order check that spares the run loader a sort."""
+"""Server stats per minute (parsers._fold), and the order check that spares the run loader a sort."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
+import pytest
 
-from forensics.downsample import last_and_peak_per_minute
 from forensics.run import _in_step_time_order
 from parsers import read_sglang_log
+from parsers._fold import last_and_peak_per_minute
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2025, 11, 20, 16, 0, 0)
@@ -60,16 +61,32 @@ def test_a_real_server_log_keeps_its_peaks_counts_and_last_sample() -> None:
     stats = server.metrics.filter(pl.col("time").is_not_null())
     folded = last_and_peak_per_minute(server.metrics)
     assert folded.height < server.metrics.height
-    by_key = lambda frame: frame.group_by("key").agg(  # noqa: E731
-        pl.col("value").filter(~pl.col("key").str.ends_with("_lines")).max().alias("peak"),
-        pl.col("value").filter(pl.col("key").str.ends_with("_lines")).sum().alias("lines"),
-        pl.col("time").max().alias("last_time"),
-        pl.col("line").max().alias("last_line"),
-    ).sort("key")
-    assert by_key(folded).equals(by_key(stats))
+    assert _by_key(folded).equals(_by_key(stats))
     # Each kept row is a row of the log, unchanged (the counts aside).
     kept = folded.filter(~pl.col("key").str.ends_with("_lines")).join(server.metrics, on=["line", "key"], how="anti")
     assert kept.is_empty()
+
+
+@pytest.mark.parametrize("fixture", ["sglang_oom", "sglang_hang", "sglang_healthy_collapse"])
+def test_the_server_reader_folds_batch_by_batch_to_the_same_peaks_and_last_samples(fixture: str) -> None:
+    path = next((FIXTURES / fixture).rglob("llm_server.log*"))
+    every, folded = read_sglang_log(path), read_sglang_log(path, stats_per_minute=True)
+    stats = lambda log: log.metrics.filter(pl.col("key").str.starts_with("sglang/") & pl.col("time").is_not_null())  # noqa: E731
+    assert folded.metrics.height < every.metrics.height
+    assert _by_key(stats(folded)).equals(_by_key(stats(every)))
+    for frame in ("events", "http", "servers"):
+        assert getattr(folded, frame).equals(getattr(every, frame)), frame
+    assert any("kept as" in note and "per minute" in note for note in folded.notes)
+
+
+def _by_key(frame: pl.DataFrame) -> pl.DataFrame:
+    counted = pl.col("key").str.ends_with("_lines")
+    return frame.group_by("key").agg(
+        pl.col("value").filter(~counted).max().alias("peak"),
+        pl.col("value").filter(counted).sum().alias("lines"),
+        pl.col("time").max().alias("last_time"),
+        pl.col("line").max().alias("last_line"),
+    ).sort("key")
 
 
 def test_step_time_order_is_told_exactly() -> None:

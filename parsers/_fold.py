@@ -1,10 +1,10 @@
-"""Server stats at the resolution the analysis reads: per minute, the last value and the peak.
+"""Stats values folded per minute: the last value and the peak of each key.
 
 An SGLang server at info level logs a stats sample every few seconds for days: millions of
-values that nobody reads one by one, and that would make every later step of the analysis (merge,
-step assignment, the report) pay for them. Per minute and key, the last value keeps the time the
-stats stopped exact, and the peak keeps what the memory and load evidence cite; every row kept
-still points at its own line. Counts of the lines behind samples (``…_lines``) add up.
+values that nobody reads one by one, and that every later step (merge, step assignment, the
+report) would pay for. Per minute and key, the last value keeps the time the stats stopped exact,
+and the peak keeps what memory and load evidence cite; every row kept still points at its own
+line. Counts of the lines behind samples (``…_lines``) add up.
 """
 
 from __future__ import annotations
