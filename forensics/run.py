@@ -55,7 +55,7 @@ def load_run(
     With a ``cache``, unchanged sources are read from it and grown logs parsed only where they grew.
     """
     steps, events, sources = [], [], []
-    metrics: dict[str, list[pl.DataFrame]] = {}
+    metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
@@ -66,7 +66,7 @@ def load_run(
         sources.extend(_coverage(source, parsed))
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
-            metrics.setdefault(p.source, []).append(p.metrics.with_columns(pl.lit(rank).alias("rank")))
+            metrics.setdefault(p.source, []).append((rank, p.metrics))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
@@ -74,7 +74,7 @@ def load_run(
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
-        latest[name] = _latest_copy(pl.concat(metrics.pop(name)))
+        latest[name] = _latest_copy(metrics.pop(name))
     merged = merge_sources(_in_log_units(latest))
     del latest
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
@@ -262,12 +262,15 @@ def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _latest_copy(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Table values from the newest file win for a step; line metrics (memory) are all kept."""
-    if metrics["rank"].n_unique() > 1:
+def _latest_copy(ranked: list[tuple[int, pl.DataFrame]]) -> pl.DataFrame:
+    """One parser's frames (with the rank of their file): table values from the newest file win
+    for a step; line metrics (memory) are all kept."""
+    if len(ranked) == 1:
+        metrics = ranked[0][1].select(list(METRIC_SCHEMA))
+    else:
+        metrics = pl.concat(frame.with_columns(pl.lit(rank).alias("rank")) for rank, frame in ranked)
         newest = pl.col("rank") == pl.col("rank").max().over("step")
-        metrics = metrics.filter(pl.col("step").is_null() | newest)
-    metrics = metrics.select(list(METRIC_SCHEMA))
+        metrics = metrics.filter(pl.col("step").is_null() | newest).select(list(METRIC_SCHEMA))
     # A table parser's values are in time order within each step: a stable sort by step alone
     # (several times cheaper than by two columns) is then the whole sort.
     if not _in_step_time_order(metrics):
