@@ -254,6 +254,9 @@ def _mapped_blocks(path: Path, size: int) -> Iterator[bytes]:
             while start < end:
                 if os.fstat(fh.fileno()).st_size < end:  # cut short after all: stop before touching it
                     return
+                if hasattr(mmap, "MADV_WILLNEED"):  # read ahead: a file not in the page cache is read from disk
+                    page = start - start % mmap.PAGESIZE
+                    mapped.madvise(mmap.MADV_WILLNEED, page, min(end, start + 2 * size) - page)
                 stop = end if start + size >= end else mapped.rfind(b"\n", start, start + size) + 1
                 if stop <= start:  # a line longer than a block
                     found = mapped.find(b"\n", start + size)
