@@ -160,8 +160,8 @@ def read_sglang_log(path: Path, *, stats_per_minute: bool = False) -> SGLangLog:
 def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
     """``line``/``text`` frames of whole fold blocks (``_BATCH_LINES`` lines), in file order.
 
-    The fast path is Polars' line scanner (UTF-8 only); otherwise gzip-aware chunks that
-    replace undecodable bytes (see :mod:`parsers._lines`).
+    The fast path splits blocks of whole lines with Polars (UTF-8 only); otherwise gzip-aware
+    chunks that replace undecodable bytes (see :mod:`parsers._lines`).
     """
     if fast and not _is_gzip(path):
         frames: Iterable[pl.DataFrame] = line_frames(path)
