@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -23,6 +23,7 @@ CHUNK_BYTES = 64 << 20
 #: grow, large enough that the per-batch overhead is noise.
 BATCH_BYTES = 16 << 20
 IN_FLIGHT = 2
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 #: Colour and cursor escape sequences (colorlog writes them into files too).
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
@@ -59,11 +60,7 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
 
 def _chunk_frame(data: bytes, first_line: int) -> pl.LazyFrame:
     texts = data.decode("utf-8", errors="replace").split("\n")
-    return (
-        pl.LazyFrame({"text": texts})
-        .with_row_index("line", offset=first_line)
-        .with_columns(pl.col("line").cast(pl.Int64), pl.col("text").str.strip_suffix("\r"))
-    )
+    return _numbered(pl.LazyFrame({"text": texts}), first_line).with_columns(pl.col("text").str.strip_suffix("\r"))
 
 
 class _GzipTolerant:
@@ -162,7 +159,7 @@ def collect_line_batches(
             after.set_exception(exc)
             raise
         after.set_result(first + texts.height)
-        lines = texts.lazy().with_row_index("line", offset=first).with_columns(pl.col("line").cast(pl.Int64))
+        lines = _numbered(texts.lazy(), first)
         parts = extract(lines)
         return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
 
@@ -193,8 +190,13 @@ def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataF
     first = 1
     for data in _line_blocks(path, batch_bytes or BATCH_BYTES):
         texts = pl.read_lines(data, name="text")
-        yield texts.with_row_index("line", offset=first).with_columns(pl.col("line").cast(pl.Int64))
+        yield _numbered(texts, first)
         first += texts.height
+
+
+def _numbered(texts: FrameT, first: int) -> FrameT:
+    """``texts`` with its ``line`` numbers (Int64), counting from ``first``."""
+    return texts.with_row_index("line", offset=first).with_columns(pl.col("line").cast(pl.Int64))
 
 
 def _texts(data: bytes) -> pl.DataFrame:
@@ -254,8 +256,8 @@ def _mapped_blocks(path: Path, size: int) -> Iterator[bytes]:
             while start < end:
                 if os.fstat(fh.fileno()).st_size < end:  # cut short after all: stop before touching it
                     return
+                page = start - start % mmap.PAGESIZE  # madvise wants a page-aligned start
                 if hasattr(mmap, "MADV_WILLNEED"):  # read ahead: a file not in the page cache is read from disk
-                    page = start - start % mmap.PAGESIZE
                     mapped.madvise(mmap.MADV_WILLNEED, page, min(end, start + 2 * size) - page)
                 stop = end if start + size >= end else mapped.rfind(b"\n", start, start + size) + 1
                 if stop <= start:  # a line longer than a block
@@ -263,7 +265,6 @@ def _mapped_blocks(path: Path, size: int) -> Iterator[bytes]:
                     stop = end if found < 0 else found + 1
                 block = mapped[start:stop]
                 if hasattr(mmap, "MADV_DONTNEED"):
-                    page = start - start % mmap.PAGESIZE
                     mapped.madvise(mmap.MADV_DONTNEED, page, stop - page)
                 yield block
                 start = stop
