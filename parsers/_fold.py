@@ -28,7 +28,7 @@ def last_and_peak_per_minute(values: pl.DataFrame, *, counts_suffix: str = "_lin
         .group_by(pl.col("time").cast(pl.Int64) // 60_000, "key")
         .agg(
             pl.col("__row").last().alias("last"),
-            pl.col("__row").sort_by("value").last().alias("peak"),
+            pl.col("__row").sort_by("value", "__row").last().alias("peak"),  # ties: the latest row, every time
             pl.col("value").sum().alias("total"),
         )
         .with_columns(pl.col("key").str.ends_with(counts_suffix).alias("counted"))
