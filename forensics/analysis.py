@@ -26,6 +26,7 @@ from forensics.detect import (
     choose_primary,
     crashes,
     dead_batches,
+    keys_matching,
     non_finite,
     reward_collapses,
     series,
@@ -120,9 +121,9 @@ def _framework(run: RunData) -> str:
     """The discovered framework, or one recognised from the metric names of a copy-only run."""
     if run.location.framework != "unknown" or run.metrics.is_empty():
         return run.location.framework
-    if run.metrics["key"].str.contains(r"^(?:grpo|ppo)_actor/").any():
+    if keys_matching(run.metrics, r"^(?:grpo|ppo)_actor/"):
         return "areal"
-    if run.metrics["key"].str.contains(r"^(?:critic|actor)/").any():
+    if keys_matching(run.metrics, r"^(?:critic|actor)/"):
         return "verl"
     return "unknown"
 
@@ -224,7 +225,7 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
 
 def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
     """Events the numbers themselves show: non-finite values, skipped optimizer steps."""
-    watched = pl.col("key").str.contains(r"grad_norm$|actor_loss/avg$|pg_loss$|/loss$")
+    watched = pl.col("key").is_in(keys_matching(metrics, r"grad_norm$|actor_loss/avg$|pg_loss$|/loss$"))
     if primary:
         watched = watched | (pl.col("key") == primary)
     # One filter each, straight on the frame: a copy of all stepped rows costs gigabytes on long runs.
@@ -232,7 +233,7 @@ def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
     bad = metrics.filter(stepped & ~pl.col("value").is_finite() & watched).with_columns(
         pl.lit("nan_inf").alias("kind"), pl.lit("warning").alias("severity")
     )
-    skipped = metrics.filter(stepped & (pl.col("value") == 0) & pl.col("key").str.ends_with("update_successful")).with_columns(
+    skipped = metrics.filter(stepped & (pl.col("value") == 0) & pl.col("key").is_in(keys_matching(metrics, "update_successful$"))).with_columns(
         pl.lit("overflow_skip").alias("kind"), pl.lit("warning").alias("severity")
     )
     rows = pl.concat([bad, skipped]).with_columns(

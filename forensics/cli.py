@@ -264,10 +264,10 @@ def metrics(
             [
                 r.metrics.select(
                     pl.lit(r.run_id).alias("run_id"),
-                    pl.col("source").fill_null(r.framework),
+                    pl.col("source").cast(pl.String).fill_null(r.framework),
                     "step",
                     "time",
-                    "key",
+                    pl.col("key").cast(pl.String),  # categorical inside, plain strings outside
                     "value",
                 )
                 for r in result.runs

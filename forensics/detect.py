@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import re
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
@@ -81,6 +82,13 @@ def metric_keys(metrics: pl.DataFrame) -> tuple[set[str], set[str]]:
     every, stepped = set(found["key"].to_list()), set(found.filter("stepped")["key"].to_list())
     _keys_of = (weakref.ref(metrics), metrics.height, every, stepped)
     return every, stepped
+
+
+def keys_matching(metrics: pl.DataFrame, regex: str) -> list[str]:
+    """The keys of ``metrics`` that ``regex`` finds something in (keys are categorical: a regex
+    runs on the few distinct names, never on every row)."""
+    pattern = re.compile(regex)
+    return sorted(k for k in metric_keys(metrics)[0] if pattern.search(k))
 
 
 def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from forensics.align import step_durations
+from forensics.detect import keys_matching
 
 #: Per-step duration keys a log may carry, with the factor that turns them into seconds.
 _DURATION_KEYS = {"time_ms": 1e-3, "timing_s/step": 1.0, "perf/time_per_step": 1.0}
@@ -44,7 +45,7 @@ def _durations(metrics: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _grown_phase(metrics: pl.DataFrame, base: int, slow: int, slow_seconds: float) -> str:
     """The phase that grew most between two steps (a phase as long as the whole step is a total)."""
-    phases = metrics.filter(pl.any_horizontal(pl.col("key").str.starts_with(p) for p in _PHASE_PREFIXES))
+    phases = metrics.filter(pl.col("key").is_in(keys_matching(metrics, "^(?:" + "|".join(_PHASE_PREFIXES) + ")")))
     at = phases.filter(pl.col("step").is_in([base, slow])).pivot("step", index="key", values="value", aggregate_function="last")
     if str(base) not in at.columns or str(slow) not in at.columns:
         return ""

@@ -235,9 +235,9 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         if reference is not None:
             offset = step_offset(reference, copy)
         else:
-            offset = 1 if copy["key"].str.contains(r"^(?:grpo|ppo)_actor/").any() else 0
+            offset = 1 if copy["key"].unique().cast(pl.String).str.contains(r"^(?:grpo|ppo)_actor/").any() else 0
         out[name] = copy.with_columns(pl.col("step") + offset)
-    return {name: frame.with_columns(pl.lit(name).alias("source")) for name, frame in out.items()}
+    return {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
 
 
 def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:

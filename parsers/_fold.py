@@ -31,7 +31,7 @@ def last_and_peak_per_minute(values: pl.DataFrame, *, counts_suffix: str = "_lin
             pl.col("__row").sort_by("value", "__row").last().alias("peak"),  # ties: the latest row, every time
             pl.col("value").sum().alias("total"),
         )
-        .with_columns(pl.col("key").str.ends_with(counts_suffix).alias("counted"))
+        .with_columns(pl.col("key").cast(pl.String).str.ends_with(counts_suffix).alias("counted"))
         .collect()
     )
     last = picked.select(pl.col("last").alias("__row"), pl.when("counted").then(pl.col("total")).alias("__total"))

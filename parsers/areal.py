@@ -296,7 +296,7 @@ def _table_metrics(
         cells = cells.group_by("step", "key", maintain_order=True).agg(
             pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
         )
-    cells = cells.with_columns(pl.lit(path).alias("file"), pl.col("key").cast(pl.String))
+    cells = cells.with_columns(pl.lit(path).alias("file"))
     present = cells.collect_schema().names()
     cells = cells.select(
         (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()

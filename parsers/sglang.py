@@ -678,7 +678,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
             f"{stats_lines} Decode/Prefill stats lines kept as {samples} samples (the last line per second and "
             "rank prefix); sglang/decode_lines and sglang/prefill_lines count the lines behind each sample"
         )
-    if fold and parts.stats_values > (kept := metrics.filter(pl.col("key").str.starts_with("sglang/")).height):
+    if fold and parts.stats_values > (kept := metrics.filter(pl.col("key").cat.starts_with("sglang/")).height):
         notes.append(f"{parts.stats_values} server stats values kept as {kept}: per minute and key, the last value and the peak")
     if parts.request_logs:
         notes.append(f"{parts.request_logs} request log lines (Receive/Finish: obj=…) were skipped")

@@ -185,7 +185,7 @@ def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
 def _steps(metrics: pl.DataFrame, path: str) -> pl.DataFrame:
     """Training steps (a validation-only line is not one), each at the last line that logged it."""
     validation = _config()["step"]["validation_keys"]
-    training = metrics.filter(~pl.col("key").str.contains(validation))
+    training = metrics.filter(~pl.col("key").cast(pl.String).str.contains(validation))
     rows = training.group_by("step").agg(pl.col("line").max()).sort("step")
     return conform(rows.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
 

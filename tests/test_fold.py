@@ -63,7 +63,7 @@ def test_a_real_server_log_keeps_its_peaks_counts_and_last_sample() -> None:
     assert folded.height < server.metrics.height
     assert _by_key(folded).equals(_by_key(stats))
     # Each kept row is a row of the log, unchanged (the counts aside).
-    kept = folded.filter(~pl.col("key").str.ends_with("_lines")).join(server.metrics, on=["line", "key"], how="anti")
+    kept = folded.filter(~pl.col("key").cast(pl.String).str.ends_with("_lines")).join(server.metrics, on=["line", "key"], how="anti")
     assert kept.is_empty()
 
 
@@ -71,7 +71,7 @@ def test_a_real_server_log_keeps_its_peaks_counts_and_last_sample() -> None:
 def test_the_server_reader_folds_batch_by_batch_to_the_same_peaks_and_last_samples(fixture: str) -> None:
     path = next((FIXTURES / fixture).rglob("llm_server.log*"))
     every, folded = read_sglang_log(path), read_sglang_log(path, stats_per_minute=True)
-    stats = lambda log: log.metrics.filter(pl.col("key").str.starts_with("sglang/") & pl.col("time").is_not_null())  # noqa: E731
+    stats = lambda log: log.metrics.filter(pl.col("key").cast(pl.String).str.starts_with("sglang/") & pl.col("time").is_not_null())  # noqa: E731
     assert folded.metrics.height < every.metrics.height
     assert _by_key(stats(folded)).equals(_by_key(stats(every)))
     for frame in ("events", "http", "servers"):
@@ -80,7 +80,7 @@ def test_the_server_reader_folds_batch_by_batch_to_the_same_peaks_and_last_sampl
 
 
 def _by_key(frame: pl.DataFrame) -> pl.DataFrame:
-    counted = pl.col("key").str.ends_with("_lines")
+    counted = pl.col("key").cast(pl.String).str.ends_with("_lines")
     return frame.group_by("key").agg(
         pl.col("value").filter(~counted).max().alias("peak"),
         pl.col("value").filter(counted).sum().alias("lines"),

@@ -331,7 +331,7 @@ def test_sglang_records_survive_damage_between_them(junk: bytes) -> None:
 def test_sglang_bare_decode_batch_line() -> None:
     """Found by the long fuzz run: a ``Decode batch`` record with nothing after it."""
     log = run_text("sglang", b"[2025-11-18 08:01:41] Decode batch\n", packed=False)
-    assert log.metrics.filter(pl.col("key").str.contains("running")).is_empty() and log.unparsed_lines == 1
+    assert log.metrics.filter(pl.col("key").cast(pl.String).str.contains("running")).is_empty() and log.unparsed_lines == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_server_metrics_are_on_the_step_axis(fixture_run) -> None:
     assert set(usage["source"].unique()) == {"sglang"}
     near = usage.filter(pl.col("step").is_between(170, 180))["value"]
     assert near.max() >= 0.95
-    http = run.metrics.filter(pl.col("key").str.starts_with("sglang/http/generate/200"))
+    http = run.metrics.filter(pl.col("key").cast(pl.String).str.starts_with("sglang/http/generate/200"))
     assert http["value"].sum() > 0
 
 

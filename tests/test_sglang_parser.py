@@ -107,7 +107,7 @@ def test_real_excerpts(name: str) -> None:
     for key, values in expected["metrics"].items():
         assert series(log, key) == pytest.approx(values), key
     if not expected["metrics"]:
-        assert log.metrics.filter(pl.col("key").str.starts_with("sglang/")).is_empty()
+        assert log.metrics.filter(pl.col("key").cast(pl.String).str.starts_with("sglang/")).is_empty()
     assert log.lines == len(path.read_bytes().splitlines())
     assert log.unparsed_lines == 1  # the "# source:" header
     assert looks_like_sglang(path)
