@@ -2,8 +2,9 @@
 
 One command (not part of the tests)::
 
-    python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--dir /tmp/grpo-forensics-bench]
-                               [--keep] [--reuse] [--skip-lnav] [--report FILE] [--repeat N] [--loop-mb 300]
+    python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3]
+                               [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
+                               [--report FILE] [--repeat N] [--loop-mb 300]
 
 It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
 
@@ -35,8 +36,11 @@ first with ``cat``; peak RSS is the child's ``ru_maxrss`` from ``os.wait4``):
 - a line-by-line Python regex parser (step headers, table rows, SGLang stats, error keywords) on a
   slice of each file (``--loop-mb``), extrapolated to the whole set.
 
-And how cold ``analyze`` grows with the input (``--scaling``): seconds per GB and peak RSS at each
-size. The table is printed as Markdown (and written to ``--report``).
+And how cold ``analyze`` grows with the input, two ways: a longer run (``--scaling``: more blocks,
+so more steps, days and server traffic, as above) and a busier server (``--busy-scaling``: always
+the same two-day run, one incident block of 1870 steps, each ``/generate`` access line of its
+server log written k times and its Ray logs longer). Seconds per GB and peak RSS at each size.
+The tables are printed as Markdown (and written to ``--report``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -353,8 +358,13 @@ def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
     for step in range(STEPS_PER_EPOCH, BLOCK_STEPS * n + 1, STEPS_PER_EPOCH):
         write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
-    ray_goal = goal // 10
-    ray_bytes = write_ray_session(log_dir / RAY_SESSION, ray_goal, minutes=n * BLOCK_DAYS * 1440)
+    ray_bytes = write_ray_session(log_dir / RAY_SESSION, goal // 10, minutes=n * BLOCK_DAYS * 1440)
+    return _finish_set(root, log_dir, size_gb, {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
+                       steps=BLOCK_STEPS * n, incident=incident)
+
+
+def _finish_set(root: Path, log_dir: Path, size_gb: float, sizes: dict, *, steps: int, incident: int, busier: int = 1) -> dict:
+    """Dates the set's files as a finished run's and writes its description (``set.json``)."""
     files = sorted(str(p) for p in log_dir.rglob("*") if p.is_file() and p.stat().st_size and "events" not in p.parts)
     # The morning after: a finished run's logs were last written hours ago (the parsers read
     # settled files through a memory map, files written a minute ago with plain reads).
@@ -365,16 +375,65 @@ def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
         "size_gb": size_gb,
         "outputs": str(root / "outputs"),
         "files": files,
-        "bytes": {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
-        "steps": BLOCK_STEPS * n,
+        "bytes": sizes,
+        "steps": steps,
         "incident_steps": [BLOCK_STEPS * incident + INCIDENT[0], BLOCK_STEPS * incident + INCIDENT[1] - 1],
+        "busier": busier,
     }
     (root / "set.json").write_text(json.dumps(info, indent=1))
     return info
 
 
-def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list) -> dict:
-    root = base / f"run-{size_gb:g}gb"
+_ACCESS_LINE = re.compile(rb'^([^\n]* INFO: +[\d.]+:)(\d+)( - "POST /generate HTTP/1\.1" 200 OK\n)', re.M)
+
+
+def _busier(template: bytes, k: int) -> Iterator[bytes]:
+    """``template`` with each ``/generate`` access line written ``k`` times (other client ports):
+    the same run served by a busier server. In pieces of about 1 MB of template."""
+    def repeat(m: re.Match[bytes]) -> bytes:
+        port = int(m[2])
+        return b"".join(b"%s%d%s" % (m[1], 1024 + (port + 7 * i) % 64000, m[3]) for i in range(k))
+
+    start = 0
+    while start < len(template):
+        stop = template.find(b"\n", start + (1 << 20)) + 1 or len(template)
+        yield _ACCESS_LINE.sub(repeat, template[start:stop])
+        start = stop
+
+
+def build_busy_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
+    """The growth-by-verbosity set: always the same two-day run (one block, the incident in it),
+    its server busier and its Ray logs longer until the set reaches ``size_gb``."""
+    sys.path.insert(0, str(FIXTURES))
+    from areal_builder import checkpoint_name, write_hf_checkpoint  # noqa: PLC0415
+
+    goal = int(size_gb * 1e9)
+    body = blocks.server["incident"]
+    access = sum(len(m[0]) for m in _ACCESS_LINE.finditer(body))
+    trainer_bytes = len(blocks.trainer_head) + len(blocks.trainer["incident"])
+    k = max(1, round((goal * 0.9 - trainer_bytes - (len(body) - access)) / max(access, 1)))
+    log_dir = root / "outputs" / "logs" / USER / EXPERIMENT / TRIAL
+    shutil.rmtree(root, ignore_errors=True)
+    trainer, server = _Writer(log_dir / "trainer.log"), _Writer(log_dir / "llm_server.log")
+    trainer.add(_fill(blocks.trainer_head, blocks.dates, timedelta(0)))
+    trainer.add(_restep(_fill(blocks.trainer["incident"], blocks.dates, timedelta(0)), 0, 1))
+    server.add(_fill(blocks.server_head, blocks.dates, timedelta(0)))
+    for piece in _busier(body, k):
+        server.add(_fill(piece, blocks.dates, timedelta(0)))
+    trainer.close()
+    server.close()
+    (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", "total_train_epochs: 2", blocks.config))
+    (log_dir / "version.json").write_bytes(blocks.version)
+    ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
+    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS + 1, STEPS_PER_EPOCH):
+        write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
+    ray_bytes = write_ray_session(log_dir / RAY_SESSION, goal // 10, minutes=BLOCK_DAYS * 1440)
+    return _finish_set(root, log_dir, size_gb, {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
+                       steps=BLOCK_STEPS, incident=0, busier=k)
+
+
+def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, busy: bool = False) -> dict:
+    root = base / (f"busy-{size_gb:g}gb" if busy else f"run-{size_gb:g}gb")
     if reuse and (root / "set.json").is_file():
         info = json.loads((root / "set.json").read_text())
         print(f"reusing {root} ({sum(info['bytes'].values()) / 1e9:.2f} GB)", flush=True)
@@ -384,7 +443,7 @@ def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list) -> dict
         blocks_cache.append(build_blocks(base / "scratch"))
         print(f"built the base blocks in {time.perf_counter() - t0:.0f} s", flush=True)
     t0 = time.perf_counter()
-    info = build_set(root, size_gb, blocks_cache[0])
+    info = (build_busy_set if busy else build_set)(root, size_gb, blocks_cache[0])
     total = sum(info["bytes"].values())
     print(f"wrote {root} ({total / 1e9:.2f} GB: trainer {info['bytes']['trainer'] / total:.0%}, server "
           f"{info['bytes']['server'] / total:.0%}, ray {info['bytes']['ray'] / total:.0%}) in "
@@ -556,7 +615,9 @@ def fmt_rss(mb: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-gb", type=float, default=3.0, help="size of the file set of the main table (default 3)")
-    parser.add_argument("--scaling", default="0.3,1,3", help="sizes in GB for the growth check ('' to skip)")
+    parser.add_argument("--scaling", default="0.3,1,3", help="sizes in GB for the growth with the run's length ('' to skip)")
+    parser.add_argument("--busy-scaling", default="0.3,1,3",
+                        help="sizes in GB for the growth with the server's traffic, the run's length fixed ('' to skip)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
@@ -676,29 +737,31 @@ def main() -> None:
         f"{g} {v['bytes'] / 1e6:,.0f} MB in {v['seconds']:.1f} s ({v['bytes'] / 1e6 / max(v['seconds'], 1e-9):,.0f} MB/s)"
         for g, v in loop_detail.items()))
 
-    sizes = [float(x) for x in args.scaling.split(",") if x.strip()]
-    if sizes:
+    def growth(title: str, sizes: list[float], busy: bool) -> None:
+        """Cold ``analyze`` at each size: the table and the verdicts on time and memory."""
         say()
-        say("### Growth with the input (cold `analyze --no-html`)")
+        say(f"### {title} (cold `analyze --no-html`)")
         say()
-        say("| input | seconds | s/GB | MB/s | peak RSS | load avg |")
-        say("|---:|---:|---:|---:|---:|---|")
+        say("| input | steps | seconds | s/GB | MB/s | peak RSS | load avg |")
+        say("|---:|---:|---:|---:|---:|---:|---|")
         points = []
         for size in sizes:
-            if abs(size - args.size_gb) < 1e-9:
+            if not busy and abs(size - args.size_gb) < 1e-9:
                 s_info, seconds, rss, la = info, cold_s, cold_rss, loads[1]
             else:
-                s_info = get_set(args.dir, size, args.reuse, blocks)
+                s_info = get_set(args.dir, size, args.reuse, blocks, busy=busy)
                 warm(s_info["files"])
                 la = load_avg()
-                seconds, rss = best(lambda i, s_info=s_info, size=size: timed(
-                    analyze_cmd(s_info, work / f"scale-{size:g}.json", None),
-                    env={"GRPO_FORENSICS_CACHE": str(work / f"cache-{size:g}-{i}")}))
+                tag = f"{'busy' if busy else 'long'}-{size:g}"
+                seconds, rss = best(lambda i, s_info=s_info, tag=tag: timed(
+                    analyze_cmd(s_info, work / f"scale-{tag}.json", None),
+                    env={"GRPO_FORENSICS_CACHE": str(work / f"cache-{tag}-{i}")}))
                 if not args.keep:
-                    shutil.rmtree(args.dir / f"run-{size:g}gb", ignore_errors=True)
+                    shutil.rmtree(Path(s_info["outputs"]).parent, ignore_errors=True)
             gb = sum(s_info["bytes"].values()) / 1e9
             points.append((gb, seconds, rss))
-            say(f"| {gb:.2f} GB | {seconds:.2f} | {seconds / gb:.2f} | {gb * 1e3 / seconds:,.0f} | {fmt_rss(rss)} | {la} |")
+            say(f"| {gb:.2f} GB | {s_info['steps']:,} | {seconds:.2f} | {seconds / gb:.2f} | {gb * 1e3 / seconds:,.0f} | "
+                f"{fmt_rss(rss)} | {la} |")
         if len(points) >= 2:
             per_gb = [s / g for g, s, _ in points]
             # At most linear: the cost per GB at the largest size is no more than at the smallest
@@ -706,12 +769,20 @@ def main() -> None:
             spread = per_gb[-1] / per_gb[0]
             rss_growth = points[-1][2] / points[0][2]
             size_growth = points[-1][0] / points[0][0]
+            slope = (points[-1][2] - points[0][2]) / (points[-1][0] - points[0][0])
             say()
             say(f"Time: s/GB {per_gb[0]:.2f} at {points[0][0]:.2f} GB, {per_gb[-1]:.2f} at {points[-1][0]:.2f} GB (×{spread:.2f}) — "
                 f"{'at most linear' if spread <= 1.35 else 'NOT linear'} (s/GB may fall, rise at most ×1.35). "
-                f"Memory: peak RSS ×{rss_growth:.2f} for ×{size_growth:.1f} the input — "
+                f"Memory: peak RSS ×{rss_growth:.2f} for ×{size_growth:.1f} the input, {slope:,.0f} MB more per GB — "
                 f"{'flat' if rss_growth <= 1.5 and max(r for *_, r in points) < 1536 else 'NOT flat'} "
                 f"(flat: ≤ ×1.5 and always < 1.5 GB).")
+
+    sizes = [float(x) for x in args.scaling.split(",") if x.strip()]
+    if sizes:
+        growth("Growth with the run's length: more steps, days and server traffic", sizes, busy=False)
+    sizes = [float(x) for x in args.busy_scaling.split(",") if x.strip()]
+    if sizes:
+        growth(f"Growth with the server's traffic: the same two-day run ({BLOCK_STEPS:,} steps), a busier server", sizes, busy=True)
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")
