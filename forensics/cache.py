@@ -12,7 +12,9 @@ before the end). On the next run:
 
 The key includes a digest of the parser code, so a changed parser never serves old frames.
 Entries are written to a temporary folder and renamed into place: parallel runs never see a
-half-written entry.
+half-written entry. The writing happens on a background thread, beside the parsing of the next
+source; a read of an entry waits for its pending write, and the process waits for all of them
+before it exits.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -102,6 +106,7 @@ class ParseCache:
         except OSError:
             return parse(path)
         entry = self._entry(reader, path, variant)
+        _written(entry)
         stored = _load(entry)
         if stored is not None:
             old_identity, old = stored
@@ -115,15 +120,16 @@ class ParseCache:
                     grown = None
                 if grown is not None:
                     self.outcomes[str(path)] = "grown"
-                    self._store(entry, identity, grown)
+                    _write_later(entry, lambda: self._store(entry, identity, grown))
                     return grown
         result = parse(path)
         self.outcomes[str(path)] = "parsed"
-        self._store(entry, identity, result)
+        _write_later(entry, lambda: self._store(entry, identity, result))
         return result
 
     def clear(self) -> None:
         """Remove every entry."""
+        wait_for_writes()
         shutil.rmtree(self.directory / "parsed", ignore_errors=True)
         shutil.rmtree(self.directory / "results", ignore_errors=True)
 
@@ -293,6 +299,39 @@ def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse:
             if remaining is not None:
                 remaining -= len(chunk)
     return parse(scratch)
+
+
+# Entry writes in flight, by entry folder: one writer thread for the process (Parquet encoding
+# releases the GIL), so a cold analysis encodes one source while it parses the next.
+_writes: dict[Path, Future[None]] = {}
+_writes_lock = threading.Lock()
+_writer: ThreadPoolExecutor | None = None
+
+
+def _write_later(entry: Path, write: Callable[[], None]) -> None:
+    global _writer
+    with _writes_lock:
+        if _writer is None:
+            # Its thread is joined when the interpreter exits: no entry is left half-written.
+            _writer = ThreadPoolExecutor(1, thread_name_prefix="grpo-forensics-cache")
+        _writes[entry] = _writer.submit(write)
+
+
+def _written(entry: Path) -> None:
+    """Wait for the pending write of ``entry``, if any."""
+    with _writes_lock:
+        pending = _writes.pop(entry, None)
+    if pending is not None:
+        pending.result()
+
+
+def wait_for_writes() -> None:
+    """Wait until every entry write started by this process is on disk."""
+    with _writes_lock:
+        pending = list(_writes.values())
+        _writes.clear()
+    for write in pending:
+        write.result()
 
 
 def _load(entry: Path) -> tuple[Identity, Parsed] | None:

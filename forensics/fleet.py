@@ -32,7 +32,7 @@ from typing import Any
 import polars as pl
 
 from forensics.analysis import analyze_run, read_log_format
-from forensics.cache import ParseCache
+from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
 from forensics.discover import RunLocation, find_runs
 from forensics.errors import ForensicsError, UnusableInput
@@ -243,6 +243,8 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
                 "html": page, "markdown": markdown, "seconds": time.perf_counter() - started}
     except Exception as exc:  # reported as the run's error; the caller decides the exit code
         return _failure(task, exc, time.perf_counter() - started)
+    finally:
+        wait_for_writes()  # a Ray worker outlives its task: the run's cache entries are on disk when it ends
 
 
 def _failure(task: _Task, exc: BaseException, seconds: float = 0.0) -> dict[str, Any]:
