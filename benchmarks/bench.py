@@ -366,8 +366,7 @@ def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
 def _finish_set(root: Path, log_dir: Path, size_gb: float, sizes: dict, *, steps: int, incident: int, busier: int = 1) -> dict:
     """Dates the set's files as a finished run's and writes its description (``set.json``)."""
     files = sorted(str(p) for p in log_dir.rglob("*") if p.is_file() and p.stat().st_size and "events" not in p.parts)
-    # The morning after: a finished run's logs were last written hours ago (the parsers read
-    # settled files through a memory map, files written a minute ago with plain reads).
+    # The morning after: a finished run's logs were last written hours ago.
     finished = time.time() - 6 * 3600
     for name in files:
         os.utime(name, (finished, finished))

@@ -1,12 +1,10 @@
-"""Blocks of whole lines (parsers._lines): the memory-mapped reader of settled files and the plain
-reader of files still being written both give every byte, never cut a line, and keep blocks
-near their size."""
+"""Blocks of whole lines (parsers._lines): positioned reads of plain files and the streaming
+reader of gzipped ones give every byte, never cut a line, keep blocks near their size, and end
+cleanly where a file being truncated or written now ends."""
 
 from __future__ import annotations
 
 import gzip
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -28,40 +26,37 @@ def _blocks(path: Path, size: int) -> list[bytes]:
 
 @pytest.mark.parametrize("name", sorted(CONTENTS))
 @pytest.mark.parametrize("size", [1, 7, 4096, 1 << 20])
-def test_settled_and_fresh_files_give_whole_lines(tmp_path: Path, name: str, size: int) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_blocks_hold_whole_lines_and_every_byte(tmp_path: Path, name: str, size: int, packed: bool) -> None:
     data = CONTENTS[name]
-    fresh, settled = tmp_path / "fresh.log", tmp_path / "settled.log"
-    fresh.write_bytes(data)
-    settled.write_bytes(data)
-    past = time.time() - 2 * lines.SETTLED_SECONDS
-    os.utime(settled, (past, past))
-    assert not lines._settled(fresh) and lines._settled(settled)
-    for got in (_blocks(settled, size), _blocks(fresh, size)):
-        assert b"".join(got) == data
-        assert all(block.endswith(b"\n") for block in got[:-1])  # no line is ever cut
-        longest = max((len(line) + 1 for line in data.split(b"\n")), default=0)
-        assert all(len(block) <= size + longest for block in got)
-
-
-def test_gzip_is_read_plainly_and_a_missing_file_is_not_settled(tmp_path: Path) -> None:
-    zipped = tmp_path / "trainer.log.gz"
-    zipped.write_bytes(gzip.compress(CONTENTS["plain"]))
-    past = time.time() - 2 * lines.SETTLED_SECONDS
-    os.utime(zipped, (past, past))
-    assert b"".join(_blocks(zipped, 97)) == CONTENTS["plain"]
-    assert not lines._settled(tmp_path / "gone.log")
-
-
-def test_a_file_cut_short_while_mapped_stops_without_touching_it(tmp_path: Path) -> None:
-    """A relaunch's ``tee`` without ``-a`` truncates the log while it is read: touching a mapped
-    page past the new end would kill the process; the reader stops at the block before."""
     log = tmp_path / "trainer.log"
-    data = b"".join(b"line %d\n" % i for i in range(5_000))  # several pages
+    log.write_bytes(gzip.compress(data) if packed else data)
+    got = _blocks(log, size)
+    assert b"".join(got) == data
+    assert all(block.endswith(b"\n") for block in got[:-1])  # no line is ever cut
+    longest = max((len(line) + 1 for line in data.split(b"\n")), default=0)
+    assert all(len(block) <= size + longest for block in got)
+
+
+def test_a_file_cut_short_while_read_ends_at_its_new_end(tmp_path: Path) -> None:
+    """A relaunch's ``tee`` without ``-a`` truncates the log while it is read: the read ends
+    where the file now ends, with no error."""
+    log = tmp_path / "trainer.log"
+    data = b"".join(b"line %d\n" % i for i in range(5_000))
     log.write_bytes(data)
-    past = time.time() - 2 * lines.SETTLED_SECONDS
-    os.utime(log, (past, past))
     blocks = lines._line_blocks(log, 64)
     first = next(blocks)
     with open(log, "r+b") as fh:
         fh.truncate(100)
-    assert first == data[: len(first)] and list(blocks) == []
+    assert first == data[: len(first)] and b"".join(blocks) == data[len(first) : 100]
+
+
+def test_a_file_growing_while_read_is_read_as_far_as_it_is_written(tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    data = b"".join(b"line %d\n" % i for i in range(5_000))
+    log.write_bytes(data[:1000])
+    blocks = lines._line_blocks(log, 64)
+    first = next(blocks)
+    with open(log, "ab") as fh:
+        fh.write(data[1000:])
+    assert first + b"".join(blocks) == data
