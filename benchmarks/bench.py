@@ -334,9 +334,6 @@ def write_ray_session(session: Path, goal: int, minutes: int) -> int:
 
 def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     """The run tree under ``root``; returns its description (files, sizes, the incident)."""
-    sys.path.insert(0, str(FIXTURES))
-    from areal_builder import checkpoint_name, write_hf_checkpoint  # noqa: PLC0415
-
     goal = int(size_gb * 1e9)
     per_block = (len(blocks.trainer["healthy"]) + len(blocks.server["healthy"])) * 1.0
     n = max(1, round(goal * 0.9 / per_block))
@@ -351,20 +348,26 @@ def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
         shift = timedelta(days=BLOCK_DAYS * k)
         trainer.add(_restep(_fill(blocks.trainer[kind], blocks.dates, shift), k, n))
         server.add(_fill(blocks.server[kind], blocks.dates, shift))
+    return _finish_set(root, blocks, size_gb, trainer, server, n_blocks=n, incident=incident)
+
+
+def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, server: _Writer, *, n_blocks: int,
+                incident: int, busier: int = 1) -> dict:
+    """The rest of a set whose logs are written: config, checkpoints, the Ray session (a tenth of
+    ``size_gb``), every file dated as a finished run's, and its description (``set.json``)."""
+    sys.path.insert(0, str(FIXTURES))
+    from areal_builder import checkpoint_name, write_hf_checkpoint  # noqa: PLC0415
+
     trainer.close()
     server.close()
-    (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", f"total_train_epochs: {2 * n}", blocks.config))
+    log_dir = root / "outputs" / "logs" / USER / EXPERIMENT / TRIAL
+    epochs = f"total_train_epochs: {2 * n_blocks}"
+    (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", epochs, blocks.config))
     (log_dir / "version.json").write_bytes(blocks.version)
     ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
-    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS * n + 1, STEPS_PER_EPOCH):
+    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS * n_blocks + 1, STEPS_PER_EPOCH):
         write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
-    ray_bytes = write_ray_session(log_dir / RAY_SESSION, goal // 10, minutes=n * BLOCK_DAYS * 1440)
-    return _finish_set(root, log_dir, size_gb, {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
-                       steps=BLOCK_STEPS * n, incident=incident)
-
-
-def _finish_set(root: Path, log_dir: Path, size_gb: float, sizes: dict, *, steps: int, incident: int, busier: int = 1) -> dict:
-    """Dates the set's files as a finished run's and writes its description (``set.json``)."""
+    ray_bytes = write_ray_session(log_dir / RAY_SESSION, int(size_gb * 1e9) // 10, minutes=n_blocks * BLOCK_DAYS * 1440)
     files = sorted(str(p) for p in log_dir.rglob("*") if p.is_file() and p.stat().st_size and "events" not in p.parts)
     # The morning after: a finished run's logs were last written hours ago.
     finished = time.time() - 6 * 3600
@@ -374,8 +377,8 @@ def _finish_set(root: Path, log_dir: Path, size_gb: float, sizes: dict, *, steps
         "size_gb": size_gb,
         "outputs": str(root / "outputs"),
         "files": files,
-        "bytes": sizes,
-        "steps": steps,
+        "bytes": {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
+        "steps": BLOCK_STEPS * n_blocks,
         "incident_steps": [BLOCK_STEPS * incident + INCIDENT[0], BLOCK_STEPS * incident + INCIDENT[1] - 1],
         "busier": busier,
     }
@@ -403,9 +406,6 @@ def _busier(template: bytes, k: int) -> Iterator[bytes]:
 def build_busy_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     """The growth-by-verbosity set: always the same two-day run (one block, the incident in it),
     its server busier and its Ray logs longer until the set reaches ``size_gb``."""
-    sys.path.insert(0, str(FIXTURES))
-    from areal_builder import checkpoint_name, write_hf_checkpoint  # noqa: PLC0415
-
     goal = int(size_gb * 1e9)
     body = blocks.server["incident"]
     access = sum(len(m[0]) for m in _ACCESS_LINE.finditer(body))
@@ -419,16 +419,7 @@ def build_busy_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     server.add(_fill(blocks.server_head, blocks.dates, timedelta(0)))
     for piece in _busier(body, k):
         server.add(_fill(piece, blocks.dates, timedelta(0)))
-    trainer.close()
-    server.close()
-    (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", "total_train_epochs: 2", blocks.config))
-    (log_dir / "version.json").write_bytes(blocks.version)
-    ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
-    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS + 1, STEPS_PER_EPOCH):
-        write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
-    ray_bytes = write_ray_session(log_dir / RAY_SESSION, goal // 10, minutes=BLOCK_DAYS * 1440)
-    return _finish_set(root, log_dir, size_gb, {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
-                       steps=BLOCK_STEPS, incident=0, busier=k)
+    return _finish_set(root, blocks, size_gb, trainer, server, n_blocks=1, incident=0, busier=k)
 
 
 def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, busy: bool = False) -> dict:
