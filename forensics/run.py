@@ -11,6 +11,7 @@ import polars as pl
 
 from forensics.align import assign_steps, reconstruct_times, step_clock
 from forensics.cache import ParseCache
+from forensics.detect import keys_matching
 from forensics.discover import LogSource, RunLocation
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
@@ -235,7 +236,7 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
         if reference is not None:
             offset = step_offset(reference, copy)
         else:
-            offset = 1 if copy["key"].unique().cast(pl.String).str.contains(r"^(?:grpo|ppo)_actor/").any() else 0
+            offset = 1 if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else 0
         out[name] = copy.with_columns(pl.col("step") + offset)
     return {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
 
