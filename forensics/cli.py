@@ -20,6 +20,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as run_analysis
 from forensics.analysis import locate
 from forensics.cache import ParseCache, default_cache_dir
@@ -475,6 +476,7 @@ def _report_dir(out: Path | None, paths: list[Path]) -> Path:
 
 def main() -> None:
     """Console-script entry point."""
+    reuse_block_memory()
     app()
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
@@ -247,6 +248,11 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         wait_for_writes()  # a Ray worker outlives its task: the run's cache entries are on disk when it ends
 
 
+def _analyze_on_ray(task: _Task) -> dict[str, Any]:
+    reuse_block_memory()  # the task's worker process is Ray's: set once per process, cheap to repeat
+    return _analyze_one(task)
+
+
 def _failure(task: _Task, exc: BaseException, seconds: float = 0.0) -> dict[str, Any]:
     unusable = isinstance(exc, ForensicsError | OSError)
     name = task.location.run_id if task.location else (task.wandb or task.slug)
@@ -277,7 +283,7 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
 def _on_processes(tasks: list[_Task], workers: int) -> Iterator[dict[str, Any]]:
     # spawn, not fork: a forked Polars thread pool can deadlock the child.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=reuse_block_memory) as pool:
         futures = {pool.submit(_analyze_one, task): task for task in tasks}
         for future in as_completed(futures):
             task = futures[future]
@@ -310,7 +316,7 @@ def _connect(ray: Any, address: str | None) -> bool:
 
 
 def _on_ray(ray: Any, tasks: list[_Task]) -> Iterator[dict[str, Any]]:
-    remote = ray.remote(num_cpus=1)(_analyze_one)
+    remote = ray.remote(num_cpus=1)(_analyze_on_ray)
     pending = {remote.remote(task): task for task in tasks}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)

@@ -21,6 +21,9 @@ CHUNK_BYTES = 64 << 20
 #: grow, large enough that the per-batch overhead is noise.
 BATCH_BYTES = 16 << 20
 IN_FLIGHT = 2
+#: The end of a block read first, to find where its last whole line ends: the block itself is
+#: then read to exactly there, not read whole and sliced (a copy made holding the GIL).
+_PROBE = 64 << 10
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 #: Colour and cursor escape sequences (colorlog writes them into files too).
@@ -229,15 +232,25 @@ def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
 
 def _positioned_blocks(path: Path, size: int) -> Iterator[bytes]:
     """:func:`_line_blocks` of a plain file by positioned reads: each block is read from where
-    the last whole line of the one before ended, so a cut-off line is read again, never joined
-    (one copy per block). A file that stops short (truncated, or still being written) just ends
-    the read there."""
+    the last whole line of the one before ended, so a cut-off line is read again, never joined.
+    A file that stops short (truncated, or still being written) just ends the read there."""
     fd = os.open(path, os.O_RDONLY)
     try:
         offset = 0
-        while block := os.pread(fd, size, offset):
+        while True:
+            end = _last_line_end(fd, offset, size)
+            if end is not None:  # read to exactly there: one copy, made by the kernel outside the GIL
+                block = os.pread(fd, end, offset)
+                if block:
+                    yield block
+                if len(block) < end:  # cut short since the probe
+                    return
+                offset += end
+                continue
+            block = os.pread(fd, size, offset)
             if len(block) < size:  # the end of the file, as far as it is written
-                yield block
+                if block:
+                    yield block
                 return
             cut = block.rfind(b"\n") + 1
             if not cut:  # a line longer than a block: read on to its end
@@ -252,6 +265,17 @@ def _positioned_blocks(path: Path, size: int) -> Iterator[bytes]:
             offset += cut
     finally:
         os.close(fd)
+
+
+def _last_line_end(fd: int, offset: int, size: int) -> int | None:
+    """Where the last line that ends within ``size`` bytes of ``offset`` ends, from the block's
+    last few KiB; ``None`` when the file ends sooner or that tail holds no newline."""
+    probe = min(_PROBE, size)
+    tail = os.pread(fd, probe, offset + size - probe)
+    newline = tail.rfind(b"\n")
+    if len(tail) < probe or newline < 0:
+        return None
+    return size - probe + newline + 1
 
 
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:

@@ -5,6 +5,9 @@ cleanly where a file being truncated or written now ends."""
 from __future__ import annotations
 
 import gzip
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,14 @@ CONTENTS = {
     "crlf and junk": b"one\r\n\xff\xfe\x00two\r\n\n\nthree\n",
     "empty": b"",
 }
+
+
+@pytest.fixture(autouse=True, params=[None, 8], ids=["probe", "small probe"])
+def probe(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test with the reader's own probe (as large as or larger than most blocks here) and with
+    one smaller than the blocks, so a block is found by its probe and read to exactly its end."""
+    if request.param is not None:
+        monkeypatch.setattr(lines, "_PROBE", request.param)
 
 
 def _blocks(path: Path, size: int) -> list[bytes]:
@@ -60,3 +71,12 @@ def test_a_file_growing_while_read_is_read_as_far_as_it_is_written(tmp_path: Pat
     with open(log, "ab") as fh:
         fh.write(data[1000:])
     assert first + b"".join(blocks) == data
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
+def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
+    """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:
+    they are process-wide)."""
+    code = "from forensics.allocator import reuse_block_memory; print(reuse_block_memory())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
