@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,15 +66,19 @@ def find_runs(paths: Sequence[Path], *, custom_format: CustomFormat | None = Non
         NoRunsFound: nothing under the paths looks like a training run's log.
     """
     runs: list[RunLocation] = []
+    skipped: list[str] = []
     for given in paths:
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
-        sources, problems = _classify([given], custom_format) if given.is_file() else _walk(given, custom_format)
+        as_file = not given.is_dir()  # a file, or a pipe given by name
+        sources, problems = _classify([given], custom_format) if as_file else _walk(given, custom_format)
         runs.extend(_group(given, sources, problems))
+        skipped += problems
     if not runs:
         shown = ", ".join(str(p) for p in paths)
+        why = "".join(f"; skipped {problem}" for problem in skipped[:3])
         raise NoRunsFound(
-            f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files)"
+            f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files){why}"
         )
     return runs
 
@@ -105,7 +110,11 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
     sources, problems = [], []
     for path in files:
         try:
-            if not path.is_file() or path.stat().st_size == 0:
+            if not path.is_file():
+                if (special := _special(path)) and _LOG_NAME.match(path.name):
+                    problems.append(f"{path}: a {special}, not a file: not read (reading would take what a writer sends)")
+                continue
+            if path.stat().st_size == 0:
                 continue
             kind = _kind(path, custom_format)
         except OSError as exc:
@@ -117,6 +126,15 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
         rotation = int(match.group("rot") or 0) if match else 0
         sources.append(LogSource(path, kind, -rotation))
     return sources, problems
+
+
+def _special(path: Path) -> str | None:
+    """What ``path`` is when it is a pipe, socket or device rather than a file or folder."""
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "named pipe"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device")):
+        if test(mode):
+            return name
+    return None
 
 
 #: Text-log sniffers, most specific first: the first that recognises a file names its kind.

@@ -75,6 +75,8 @@ def build_damaged_tree(root: Path) -> Path:
     secret = trial / "secret.log"
     secret.write_bytes(b"\n".join(lines[:200]) + b"\n")
     secret.chmod(0)
+    if hasattr(os, "mkfifo"):  # a named pipe with a log's name: opening it would wait for a writer
+        os.mkfifo(trial / "rollout.log")
 
     # Checkpoints: a zero-length shard, a safetensors file with a corrupt header, bad step_info.json.
     ckpt = outputs / CKPT / "default"
@@ -144,6 +146,8 @@ def test_analyze_survives_damage(damaged: Path, tmp_path: Path) -> None:
     said = json.dumps(run)
     if not IS_ROOT:
         assert "secret.log" in said
+    if hasattr(os, "mkfifo"):
+        assert "rollout.log: a named pipe, not a file: not read" in said
     checkpoints = {Path(c["path"]).name: c for c in run["checkpoints"]}
     # the recover checkpoint whose step_info.json does not parse is not trusted (the reason is not
     # in the v1 document: checkpoints carry no problems field)
@@ -265,3 +269,12 @@ def test_no_network_without_wandb(damaged: Path, tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     all_commands(damaged, tmp_path, ["--no-cache"])
     assert tried == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_is_named_not_opened(damaged: Path) -> None:
+    """Given by name, a pipe is refused with why (exit 2); it is never opened, which would wait
+    for a writer that will not come."""
+    lone = invoke("analyze", str(damaged / TRIAL / "rollout.log"), "--no-html")
+    assert lone.exit_code == 2
+    assert "rollout.log: a named pipe, not a file: not read" in " ".join(lone.output.split())
