@@ -117,46 +117,63 @@ def series(metrics: pl.DataFrame, key: str) -> pl.DataFrame:
 def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
     """Sustained runs of one exact value (zero, or any constant) that the healthy history
     makes improbable; each lasts until the metric looks healthy again for a whole window.
+
+    Only runs of a finite value at least ``t.min_run`` long can be one: they are found
+    vectorized, and only they are weighed against the history before them.
     """
     steps = frame["step"].to_list()
     values = frame["value"].to_list()
-    where = _Positions(values)
+    counts = _Occurrences(frame["value"])
     findings: list[Finding] = []
-    healthy_from = 0
-    i = 0
-    while i < len(values):
-        run = _run_length(values, i)
-        value = values[i]
-        seen = where.count(value, healthy_from, i)
-        # Constant from the first step to the last: never healthy, nothing to compare with.
-        never_varied = i == 0 and run == len(values)
-        if finite_value(value) and run >= t.min_run and (never_varied or improbable(seen, i - healthy_from, run, t.chance)):
-            history = values[healthy_from:i]
-            end = _recovery(values, i + run, value, history, t)
-            onset, end_step = steps[i], (steps[end] if end is not None else None)
-            described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
-            span = f"until step {end_step}" if end_step is not None else "and never recovered"
-            findings.append(
-                Finding("reward_collapse", key, onset, end_step, f"{key} {described} from step {onset} {span}", value)
-            )
-            if end is None:
-                break
-            i = healthy_from = end
+    healthy_from = i = 0
+    for start, length in _long_runs(frame["value"], t.min_run):
+        if start + length <= i:  # passed over while recovering from the finding before
             continue
-        i += run
+        if start < i:  # the scan resumed inside this run: only its rest counts
+            start, length = i, start + length - i
+            if length < t.min_run:
+                continue
+        value = values[start]
+        # Constant from the first step to the last: never healthy, nothing to compare with.
+        never_varied = start == 0 and length == len(values)
+        seen = counts.between(value, healthy_from, start)
+        if not (never_varied or improbable(seen, start - healthy_from, length, t.chance)):
+            continue
+        end = _recovery(values, start + length, value, values[healthy_from:start], t)
+        onset, end_step = steps[start], (steps[end] if end is not None else None)
+        described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
+        span = f"until step {end_step}" if end_step is not None else "and never recovered"
+        findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} from step {onset} {span}", value))
+        if end is None:
+            break
+        i = healthy_from = end
     return findings
 
 
-class _Positions:
-    """Where each exact value occurs, to count it in any stretch of the series in log time."""
+def _long_runs(values: pl.Series, min_run: int) -> list[tuple[int, int]]:
+    """``(start, length)`` of every run of one finite value at least ``min_run`` long, in order.
+    (Adding 0.0 makes -0.0 and 0.0 one value, as ``==`` has it.)"""
+    runs = (
+        pl.DataFrame({"value": values + 0.0})
+        .with_row_index("at")
+        .group_by(pl.col("value").rle_id().alias("run"), maintain_order=True)
+        .agg(pl.col("at").first().alias("start"), pl.len().alias("length"), pl.col("value").first())
+        .filter((pl.col("length") >= min_run) & pl.col("value").is_finite())
+    )
+    return list(zip(runs["start"].to_list(), runs["length"].to_list(), strict=True))
 
-    def __init__(self, values: list[float | None]) -> None:
-        self._at: dict[object, list[int]] = {}
-        for i, v in enumerate(values):
-            self._at.setdefault(value_token(v), []).append(i)
 
-    def count(self, value: float | None, start: int, stop: int) -> int:
-        at = self._at.get(value_token(value), [])
+class _Occurrences:
+    """How often a finite value occurs in any stretch of the series (positions found once per value)."""
+
+    def __init__(self, values: pl.Series) -> None:
+        self._values = values + 0.0
+        self._at: dict[float, list[int]] = {}
+
+    def between(self, value: float, start: int, stop: int) -> int:
+        if value not in self._at:
+            self._at[value] = (self._values == value).arg_true().to_list()
+        at = self._at[value]
         return bisect.bisect_left(at, stop) - bisect.bisect_left(at, start)
 
 
