@@ -125,12 +125,12 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     values = frame["value"].to_list()
     counts = _Occurrences(frame["value"])
     findings: list[Finding] = []
-    healthy_from = i = 0
+    healthy_from = resumed = 0
     for start, length in _long_runs(frame["value"], t.min_run):
-        if start + length <= i:  # passed over while recovering from the finding before
+        if start + length <= resumed:  # passed over while recovering from the finding before
             continue
-        if start < i:  # the scan resumed inside this run: only its rest counts
-            start, length = i, start + length - i
+        if start < resumed:  # the scan resumed inside this run: only its rest counts
+            start, length = resumed, start + length - resumed
             if length < t.min_run:
                 continue
         value = values[start]
@@ -146,7 +146,7 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} from step {onset} {span}", value))
         if end is None:
             break
-        i = healthy_from = end
+        resumed = healthy_from = end
     return findings
 
 

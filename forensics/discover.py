@@ -111,7 +111,7 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
     for path in files:
         try:
             if not path.is_file():
-                if (special := _special(path)) and _LOG_NAME.match(path.name):
+                if _LOG_NAME.match(path.name) and (special := _special(path)):
                     problems.append(f"{path}: a {special}, not a file: not read (reading would take what a writer sends)")
                 continue
             if path.stat().st_size == 0:
