@@ -123,10 +123,11 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     """
     steps = frame["step"].to_list()
     values = frame["value"].to_list()
-    counts = _Occurrences(frame["value"])
+    exact = frame["value"] + 0.0  # -0.0 and 0.0 as one value, as ``==`` has it
+    counts = _Occurrences(exact)
     findings: list[Finding] = []
     healthy_from = resumed = 0
-    for start, length in _long_runs(frame["value"], t.min_run):
+    for start, length in _long_runs(exact, t.min_run):
         if start + length <= resumed:  # passed over while recovering from the finding before
             continue
         if start < resumed:  # the scan resumed inside this run: only its rest counts
@@ -151,10 +152,9 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
 
 
 def _long_runs(values: pl.Series, min_run: int) -> list[tuple[int, int]]:
-    """``(start, length)`` of every run of one finite value at least ``min_run`` long, in order.
-    (Adding 0.0 makes -0.0 and 0.0 one value, as ``==`` has it.)"""
+    """``(start, length)`` of every run of one finite value at least ``min_run`` long, in order."""
     runs = (
-        pl.DataFrame({"value": values + 0.0})
+        pl.DataFrame({"value": values})
         .with_row_index("at")
         .group_by(pl.col("value").rle_id().alias("run"), maintain_order=True)
         .agg(pl.col("at").first().alias("start"), pl.len().alias("length"), pl.col("value").first())
@@ -167,7 +167,7 @@ class _Occurrences:
     """How often a finite value occurs in any stretch of the series (positions found once per value)."""
 
     def __init__(self, values: pl.Series) -> None:
-        self._values = values + 0.0
+        self._values = values
         self._at: dict[float, list[int]] = {}
 
     def between(self, value: float, start: int, stop: int) -> int:

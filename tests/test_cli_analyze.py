@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import platform
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -187,3 +190,12 @@ def test_metrics_in_every_format(fixture_run, tmp_path: Path, fmt: str) -> None:
     assert frame.columns == ["run_id", "source", "step", "time", "key", "value"]
     reward = frame.filter(pl.col("key") == "ppo_actor/task_reward/avg")
     assert reward.height == 300
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
+def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
+    """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:
+    they are process-wide)."""
+    code = "from forensics.allocator import reuse_block_memory; print(reuse_block_memory())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"

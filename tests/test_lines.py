@@ -5,9 +5,6 @@ cleanly where a file being truncated or written now ends."""
 from __future__ import annotations
 
 import gzip
-import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -71,12 +68,3 @@ def test_a_file_growing_while_read_is_read_as_far_as_it_is_written(tmp_path: Pat
     with open(log, "ab") as fh:
         fh.write(data[1000:])
     assert first + b"".join(blocks) == data
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
-def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
-    """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:
-    they are process-wide)."""
-    code = "from forensics.allocator import reuse_block_memory; print(reuse_block_memory())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "True"
