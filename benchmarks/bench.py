@@ -514,11 +514,76 @@ print(json.dumps(result))
 '''
 
 
+#: Each source parsed alone, in a fresh process, as ``analyze`` parses it: wall and CPU seconds.
+PARSE = r"""
+import json, os, sys, time
+from forensics.allocator import reuse_block_memory
+from parsers import read_areal_log, read_ray_session, read_sglang_log
+reuse_block_memory()
+group, path = sys.argv[1], sys.argv[2]
+read = {"trainer": read_areal_log, "server": lambda p: read_sglang_log(p, stats_per_minute=True), "ray": read_ray_session}[group]
+cpu0, t0 = os.times(), time.perf_counter()
+read(path)
+cpu1 = os.times()
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.user + cpu1.system - cpu0.system}))
+"""
+
+#: What any Polars parser pays before it parses: the files' lines as string columns (blocks of
+#: whole lines, two at a time, as the tool reads them) and one literal search over them.
+FLOOR = r"""
+import json, os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+import polars as pl
+from forensics.allocator import reuse_block_memory
+from parsers._lines import BATCH_BYTES, _line_blocks
+reuse_block_memory()
+
+def one(data):
+    return int(pl.read_lines(data, name="text")["text"].str.contains("Error", literal=True).sum())
+
+cpu0, t0 = os.times(), time.perf_counter()
+with ThreadPoolExecutor(2) as pool:
+    pending = []
+    for path in json.loads(sys.argv[1]):
+        for data in _line_blocks(path, BATCH_BYTES):
+            pending.append(pool.submit(one, data))
+            if len(pending) > 2:
+                pending.pop(0).result()
+    for done in pending:
+        done.result()
+cpu1 = os.times()
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.user + cpu1.system - cpu0.system}))
+"""
+
+
+def _groups(info: dict) -> dict[str, list[str]]:
+    return {"trainer": [f for f in info["files"] if f.endswith("trainer.log")],
+            "server": [f for f in info["files"] if f.endswith("llm_server.log")],
+            "ray": [f for f in info["files"] if RAY_SESSION in f]}
+
+
+def _child(script: str, *args: str) -> dict:
+    """Run ``script`` in a fresh interpreter (the tool importable from here) and read its JSON."""
+    result = Path(tempfile.mkstemp(suffix=".json")[1])
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    timed([sys.executable, "-c", script, *args], result, env=env, ok=(0,))
+    found = json.loads(result.read_text())
+    result.unlink()
+    return found
+
+
+def bounds(info: dict) -> tuple[dict[str, dict], dict]:
+    """Each parser's wall and CPU seconds on its own files, and the Polars floor on all of them."""
+    parsed = {}
+    for group, files in _groups(info).items():
+        target = files[0].split(RAY_SESSION)[0] + RAY_SESSION if group == "ray" else files[0]  # a session is a folder
+        parsed[group] = _child(PARSE, group, target) | {"bytes": info["bytes"][group]}
+    return parsed, _child(FLOOR, json.dumps(info["files"]))
+
+
 def python_loop(info: dict, limit_mb: float) -> tuple[float, float, dict]:
     """Extrapolated seconds for the whole set, peak RSS, and the per-group measurements."""
-    groups = {"trainer": [f for f in info["files"] if f.endswith("trainer.log")],
-              "server": [f for f in info["files"] if f.endswith("llm_server.log")],
-              "ray": [f for f in info["files"] if RAY_SESSION in f]}
+    groups = _groups(info)
     total = sum(info["bytes"].values())
     limits = {g: info["bytes"][g] / total for g in groups}
     out = {}
@@ -682,6 +747,8 @@ def main() -> None:
     rows.append((f"line-by-line Python regex parser ({sliced:,.0f} MB slice, extrapolated)", loop_s, loop_rss, ""))
     print(f"python loop: {loop_s:.2f} s (extrapolated)", flush=True)
     loads.append(load_avg())
+    parsed, floor = bounds(info)
+    print(f"parsers alone: {sum(p['seconds'] for p in parsed.values()):.2f} s; Polars floor: {floor['seconds']:.2f} s", flush=True)
 
     b = info["bytes"]
     say(f"## grpo-forensics benchmark — {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
@@ -726,6 +793,25 @@ def main() -> None:
     say("Python loop per file: " + "; ".join(
         f"{g} {v['bytes'] / 1e6:,.0f} MB in {v['seconds']:.1f} s ({v['bytes'] / 1e6 / max(v['seconds'], 1e-9):,.0f} MB/s)"
         for g, v in loop_detail.items()))
+
+    say()
+    say("### What bounds the throughput (each parser alone in a fresh process; CPU = user + system, all threads)")
+    say()
+    say("| work | GB | seconds | CPU seconds | CPU-s per GB | MB/s |")
+    say("|---|---:|---:|---:|---:|---:|")
+    names = {"trainer": "AReaL parser, trainer.log", "server": "SGLang parser, llm_server.log", "ray": "Ray parser, session folder"}
+    for group, p in [*parsed.items(), ("floor", floor | {"bytes": total})]:
+        what = names.get(group, "Polars floor: every file's lines as strings + one literal search (2 threads)")
+        say(f"| {what} | {p['bytes'] / 1e9:.2f} | {p['seconds']:.2f} | {p['cpu']:.2f} | {p['cpu'] / (p['bytes'] / 1e9):.2f} | "
+            f"{p['bytes'] / 1e6 / p['seconds']:,.0f} |")
+    cores = os.cpu_count() or 1
+    budget = 2 * grep_s
+    spent = sum(p["cpu"] for p in parsed.values())
+    say()
+    say(f"At 50 % of grep's throughput, cold `analyze` would have {budget:.2f} s: at most {budget * cores:.1f} CPU seconds on "
+        f"{cores} cores, {budget * cores / (total / 1e9):.2f} per GB. The parsers alone spend {spent:.1f} "
+        f"({spent / (total / 1e9):.2f} per GB), {spent / (budget * cores):.1f}× that; Polars' floor takes "
+        f"{floor['cpu'] / (budget * cores):.0%} of it before any parsing.")
 
     def growth(title: str, sizes: list[float], busy: bool) -> None:
         """Cold ``analyze`` at each size: the table and the verdicts on time and memory."""
