@@ -413,7 +413,12 @@ def _access_groups(access: pl.DataFrame) -> pl.DataFrame:
     """
     text = pl.col("text")
     count = (pl.col("line").min(), text.first(), pl.len().alias("n"))
-    groups = access.group_by("minute", "request").agg(*count)
+    # Neighbouring lines mostly share minute and request: each stretch of equal ones is counted
+    # first (comparing neighbours is cheaper than hashing every line), then the stretches.
+    stretches = access.group_by(pl.struct("minute", "request").rle_id().alias("stretch"), maintain_order=True).agg(
+        pl.col("minute").first(), pl.col("request").first(), *count
+    )
+    groups = stretches.group_by("minute", "request").agg(pl.col("line").min(), text.first(), pl.col("n").sum())
     minutes = groups["minute"].unique()
     odd = minutes.filter(~minutes.str.contains(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:$")).implode()
     requests = groups["request"].unique().drop_nulls().to_list()
