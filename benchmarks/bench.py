@@ -518,16 +518,17 @@ print(json.dumps(result))
 '''
 
 
-#: Each source parsed alone, in a fresh process, as ``analyze`` parses it: wall and CPU seconds.
+#: Each source parsed alone, in a fresh process, by the run loader's own reader call (what
+#: ``analyze`` does for it, without the cache): wall and CPU seconds.
 PARSE = r"""
 import json, os, sys, time
+from pathlib import Path
 from forensics.allocator import reuse_block_memory
-from parsers import read_areal_log, read_ray_session, read_sglang_log
+from forensics.run import _read
 reuse_block_memory()
-group, path = sys.argv[1], sys.argv[2]
-read = {"trainer": read_areal_log, "server": lambda p: read_sglang_log(p, stats_per_minute=True), "ray": read_ray_session}[group]
+reader, path = sys.argv[1], Path(sys.argv[2])
 cpu0, t0 = os.times(), time.perf_counter()
-read(path)
+_read(reader, path, None)
 cpu1 = os.times()
 print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.user + cpu1.system - cpu0.system}))
 """
@@ -581,7 +582,8 @@ def bounds(info: dict) -> tuple[dict[str, dict], dict]:
     parsed = {}
     for group, files in _groups(info).items():
         target = files[0].split(RAY_SESSION)[0] + RAY_SESSION if group == "ray" else files[0]  # a session is a folder
-        parsed[group] = _child(PARSE, group, target) | {"bytes": info["bytes"][group]}
+        reader = {"trainer": "areal", "server": "sglang", "ray": "ray"}[group]
+        parsed[group] = _child(PARSE, reader, target) | {"bytes": info["bytes"][group]}
     return parsed, _child(FLOOR, json.dumps(info["files"]))
 
 
