@@ -284,6 +284,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     values = metrics.height
     if fold:  # dated samples fold here; time-only ones once their dates are known (see _metrics)
         metrics = last_and_peak_per_minute(metrics)
+    metrics = metrics.with_columns(pl.col("key").cast(pl.Categorical))  # kept to the end: 4 bytes a key
     last_line = int(batch["line"][-1]) if batch.height else 0
     firsts = [int(f["line"][0]) for f in (fast, slow) if f.height]
     return _Parts(
@@ -292,7 +293,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
         access=_access_groups(access),
         samples=_clock(fast),
         stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
-        clues=clues,
+        clues=_distinct_clues(clues, other["line"]),
         metrics=[metrics],
         ends=[last_line],
         first_sample=min(firsts, default=None),
@@ -303,6 +304,16 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
         stats_unparsed=unparsed,
         stats_values=values,
     )
+
+
+def _distinct_clues(clues: pl.DataFrame, between: pl.Series) -> pl.DataFrame:
+    """The first sample of each kind (example, rank tags, date) between two of the ``between``
+    lines, instead of every sample: a run's clues then grow with its server's restarts and other
+    lines, not with its stats lines. Exact for :meth:`_Clues.hints`: a server instance begins at
+    one of the ``between`` lines (the batch's non-stats, non-access lines), so no group spans two."""
+    stretch = between.sort().search_sorted(clues["line"]).alias("between")
+    kind = ("example", "untagged", "dated")
+    return clues.group_by(stretch, *kind, maintain_order=True).agg(pl.col("line").first()).select("line", *kind)
 
 
 def _clock(samples: pl.DataFrame) -> pl.DataFrame:
@@ -1100,7 +1111,9 @@ def _metrics(
     value."""
     sampled = _generic_stats(rest)
     lined = _line_metrics(other.filter(pl.col("record") & ~pl.col("rank_copy")), fmt.metrics)
-    few = _time_at(pl.concat([sampled, lined]), timeline, exact=True).select(_EMPTY_LONG.columns)
+    few = _time_at(pl.concat([sampled, lined]), timeline, exact=True).select(_EMPTY_LONG.columns).with_columns(
+        pl.col("key").cast(pl.Categorical)
+    )
     # Each batch's few more rows go into its frame: sorting one small frame at a time is cheap.
     which = pl.Series(parts.ends).search_sorted(few["line"], side="left")
     batches = parts.metrics
