@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import polars as pl
 
 CHUNK_BYTES = 64 << 20
-#: Bytes per batch of :func:`collect_line_batches`: small enough that memory stays flat as files
+#: Bytes per batch of :func:`line_batch_pieces`: small enough that memory stays flat as files
 #: grow, large enough that the per-batch overhead is noise.
 BATCH_BYTES = 16 << 20
 IN_FLIGHT = 2
@@ -135,13 +135,14 @@ def collect_lines(
     return {name: pl.concat(frames) for name, frames in pieces.items()}
 
 
-def collect_line_batches(
+def line_batch_pieces(
     path: Path,
     extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]],
     batch_bytes: int | None = None,
-) -> dict[str, pl.DataFrame]:
-    """Like :func:`collect_lines`, in batches of whole lines: besides the two batches in flight,
-    only ``extract``'s (reduced) results are held, so the file's text never is at once.
+) -> dict[str, list[pl.DataFrame]]:
+    """Like :func:`collect_lines`, in batches of whole lines: ``extract``'s results for each batch,
+    in file order (a list per result), so a caller can let them go one by one. Besides the two batches
+    in flight, only those (reduced) results are held, so the file's text never is at once.
 
     ``extract`` must be line-local: batch boundaries fall between any two lines. Two batches are
     in flight at a time (Polars releases the GIL), which keeps both cores busy where one batch's
@@ -181,8 +182,8 @@ def collect_line_batches(
             keep(done)
     if not pieces:  # an empty file: no batch at all, but the extract's (empty) frames still
         parts = extract(pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String}))
-        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
-    return {name: pl.concat(frames) for name, frames in pieces.items()}
+        return {name: [frame] for name, frame in zip(parts, pl.collect_all(list(parts.values())), strict=True)}
+    return pieces
 
 
 def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataFrame]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_line_batches, sniff
+from parsers._lines import ANSI, line_batch_pieces, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
@@ -74,8 +74,9 @@ def read_areal_log(path: Path) -> AReaLLog:
     head = re.sub(ANSI, "", sniff(path, 256 << 10)).splitlines()[:5000]
     prefixes = _prefixes_in(head, fmt)
     pairs = _pairs_per_row(head, prefixes)
-    parts = collect_line_batches(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
-    return _assemble(str(path), parts, fmt, pairs)
+    pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
+    cells = pieces.pop("cells")  # most of the rows: turned into metrics batch by batch
+    return _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, fmt, pairs)
 
 
 def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:
@@ -104,7 +105,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     Table rows (most of the bytes) are split by field, never matched by a regex. Table rules
     and blank lines are dropped unread; only the remaining lines are cleaned of colour codes
     (colorlog colours a message's first line, never a table row) and read with the logger regex.
-    Results must not depend on where batches are cut (see ``collect_line_batches``).
+    Results must not depend on where batches are cut (see ``line_batch_pieces``).
     """
     text = pl.col("text")
     for regex in prefixes:
@@ -202,7 +203,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     return parts
 
 
-def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: int) -> AReaLLog:
+def _assemble(path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], fmt: LogFormat, pairs: int) -> AReaLLog:
     rows, logged, untimed, counts = parts["rows"], parts["timed"], parts["untimed"], parts["counts"]
     # Blank lines and table rules are never read; a file ending in them is counted to its last text.
     total_lines = max(int(rows["line"].max() or 0), int(counts["last"].max() or 0))
@@ -211,7 +212,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: LogFormat, pairs: 
     headers = _headers(logged)
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     complete = rows.filter(pl.col("complete"))
-    metrics, orphans, bad_values = _table_metrics(path, complete, parts["cells"], tops, logged, headers)
+    metrics, orphans, bad_values = _table_metrics(path, complete, cells, tops, logged, headers)
     memory = _line_metrics(path, [parts[f"metric{i}"] for i in range(len(fmt.metrics))], fmt)
     events = _events(path, untimed, logged, fmt)
 
@@ -253,9 +254,10 @@ def _headers(logged: pl.DataFrame) -> pl.DataFrame:
 
 
 def _table_metrics(
-    path: str, rows: pl.DataFrame, cells: pl.DataFrame, tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
+    path: str, rows: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int]:
-    """Whole table rows' cells → (step, key, value); the later copy of a re-logged step wins.
+    """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
+    → (step, key, value); the later copy of a re-logged step wins.
 
     Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
     """
@@ -282,27 +284,40 @@ def _table_metrics(
     )
     owners = owned.select("top", "header", "step", "time", "latest")
     orphans = rows.select("line").join_asof(owners, left_on="line", right_on="top").filter(pl.col("step").is_null()).height
-    # One lazy query from cells to metric rows: the long intermediate frames are never held.
-    cells = (
+    several = (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1
+    if several:  # a step's tables may straddle two batches: their cells are averaged together
+        cells[:] = [pl.concat(cells)]
+    out, bad = [], 0
+    while cells:  # each batch's cells are let go once turned into rows: they never coexist with all the rows
+        metrics, nulls = _owned_cells(path, cells.pop(0), owners, several)
+        out.append(metrics)
+        bad += nulls
+    return pl.concat(out, rechunk=False), orphans, bad
+
+
+def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: bool) -> tuple[pl.DataFrame, int]:
+    """One batch's cells joined to the step owning their table → metric rows, and the count of
+    non-numeric values."""
+    query = (
         cells.lazy()
         .join_asof(owners.lazy(), left_on="line", right_on="top")
         .filter(pl.col("latest").fill_null(False))
         .select("step", "time", "key", "value", pl.col("header").alias("line"))
     )
-    bad = cells.filter(pl.col("value").is_null()).select(pl.len())
-    cells = cells.filter(pl.col("value").is_not_null())
-    if (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1:
+    bad = query.filter(pl.col("value").is_null()).select(pl.len())
+    query = query.filter(pl.col("value").is_not_null())
+    if several:
         # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
-        cells = cells.group_by("step", "key", maintain_order=True).agg(
+        query = query.group_by("step", "key", maintain_order=True).agg(
             pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
         )
-    cells = cells.with_columns(pl.lit(path).alias("file"))
-    present = cells.collect_schema().names()
-    cells = cells.select(
+    query = query.with_columns(pl.lit(path).alias("file"))
+    present = query.collect_schema().names()
+    query = query.select(
         (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
     )
-    cells_frame, bad_frame = pl.collect_all([cells, bad])
-    return cells_frame, orphans, int(bad_frame.item())
+    metrics, bad_frame = pl.collect_all([query, bad])
+    return metrics, int(bad_frame.item())
 
 
 def _line_metrics(path: str, found: list[pl.DataFrame], fmt: LogFormat) -> pl.DataFrame:
