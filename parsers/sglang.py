@@ -310,7 +310,7 @@ def _distinct_clues(clues: pl.DataFrame, between: pl.Series) -> pl.DataFrame:
     """The first sample of each kind (example, rank tags, date) between two of the ``between``
     lines, instead of every sample: a run's clues then grow with its server's restarts and other
     lines, not with its stats lines. Exact for :meth:`_Clues.hints`: a server instance begins at
-    one of the ``between`` lines (the batch's non-stats, non-access lines), so no group spans two."""
+    one of the ``between`` lines (every line a launch marker can be on), so no group spans two."""
     stretch = between.sort().search_sorted(clues["line"]).alias("between")
     kind = ("example", "untagged", "dated")
     return clues.group_by(stretch, *kind, maintain_order=True).agg(pl.col("line").first()).select("line", *kind)
