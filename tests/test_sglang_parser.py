@@ -636,3 +636,23 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
     zipped = tmp_path / "llm_server.log.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
     _same(read_sglang_log(zipped), whole)
+
+
+def test_an_instance_without_stats_takes_no_clue_from_its_neighbours_stats(tmp_path: Path) -> None:
+    # Version clues are kept per kind of stats line between other lines, not per line: an
+    # instance that died before any stats line must still get none from the instances around it.
+    def instance(day: int, stats: bool) -> list[str]:
+        lines = [
+            f"202511{day}-09:00:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --port 30000",
+            f"[2025-11-{day} 09:00:05] server_args=ServerArgs(model_path='/m', port=30000, log_level='info')",
+        ]
+        if stats:
+            lines += [f"[2025-11-{day} 09:01:{s:02d}] Decode batch. #running-req: 3, #token: 30, token usage: 0.03, "
+                      "gen throughput (token/s): 5.00, #queue-req: 1, " for s in range(5)]
+        return lines + [f"202511{day}-09:02:00.000 SGLangServer Wrapper INFO: SGLang server http://10.0.0.1:30000 exits, returncode=1"]
+
+    log = read_sglang_log(write(tmp_path, instance(11, True) + instance(12, False) + instance(13, True)))
+    alone = read_sglang_log(write(tmp_path, instance(12, False), "alone.log"))
+    hints = log.servers["version_hint"].to_list()
+    assert hints[0] == hints[2] != alone.servers["version_hint"][0]
+    assert hints[1] == alone.servers["version_hint"][0]
