@@ -648,7 +648,7 @@ def test_an_instance_without_stats_takes_no_clue_from_its_neighbours_stats(tmp_p
         ]
         if stats:
             lines += [f"[2025-11-{day} 09:01:{s:02d}] Decode batch. #running-req: 3, #token: 30, token usage: 0.03, "
-                      "gen throughput (token/s): 5.00, #queue-req: 1, " for s in range(5)]
+                      "cuda graph: True, gen throughput (token/s): 5.00, #queue-req: 1, " for s in range(5)]
         return lines + [f"202511{day}-09:02:00.000 SGLangServer Wrapper INFO: SGLang server http://10.0.0.1:30000 exits, returncode=1"]
 
     log = read_sglang_log(write(tmp_path, instance(11, True) + instance(12, False) + instance(13, True)))
@@ -656,3 +656,4 @@ def test_an_instance_without_stats_takes_no_clue_from_its_neighbours_stats(tmp_p
     hints = log.servers["version_hint"].to_list()
     assert hints[0] == hints[2] != alone.servers["version_hint"][0]
     assert hints[1] == alone.servers["version_hint"][0]
+    assert "conflicting" not in hints[0]
