@@ -1286,6 +1286,8 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
                 ended.ended = True
                 running.remove(ended)
         elif what == "launch":
+            for stale in [i for i in starting if port is not None and i.port == port]:
+                running.remove(stale)  # one server binds a port at a time: a relaunch on it means this one died starting
             start(line, port)
         elif what == "args":
             pending = [i for i in starting if not i.args]

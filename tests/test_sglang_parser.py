@@ -484,6 +484,26 @@ def test_server_that_died_while_starting_is_not_concurrent_with_its_relaunch(tmp
     ]
 
 
+def test_a_relaunch_on_the_same_port_ends_a_server_that_died_silently_while_starting(tmp_path: Path) -> None:
+    # No exit line (the wrapper was killed too): the port tells a relaunch from a second server.
+    path = write(
+        tmp_path,
+        [
+            "20251111-09:00:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --host 10.0.0.1 --port 30000",
+            "[2025-11-11 09:00:05] server_args=ServerArgs(model_path='/m', host='10.0.0.1', port=30000, tp_size=1, log_level='info')",
+            "Killed",
+            "20251112-09:00:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --host 10.0.0.1 --port 30000",
+            "[2025-11-12 09:00:05] server_args=ServerArgs(model_path='/m', host='10.0.0.1', port=30000, tp_size=1, log_level='info')",
+            "20251112-09:00:40.000 SGLangServer Wrapper INFO: SGLang server launched at: http://10.0.0.1:30000",
+        ],
+    )
+    log = read_sglang_log(path)
+    assert log.servers.select("instance", "first_line", "last_line", "ready_time", "concurrent").rows() == [
+        (0, 1, 3, None, False), (1, 4, 6, datetime(2025, 11, 12, 9, 0, 40), False)
+    ]
+    assert not any("cannot be told apart" in note for note in log.notes)
+
+
 def test_servers_launched_together_are_flagged(tmp_path: Path) -> None:
     path = write(
         tmp_path,
