@@ -1269,6 +1269,8 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
     running: list[_Instance] = []  # not ended, in launch order
 
     def start(line: int, port: int | None, launched: bool = True) -> None:
+        for stale in [i for i in running if i.ready_line is None and port is not None and i.port == port]:
+            running.remove(stale)  # one server binds a port at a time: a start on it means this one died starting
         starting = [i for i in running if i.ready_line is None]
         group = starting[0].group if starting else (out[-1].group + 1 if out else 0)
         out.append(_Instance(first_line=line, port=port, group=group, launched=launched))
@@ -1286,8 +1288,6 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
                 ended.ended = True
                 running.remove(ended)
         elif what == "launch":
-            for stale in [i for i in starting if port is not None and i.port == port]:
-                running.remove(stale)  # one server binds a port at a time: a relaunch on it means this one died starting
             start(line, port)
         elif what == "args":
             pending = [i for i in starting if not i.args]

@@ -502,6 +502,9 @@ def test_a_relaunch_on_the_same_port_ends_a_server_that_died_silently_while_star
         (0, 1, 3, None, False), (1, 4, 6, datetime(2025, 11, 12, 9, 0, 40), False)
     ]
     assert not any("cannot be told apart" in note for note in log.notes)
+    # The same without AReaL's wrapper: SGLang's own server_args line starts each instance.
+    plain = read_sglang_log(write(tmp_path, [line for line in path.read_text().splitlines() if "Wrapper" not in line], "plain.log"))
+    assert plain.servers.select("first_line", "last_line", "concurrent").rows() == [(1, 2, False), (3, 3, False)]
 
 
 def test_servers_launched_together_are_flagged(tmp_path: Path) -> None:
