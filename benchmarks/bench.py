@@ -37,7 +37,7 @@ first with ``cat``; peak RSS is the child's ``ru_maxrss`` from ``os.wait4``):
   slice of each file (``--loop-mb``), extrapolated to the whole set.
 
 Then what bounds the throughput: each parser alone on its own files in a fresh process (wall and
-CPU seconds), a Polars floor (every line of every file as a string plus one literal search, two
+CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal search, two
 threads), and the CPU budget that 50 % of grep's throughput leaves on this machine's cores.
 
 And how cold ``analyze`` grows with the input, two ways: a longer run (``--scaling``: more blocks,
@@ -568,17 +568,18 @@ def _groups(info: dict) -> dict[str, list[str]]:
 
 
 def _child(script: str, *args: str) -> dict:
-    """Run ``script`` in a fresh interpreter (the tool importable from here) and read its JSON."""
+    """Run ``script`` in a fresh interpreter (the tool importable from here) and read its JSON,
+    with the interpreter's peak RSS (``rss``, MB)."""
     result = Path(tempfile.mkstemp(suffix=".json")[1])
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    timed([sys.executable, "-c", script, *args], result, env=env, ok=(0,))
+    _, rss = timed([sys.executable, "-c", script, *args], result, env=env, ok=(0,))
     found = json.loads(result.read_text())
     result.unlink()
-    return found
+    return found | {"rss": rss}
 
 
 def bounds(info: dict) -> tuple[dict[str, dict], dict]:
-    """Each parser's wall and CPU seconds on its own files, and the Polars floor on all of them."""
+    """Each parser's wall and CPU seconds and peak RSS on its own files, and the Polars floor on all of them."""
     parsed = {}
     for group, files in _groups(info).items():
         target = files[0].split(RAY_SESSION)[0] + RAY_SESSION if group == "ray" else files[0]  # a session is a folder
@@ -803,13 +804,13 @@ def main() -> None:
     say()
     say("### What bounds the throughput (each parser alone in a fresh process; CPU = user + system, all threads)")
     say()
-    say("| work | GB | seconds | CPU seconds | CPU-s per GB | MB/s |")
-    say("|---|---:|---:|---:|---:|---:|")
+    say("| work | GB | seconds | CPU seconds | CPU-s per GB | MB/s | peak RSS |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
     names = {"trainer": "AReaL parser, trainer.log", "server": "SGLang parser, llm_server.log", "ray": "Ray parser, session folder"}
     for group, p in [*parsed.items(), ("floor", floor | {"bytes": total})]:
         what = names.get(group, "Polars floor: every file's lines as strings + one literal search (2 threads)")
         say(f"| {what} | {p['bytes'] / 1e9:.2f} | {p['seconds']:.2f} | {p['cpu']:.2f} | {p['cpu'] / (p['bytes'] / 1e9):.2f} | "
-            f"{p['bytes'] / 1e6 / p['seconds']:,.0f} |")
+            f"{p['bytes'] / 1e6 / p['seconds']:,.0f} | {p['rss']:,.0f} MB |")
     cores = os.cpu_count() or 1
     budget = 2 * grep_s
     spent = sum(p["cpu"] for p in parsed.values())
