@@ -37,8 +37,9 @@ first with ``cat``; peak RSS is the child's ``ru_maxrss`` from ``os.wait4``):
   slice of each file (``--loop-mb``), extrapolated to the whole set.
 
 Then what bounds the throughput: each parser alone on its own files in a fresh process (wall and
-CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal search, two
-threads), and the CPU budget that 50 % of grep's throughput leaves on this machine's cores.
+CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal
+search, two threads), and the CPU budget that 50 % of grep's throughput leaves on this machine's
+cores.
 
 And how cold ``analyze`` grows with the input, two ways: a longer run (``--scaling``: more blocks,
 so more steps, days and server traffic, as above) and a busier server (``--busy-scaling``: always

@@ -140,9 +140,9 @@ def line_batch_pieces(
     extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]],
     batch_bytes: int | None = None,
 ) -> dict[str, list[pl.DataFrame]]:
-    """Like :func:`collect_lines`, in batches of whole lines: ``extract``'s results for each batch,
-    in file order (a list per result), so a caller can let them go one by one. Besides the two batches
-    in flight, only those (reduced) results are held, so the file's text never is at once.
+    """Like :func:`collect_lines`, in batches of whole lines: ``extract``'s results for each
+    batch, in file order (a list per result), so a caller can let them go one by one. Besides the
+    two batches in flight, only those (reduced) results are held, so the file's text never is at once.
 
     ``extract`` must be line-local: batch boundaries fall between any two lines. Two batches are
     in flight at a time (Polars releases the GIL), which keeps both cores busy where one batch's
