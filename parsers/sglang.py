@@ -523,13 +523,13 @@ class _Shape:
         comma_end = re.search(r",\s*$", message) is not None
         return _Shape(head.group(0).split(" ", 1)[0].lower(), head.group(0), prefixes, names, trailing, comma_end)
 
-    def take(self, messages: pl.Series) -> tuple[pl.Series, list[pl.Series]]:
+    def take(self, messages: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
         """Which of ``messages`` have this shape (their positions), and their raw values (one
-        series per name)."""
+        column per name, in order)."""
         k = len(self.prefixes)
         at = messages.str.starts_with(self.head).arg_true()
         parts = messages.gather(at).str.slice(len(self.head)).str.splitn(", ", k + 1).struct.unnest()
-        field = [parts[f"field_{i}"] for i in range(k + 1)]
+        field = [pl.col(f"field_{i}") for i in range(k + 1)]
         fits = [
             f.str.starts_with(p) if p else f.is_not_null() & ~f.str.contains(": ", literal=True)
             for f, p in zip(field, self.prefixes)
@@ -538,15 +538,12 @@ class _Shape:
             fits.append(field[k].str.contains(r"^[\s,]*$"))
         else:
             fits.append(field[k].is_null() & (field[k - 1].str.contains(r",\s*$") == self.comma_end))
-        ok = _columns(fits).select(pl.all_horizontal(pl.all()).fill_null(False)).to_series()
-        if not ok.all():
-            at, field = at.filter(ok), [f.filter(ok) for f in field]
-        return at, [f.str.slice(len(p)) for f, p in zip(field, self.prefixes) if p]
-
-
-def _columns(series: list[pl.Series]) -> pl.DataFrame:
-    """Series of one length side by side (their names need not differ)."""
-    return pl.DataFrame({str(i): s for i, s in enumerate(series)})
+        # One query per shape, not one per field: a batch's few samples make each call's fixed cost count.
+        valued = [f.str.slice(len(p)) for f, p in zip(field, self.prefixes) if p]
+        raw = parts.select(pl.all_horizontal(fits).fill_null(False).alias("ok"), *(v.alias(str(i)) for i, v in enumerate(valued)))
+        if not raw["ok"].all():
+            at, raw = at.filter(raw["ok"]), raw.filter("ok")
+        return at, raw.drop("ok")
 
 
 def _value_prefix(part: str) -> str | None:
@@ -557,14 +554,22 @@ def _value_prefix(part: str) -> str | None:
     return part[: len(part) - len(part.lstrip(" ,"))] + item.split(": ", 1)[0] + ": "
 
 
-def _number(raw: pl.Series, scale: float) -> pl.Series:
-    """Stats values as numbers: plain numbers, ``full=0.5``, ``80.75%``, ``True``/``False``."""
-    value = raw.cast(pl.Float64, strict=False)
-    if value.null_count() > raw.null_count():
-        clean = raw.str.strip_chars(" ,").str.strip_chars().str.strip_prefix("full=").str.strip_suffix("%")
-        flag = clean.replace_strict({"True": 1.0, "False": 0.0}, default=None, return_dtype=pl.Float64)
-        value = clean.cast(pl.Float64, strict=False).fill_null(flag)
-    return value * scale if scale != 1.0 else value
+def _number(raw: pl.Expr) -> pl.Expr:
+    """A value the plain cast missed: ``full=0.5``, ``80.75%``, ``True``/``False``."""
+    clean = raw.str.strip_chars(" ,").str.strip_chars().str.strip_prefix("full=").str.strip_suffix("%")
+    flag = clean.replace_strict({"True": 1.0, "False": 0.0}, default=None, return_dtype=pl.Float64)
+    return clean.cast(pl.Float64, strict=False).fill_null(flag)
+
+
+def _numbers(raw: pl.DataFrame, scales: list[float]) -> pl.DataFrame:
+    """Stats values as numbers (columns as in ``raw``): plain numbers, ``full=0.5``, ``80.75%``,
+    ``True``/``False``; each column times its scale."""
+    values = raw.select(pl.all().cast(pl.Float64, strict=False))
+    lost = [name for name, n in zip(raw.columns, (values.null_count() - raw.null_count()).row(0), strict=True) if n]
+    if lost:
+        values = values.with_columns(raw.select(_number(pl.col(name)) for name in lost))
+    scaled = [pl.col(name) * scale for name, scale in zip(raw.columns, scales, strict=True) if scale != 1.0]
+    return values.with_columns(scaled) if scaled else values
 
 
 def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series, int]:
@@ -584,7 +589,7 @@ def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.S
     is_stats = messages.str.starts_with("Prefill batch") | messages.str.starts_with("Decode batch")
     pending, left = is_stats.arg_true(), [(~is_stats).arg_true()]
     placed: list[pl.DataFrame] = []  # per shape: its rows
-    pieces: list[pl.DataFrame] = []  # metric rows, one frame per shape and value
+    pieces: list[pl.DataFrame] = []  # metric rows, one frame per shape
     for _ in range(_MAX_SHAPES):
         if pending.is_empty():
             break
@@ -599,14 +604,15 @@ def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.S
         pending = pending.filter(~pl.int_range(len(pending), dtype=at.dtype, eager=True).is_in(at.implode()))
         example = picked[0].rstrip()
         placed.append(pl.DataFrame({"row": hit, "example": pl.repeat(example, len(hit), eager=True)}))
-        values = [_number(r, 0.01 if name in percent else 1.0) for r, name in zip(raw, shape.names, strict=True)]
-        # The lines behind a sample count only where it has a value.
-        none = ~_columns(values).select(pl.any_horizontal(pl.all().is_not_null())).to_series()
-        values.append(rows["n"].gather(hit).cast(pl.Float64).scatter(none.arg_true(), None))
         keys = [_normal_key(name, aliases) for name in shape.names] + [f"sglang/{shape.what}_lines"]
-        where = rows[hit].select("line", pl.col("dt").alias("time"))
-        for key, value in zip(keys, values, strict=True):
-            pieces.append(where.with_columns(pl.lit(key).alias("key"), value.alias("value")).filter(value.is_not_null()))
+        values = _numbers(raw, [0.01 if name in percent else 1.0 for name in shape.names])
+        # The lines behind a sample count only where it has a value.
+        counted = pl.when(pl.any_horizontal(pl.all().is_not_null())).then(rows["n"].gather(hit).cast(pl.Float64))
+        values = values.with_columns(counted.alias(str(len(keys) - 1)))
+        wide = rows[hit].select("line", pl.col("dt").alias("time")).hstack(values)
+        long = wide.unpivot(index=["line", "time"], variable_name="key", value_name="value")
+        named = pl.col("key").replace_strict({str(i): key for i, key in enumerate(keys)}, return_dtype=pl.String)
+        pieces.append(long.filter(pl.col("value").is_not_null()).with_columns(named).select(_EMPTY_LONG.columns))
     left.append(pending)
     metrics = _EMPTY_LONG
     if pieces:
