@@ -1252,7 +1252,6 @@ class _Instance:
     args: bool = False
     ready_line: int | None = None
     launched: bool = True
-    ended: bool = False
 
 
 def _markers(other: pl.DataFrame) -> list[tuple[int, str, int | None]]:
@@ -1290,9 +1289,7 @@ def _instances(markers: list[tuple[int, str, int | None]]) -> list[_Instance]:
         if what == "exit":
             alive = [i for i in running if fits(i, port)]
             if alive:
-                ended = next((i for i in alive if port is not None and i.port == port), alive[-1])
-                ended.ended = True
-                running.remove(ended)
+                running.remove(next((i for i in alive if port is not None and i.port == port), alive[-1]))
         elif what == "launch":
             start(line, port)
         elif what == "args":
