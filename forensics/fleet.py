@@ -168,11 +168,12 @@ def analyze_fleet(
     done: dict[str, FleetRun] = {}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        queue = [tasks[i] for i in largest_first([task.location for task in tasks])]
         if ray is not None:
-            backend, outcomes = "Ray", _on_ray(ray, tasks)
+            backend, outcomes = "Ray", _on_ray(ray, queue)
         else:
             count = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
-            backend, outcomes = f"{count} process(es)", _on_processes(tasks, count)
+            backend, outcomes = f"{count} process(es)", _on_processes(queue, count)
         for outcome in outcomes:
             done[outcome["slug"]] = _store(outcome, out_dir)
     finally:
@@ -186,6 +187,25 @@ def analyze_fleet(
     page = write_index_html(runs_frame, incidents_frame, out_dir) if html else None
     return FleetResult(out_dir, runs, index, incidents, page, runs_frame, incidents_frame,
                        time.perf_counter() - started, backend)
+
+
+def largest_first(locations: Sequence[RunLocation | None]) -> list[int]:
+    """The order to start runs in: by the bytes of their logs, largest first (ties and runs
+    without files, such as hosted W&B runs, in the given order). A long run started last
+    would finish alone while the other workers idle."""
+    return sorted(range(len(locations)), key=lambda i: -_log_bytes(locations[i]))
+
+
+def _log_bytes(location: RunLocation | None) -> int:
+    total = 0
+    for source in location.logs if location is not None else ():
+        files = source.path.rglob("*") if source.path.is_dir() else [source.path]
+        for file in files:
+            try:
+                total += file.stat().st_size if file.is_file() else 0
+            except OSError:
+                continue
+    return total
 
 
 def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:

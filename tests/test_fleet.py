@@ -244,3 +244,21 @@ def test_out_inside_an_analyzed_tree_is_refused(fixture_run, tmp_path: Path) -> 
     with pytest.raises(UnusableInput):
         analyze_fleet([root, fixture_run("sglang_oom")], root / "fleet")
     assert not (root / "fleet").exists()
+
+
+def test_runs_start_largest_first_and_the_index_keeps_the_given_order(tmp_path: Path) -> None:
+    from forensics.discover import find_runs
+    from forensics.fleet import analyze_fleet, largest_first
+
+    paths = []
+    for name, last in (("short", 20), ("long", 200), ("middle", 60)):
+        write_run(tmp_path / name / "outputs", RunSpec(trial=name, last_step=last, save_freq_steps=10))
+        paths.append(tmp_path / name / "outputs")
+    locations = [loc for path in paths for loc in find_runs([path])]
+    assert [loc.run_id.split("/")[-1] for loc in locations] == ["short", "long", "middle"]
+    # A long run started last would finish alone; ties and runs without files keep their place.
+    assert largest_first(locations) == [1, 2, 0]
+    assert largest_first([None, locations[0], None, locations[0]]) == [1, 3, 0, 2]
+    result = analyze_fleet(paths, tmp_path / "out", workers=1, html=False)
+    assert [r.run_id.split("/")[-1] for r in result.runs] == ["short", "long", "middle"]
+    assert pl.read_parquet(result.index)["run_id"].str.split("/").list.last().to_list() == ["short", "long", "middle"]
