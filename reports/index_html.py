@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from forensics.model import SCHEMA, TOOL_VERSION, iso
+from reports.labels import run_labels
 from reports.page import e, render_page
 
 # Click a column header to sort by it (numbers as numbers); click again to reverse.
@@ -54,6 +55,7 @@ _SORT_JS = """<script>
 def render_index_html(runs: pl.DataFrame, incidents: pl.DataFrame) -> str:
     """The index page of a fleet, from its runs and incidents tables."""
     rows = runs.to_dicts()
+    labels = dict(zip(runs["slug"].to_list(), run_labels(runs["run_id"].to_list(), runs["root"].to_list()), strict=True))
     sick = sum(1 for r in rows if r["n_incidents"])
     failed = sum(1 for r in rows if r["error"])
     healthy = len(rows) - sick - failed
@@ -67,11 +69,11 @@ def render_index_html(runs: pl.DataFrame, incidents: pl.DataFrame) -> str:
         _table(
             ["run", "framework", "steps", "incidents", "first incident", "onset step", "cause (confidence)",
              "checkpoint step", "lines (unparsed)", "seconds"],
-            [_run_row(r) for r in rows],
+            [_run_row(r, labels[r['slug']]) for r in rows],
         ),
         '<h2 id="incidents">Incidents</h2>',
         _table(["run", "incident", "kind", "onset step", "onset time", "end step", "cause (confidence)", "wasted steps"],
-               [_incident_row(i) for i in incidents.to_dicts()])
+               [_incident_row(i, labels.get(i['slug'], i['run_id'])) for i in incidents.to_dicts()])
         if incidents.height else "<p>No incident in any run.</p>",
         _SORT_JS,
     ]
@@ -110,15 +112,15 @@ def _cell(value: Any, css: str = "", sort: Any = None) -> tuple[str, str, Any]:
     return css, e(value if value is not None else ""), sort
 
 
-def _run_row(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
+def _run_row(r: dict[str, Any], label: str) -> list[tuple[str, str, Any]]:
     if r["error"]:
-        return [("", _link(r["run_id"], None, r["root"]), r["run_id"]),
+        return [("", _link(label, None, r["root"]), label),
                 ("text", f'<span class="nr">not analyzed:</span> {e(r["error"])}', None), *[("", "", "")] * 8]
     steps = f"{r['first_step']}–{r['last_step']} ({r['step_count']})" if r["step_count"] else "none"
     first = _link(r["first_kind"], r["report"] and f"{r['report']}#incident-1") if r["first_kind"] else "—"
     lines = f"{r['lines']:,} ({r['unparsed_lines']:,})" if r["lines"] is not None else ""
     return [
-        ("", _link(r["run_id"], r["report"], r["root"]), r["run_id"]),
+        ("", _link(label, r["report"], r["root"]), label),
         _cell(r["framework"]),
         ("num", e(steps), r["last_step"]),
         ("num" + (" nr" if r["n_incidents"] else ""), e(r["n_incidents"]), r["n_incidents"]),
@@ -131,10 +133,10 @@ def _run_row(r: dict[str, Any]) -> list[tuple[str, str, Any]]:
     ]
 
 
-def _incident_row(i: dict[str, Any]) -> list[tuple[str, str, Any]]:
+def _incident_row(i: dict[str, Any], label: str) -> list[tuple[str, str, Any]]:
     run_href = i["report"].split("#")[0] if i["report"] else None
     return [
-        ("", _link(i["run_id"], run_href), i["run_id"]),
+        ("", _link(label, run_href), label),
         ("nowrap", _link(i["id"], i["report"]), i["id"]),
         _cell(i["kind"]),
         _cell(i["onset_step"], "num"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from forensics.model import Analysis, Incident, RunAnalysis, iso
+from reports.labels import run_labels
 
 if TYPE_CHECKING:
     import polars as pl
@@ -170,19 +171,21 @@ def render_fleet_summary(runs: pl.DataFrame, console: Console) -> None:
     table = Table(header_style="bold", show_edge=False, pad_edge=False)
     table.add_column("run", overflow="fold", min_width=12)
     table.add_column("steps", justify="right", no_wrap=True)
-    table.add_column("incidents", justify="right", no_wrap=True)
-    table.add_column("first incident", overflow="fold")
+    table.add_column("incidents: first", overflow="fold")
     table.add_column("cause", overflow="fold")
     table.add_column("checkpoint", justify="right", no_wrap=True)
-    for r in runs.iter_rows(named=True):
+    labels = run_labels(runs["run_id"].to_list(), runs["root"].to_list())
+    for r, label in zip(runs.iter_rows(named=True), labels, strict=True):
         if r["error"]:
-            table.add_row(Text(r["run_id"]), "", "", Text("not analyzed: " + r["error"], style="bold red"), "", "")
+            table.add_row(Text(label), "", Text("not analyzed: " + r["error"], style="bold red"), "", "")
             continue
+        incidents = Text(str(r["n_incidents"]), style="bold red" if r["n_incidents"] else "green")
+        if r["first_kind"]:
+            incidents.append(f": {r['first_kind']} @ {r['first_onset_step']}")
         table.add_row(
-            Text(r["run_id"], style="bold cyan"),
+            Text(label, style="bold cyan"),
             f"{r['first_step']}-{r['last_step']}" if r["step_count"] else "none",
-            Text(str(r["n_incidents"]), style="bold red" if r["n_incidents"] else "green"),
-            Text(f"{r['first_kind']} @ {r['first_onset_step']}" if r["first_kind"] else ""),
+            incidents,
             Text(r["first_cause"] or ""),
             "none" if r["checkpoint_step"] is None else f"step {r['checkpoint_step']}",
         )

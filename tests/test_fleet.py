@@ -166,11 +166,30 @@ def test_hostile_run_name_is_text_everywhere(fleet) -> None:
     assert f"{HOSTILE}/trial0" in output  # printed as text
 
 
-def test_copies_of_one_run_get_their_own_reports(fleet) -> None:
-    out, _, _ = fleet
+def test_copies_of_one_run_get_their_own_reports(fleet, runs: list[Path]) -> None:
+    out, _, output = fleet
     index = pl.read_parquet(out / "index.parquet").filter(pl.col("run_id") == "countdown-grpo/trial1")
     assert sorted(index["slug"]) == ["countdown-grpo-trial1", "countdown-grpo-trial1-2"]
     assert all((out / report).is_file() for report in index["report"])
+    # Named apart by the folders that differ, in the terminal and on the index page.
+    copy = runs[-2].parent
+    page = (out / "index.html").read_text()
+    for label in ("countdown-grpo/trial1 (tests/fixtures/areal_healthy_sparse)", f"countdown-grpo/trial1 ({copy})"):
+        assert label in output and f">{label}</a>" in page
+
+
+def test_run_labels_name_runs_that_share_an_id_by_what_sets_their_folders_apart() -> None:
+    from reports.labels import run_labels
+
+    ids = ["gsm8k/trial0", "gsm8k/trial0", "other/trial0", "gsm8k/trial0"]
+    roots = ["/runs/lr-1e-6/outputs/logs/gsm8k/trial0", "/runs/lr-3e-6/outputs/logs/gsm8k/trial0",
+             "/runs/x/outputs/logs/other/trial0", "/elsewhere/lr-1e-6/outputs/logs/gsm8k/trial0"]
+    assert run_labels(ids, roots) == ["gsm8k/trial0 (runs/lr-1e-6)", "gsm8k/trial0 (runs/lr-3e-6)",
+                                      "other/trial0", "gsm8k/trial0 (elsewhere/lr-1e-6)"]
+    assert run_labels(ids[:2], roots[:2]) == ["gsm8k/trial0 (lr-1e-6)", "gsm8k/trial0 (lr-3e-6)"]
+    assert run_labels(["a/t", "a/t"], ["runs/a/t", "runs/a/t"]) == ["a/t (copy 1)", "a/t (copy 2)"]
+    assert run_labels(["a/t", "a/t"], ["runs/a/t", "/abs/runs/a/t"]) == ["a/t (runs)", "a/t (/abs/runs)"]
+    assert run_labels(["a/t", "a/t"], ["/r/a/t", "/r/a/t/more/a/t"]) == ["a/t (t)", "a/t (t/more/a/t)"]
 
 
 def test_fleet_writes_nothing_in_the_analyzed_trees(fleet, runs: list[Path], before) -> None:
