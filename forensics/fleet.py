@@ -35,13 +35,17 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
-from forensics.discover import RunLocation, find_runs
+from forensics.discover import LogSource, RunLocation, find_runs
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
-from forensics.run import load_online_wandb, load_run
+from forensics.run import load_online_wandb, load_run, parse_source
 from parsers.custom import CustomFormat
 from reports import render_html, render_markdown
 from reports.index_html import write_index_html
+
+#: On Ray, a run with two or more logs at least this large has each parsed in a task of its own:
+#: a cluster then reads a big run's trainer log, server log and Ray session side by side.
+SPLIT_BYTES = 256 << 20
 
 RUN_COLUMNS: dict[str, Any] = {
     "slug": pl.String, "run_id": pl.String, "framework": pl.String, "root": pl.String,
@@ -135,14 +139,17 @@ def analyze_fleet(
     cache: ParseCache | None = None,
     html: bool = True,
     markdown: bool = False,
+    split_bytes: int = SPLIT_BYTES,
 ) -> FleetResult:
     """Analyze every run under ``paths`` in parallel; write per-run reports and the index to ``out_dir``.
 
     Local processes by default (``workers``, default one per CPU); with ``use_ray`` or a
     ``ray_address`` one Ray task per run (no address: ``RAY_ADDRESS``, else the cluster started
     on this machine, else a new local Ray). ``cache`` is shared by the workers (its entries are
-    renamed into place, so none sees another's half-written one). A run that fails is a row with
-    its ``error``; the others are still written.
+    renamed into place, so none sees another's half-written one). On Ray, with a ``cache``, a run
+    with two or more logs of at least ``split_bytes`` has each parsed in a task of its own first;
+    its run task then reads them from the cache (on a cluster, put the cache on the shared file
+    system). A run that fails is a row with its ``error``; the others are still written.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
@@ -170,7 +177,10 @@ def analyze_fleet(
         out_dir.mkdir(parents=True, exist_ok=True)
         queue = [tasks[i] for i in largest_first([task.location for task in tasks])]
         if ray is not None:
-            backend, outcomes = "Ray", _on_ray(ray, queue)
+            split = {task.slug: _split_sources(task, split_bytes) for task in queue}
+            files = sum(map(len, split.values()))
+            backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files else "")
+            outcomes = _on_ray(ray, queue, split)
         else:
             count = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
             backend, outcomes = f"{count} process(es)", _on_processes(queue, count)
@@ -197,15 +207,26 @@ def largest_first(locations: Sequence[RunLocation | None]) -> list[int]:
 
 
 def _log_bytes(location: RunLocation | None) -> int:
+    return sum(_source_bytes(source) for source in location.logs) if location is not None else 0
+
+
+def _source_bytes(source: LogSource) -> int:
     total = 0
-    for source in location.logs if location is not None else ():
-        files = source.path.rglob("*") if source.path.is_dir() else [source.path]
-        for file in files:
-            try:
-                total += file.stat().st_size if file.is_file() else 0
-            except OSError:
-                continue
+    for file in source.path.rglob("*") if source.path.is_dir() else [source.path]:
+        try:
+            total += file.stat().st_size if file.is_file() else 0
+        except OSError:
+            continue
     return total
+
+
+def _split_sources(task: _Task, split_bytes: int) -> list[LogSource]:
+    """The logs of ``task``'s run worth a task of their own: its large ones, when there are two or
+    more (with one, the run's task would only wait for it) and a cache to hand them over through."""
+    if task.cache is None or task.location is None:
+        return []
+    large = [source for source in task.location.logs if _source_bytes(source) >= split_bytes]
+    return large if len(large) >= 2 else []
 
 
 def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -249,9 +270,7 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
     """Load, analyze and render one run; never raises, so one bad run cannot sink the fleet."""
     started = time.perf_counter()
     try:
-        # Ray workers need not start in the caller's folder, and paths may be relative to it.
-        if os.getcwd() != task.cwd and os.path.isdir(task.cwd):
-            os.chdir(task.cwd)
+        _to_callers_folder(task)
         if task.wandb:
             data = load_online_wandb(task.wandb)
         else:
@@ -268,9 +287,30 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         wait_for_writes()  # a Ray worker outlives its task: the run's cache entries are on disk when it ends
 
 
-def _analyze_on_ray(task: _Task) -> dict[str, Any]:
+def _analyze_on_ray(task: _Task, *_parsed: str | None) -> dict[str, Any]:
+    """``_parsed``: the outcomes of the run's own parse tasks, which Ray finishes before this starts."""
     reuse_block_memory()  # the task's worker process is Ray's: set once per process, cheap to repeat
     return _analyze_one(task)
+
+
+def _parse_on_ray(task: _Task, source: LogSource) -> str | None:
+    """Parse one log of a run into the cache; never raises: on failure the run's task parses it
+    again and reports what went wrong there, as it would without this task."""
+    reuse_block_memory()
+    try:
+        _to_callers_folder(task)
+        parse_source(source, custom_format=task.custom_format, cache=task.cache)
+        return None
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        wait_for_writes()
+
+
+def _to_callers_folder(task: _Task) -> None:
+    # Ray workers need not start in the caller's folder, and paths may be relative to it.
+    if os.getcwd() != task.cwd and os.path.isdir(task.cwd):
+        os.chdir(task.cwd)
 
 
 def _failure(task: _Task, exc: BaseException, seconds: float = 0.0) -> dict[str, Any]:
@@ -335,9 +375,10 @@ def _connect(ray: Any, address: str | None) -> bool:
     return True
 
 
-def _on_ray(ray: Any, tasks: list[_Task]) -> Iterator[dict[str, Any]]:
-    remote = ray.remote(num_cpus=1)(_analyze_on_ray)
-    pending = {remote.remote(task): task for task in tasks}
+def _on_ray(ray: Any, tasks: list[_Task], split: dict[str, list[LogSource]]) -> Iterator[dict[str, Any]]:
+    analyze, parse = ray.remote(num_cpus=1)(_analyze_on_ray), ray.remote(num_cpus=1)(_parse_on_ray)
+    # A run's task takes its parse tasks' results as arguments: Ray starts it once they are done.
+    pending = {analyze.remote(task, *(parse.remote(task, source) for source in split[task.slug])): task for task in tasks}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:

@@ -60,7 +60,7 @@ def load_run(
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
-            parsed = [_read_through(cache, reader, source.path, custom_format) for reader in _READERS[source.kind]]
+            parsed = parse_source(source, custom_format=custom_format, cache=cache)
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
@@ -107,6 +107,17 @@ def load_run(
         series_sources=merged.series_sources,
         notes=notes,
     )
+
+
+def parse_source(
+    source: LogSource, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None
+) -> list[Parsed]:
+    """One source's frames, one per parser that reads its kind (through ``cache`` when given).
+
+    Raises:
+        OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
+    """
+    return [_read_through(cache, reader, source.path, custom_format) for reader in _READERS[source.kind]]
 
 
 def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:

@@ -281,3 +281,34 @@ def test_runs_start_largest_first_and_the_index_keeps_the_given_order(tmp_path: 
     result = analyze_fleet(paths, tmp_path / "out", workers=1, html=False)
     assert [r.run_id.split("/")[-1] for r in result.runs] == ["short", "long", "middle"]
     assert pl.read_parquet(result.index)["run_id"].str.split("/").list.last().to_list() == ["short", "long", "middle"]
+
+
+SPLIT = """
+import json, sys
+from pathlib import Path
+from forensics.cache import ParseCache
+from forensics.fleet import analyze_fleet
+out, cache, *paths = sys.argv[1:]
+result = analyze_fleet([Path(p) for p in paths], Path(out), use_ray=True, cache=ParseCache(cache), split_bytes=1, html=False)
+print(json.dumps({"backend": result.backend, "document": result.to_document()}))
+"""
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
+def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict[str, dict], tmp_path: Path) -> None:
+    temp_root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(temp_root), "RAY_USAGE_STATS_ENABLED": "0"}
+    paths = ["tests/fixtures/areal_seed000/outputs", "tests/fixtures/sglang_oom/outputs", "tests/fixtures/seed003"]
+    try:
+        done = subprocess.run([sys.executable, "-c", SPLIT, str(tmp_path / "out"), str(tmp_path / "cache"), *paths],
+                              env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
+    finally:
+        shutil.rmtree(temp_root, ignore_errors=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    # Trainer and server log of each AReaL run; seed003's loop has one log, so it stays whole.
+    assert found["backend"] == "Ray (4 large logs parsed in tasks of their own)"
+    assert {r["root"]: r for r in found["document"]["runs"]} == {root: run for root, run in singles.items()
+                                                                 if root.startswith(tuple(paths))}
+    assert len(list((tmp_path / "cache" / "parsed").iterdir())) >= 4
