@@ -377,8 +377,11 @@ def _connect(ray: Any, address: str | None) -> bool:
 
 def _on_ray(ray: Any, tasks: list[_Task], split: dict[str, list[LogSource]]) -> Iterator[dict[str, Any]]:
     analyze, parse = ray.remote(num_cpus=1)(_analyze_on_ray), ray.remote(num_cpus=1)(_parse_on_ray)
-    # A run's task takes its parse tasks' results as arguments: Ray starts it once they are done.
-    pending = {analyze.remote(task, *(parse.remote(task, source) for source in split[task.slug])): task for task in tasks}
+    pending = {}
+    for task in tasks:
+        parsed = [parse.remote(task, source) for source in split[task.slug]]
+        # The parse tasks' results are the run task's arguments: Ray starts it once they are done.
+        pending[analyze.remote(task, *parsed)] = task
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:

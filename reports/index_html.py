@@ -69,11 +69,11 @@ def render_index_html(runs: pl.DataFrame, incidents: pl.DataFrame) -> str:
         _table(
             ["run", "framework", "steps", "incidents", "first incident", "onset step", "cause (confidence)",
              "checkpoint step", "lines (unparsed)", "seconds"],
-            [_run_row(r, labels[r['slug']]) for r in rows],
+            [_run_row(r, labels[r["slug"]]) for r in rows],
         ),
         '<h2 id="incidents">Incidents</h2>',
         _table(["run", "incident", "kind", "onset step", "onset time", "end step", "cause (confidence)", "wasted steps"],
-               [_incident_row(i, labels.get(i['slug'], i['run_id'])) for i in incidents.to_dicts()])
+               [_incident_row(i, labels.get(i["slug"], i["run_id"])) for i in incidents.to_dicts()])
         if incidents.height else "<p>No incident in any run.</p>",
         _SORT_JS,
     ]
