@@ -25,7 +25,7 @@ from forensics.analysis import analyze as run_analysis
 from forensics.analysis import locate
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
-from forensics.fleet import FleetResult, analyze_fleet
+from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.model import Analysis, RunAnalysis, iso
 
 app = typer.Typer(
@@ -162,7 +162,7 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
 
     result = analyze_fleet(paths, _report_dir(out, paths), workers=workers, use_ray=ray, ray_address=ray_address,
                            custom_format=log_format, wandb_runs=wandb, cache=cache, html=html,
-                           markdown=markdown is not None)
+                           markdown=markdown is not None, progress=_show_progress)
     console = Console(stderr="-" in (json_out, markdown))
     render_fleet_summary(result.runs_table, console)
     sick = sum(1 for r in result.runs if r.run and r.run["incidents"])
@@ -179,6 +179,17 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
         if debug and r.detail:
             typer.echo(r.detail, err=True)
     return result
+
+
+def _show_progress(run: FleetRun, done: int, total: int) -> None:
+    """One line on stderr as each run of a fleet is done: a long fleet is never silent."""
+    if run.error is not None:
+        what = "not analyzed"
+    else:
+        incidents = (run.run or {}).get("incidents", [])
+        what = f"{len(incidents)} incident(s)" + (f", first {incidents[0]['kind']} @ {incidents[0]['onset_step']}" if incidents else "")
+    where = f" → {run.report}" if run.report else ""
+    typer.echo(f"[{done}/{total}] {run.run_id}: {what} ({run.seconds:.1f} s){where}", err=True)
 
 
 @app.command("best-checkpoint")

@@ -22,7 +22,7 @@ import re
 import socket
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -140,6 +140,7 @@ def analyze_fleet(
     html: bool = True,
     markdown: bool = False,
     split_bytes: int = SPLIT_BYTES,
+    progress: Callable[[FleetRun, int, int], None] | None = None,
 ) -> FleetResult:
     """Analyze every run under ``paths`` in parallel; write per-run reports and the index to ``out_dir``.
 
@@ -150,6 +151,7 @@ def analyze_fleet(
     with two or more logs of at least ``split_bytes`` has each parsed in a task of its own first;
     its run task then reads them from the cache (on a cluster, put the cache on the shared file
     system). A run that fails is a row with its ``error``; the others are still written.
+    ``progress(run, done, total)`` is called as each run's outcome is written.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
@@ -185,7 +187,9 @@ def analyze_fleet(
             count = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
             backend, outcomes = f"{count} process(es)", _on_processes(queue, count)
         for outcome in outcomes:
-            done[outcome["slug"]] = _store(outcome, out_dir)
+            run = done[outcome["slug"]] = _store(outcome, out_dir)
+            if progress is not None:
+                progress(run, len(done), len(tasks))
     finally:
         if started_ray:
             ray.shutdown()

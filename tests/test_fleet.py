@@ -312,3 +312,16 @@ def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict
     assert {r["root"]: r for r in found["document"]["runs"]} == {root: run for root, run in singles.items()
                                                                  if root.startswith(tuple(paths))}
     assert len(list((tmp_path / "cache" / "parsed").iterdir())) >= 4
+
+
+def test_each_run_is_reported_on_stderr_as_it_finishes(fixture_run, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), str(fixture_run("sglang_oom")),
+                                 "--out", str(tmp_path / "out"), "--no-cache", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert sorted(line[:5] for line in progress) == ["[1/2]", "[2/2]"]
+    [oom] = [line for line in progress if "gsm8k-grpo-oom/trial0" in line]
+    assert "1 incident(s), first reward_collapse @ 180" in oom and oom.endswith("→ runs/gsm8k-grpo-oom-trial0/report.html")
+    [healthy] = [line for line in progress if "countdown-grpo/trial1" in line]
+    assert "0 incident(s)" in healthy
+    assert "[1/2]" not in result.stdout  # stdout keeps the table (and --json -) clean
