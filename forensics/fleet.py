@@ -19,11 +19,14 @@ import logging
 import multiprocessing
 import os
 import re
+import signal
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -347,14 +350,35 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
 def _on_processes(tasks: list[_Task], workers: int) -> Iterator[dict[str, Any]]:
     # spawn, not fork: a forked Polars thread pool can deadlock the child.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=reuse_block_memory) as pool:
-        futures = {pool.submit(_analyze_one, task): task for task in tasks}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_setup) as pool:
+        with _ctrl_c_ignored():  # the workers start with Ctrl-C ignored, until they can end quietly on it
+            futures = {pool.submit(_analyze_one, task): task for task in tasks}
         for future in as_completed(futures):
             task = futures[future]
             try:
                 yield future.result()
             except Exception as exc:  # the worker process died (killed, out of memory)
                 yield _failure(task, exc)
+
+
+def _worker_setup() -> None:
+    reuse_block_memory()
+    # Ctrl-C reaches the workers too: they end at once, without a traceback each; the caller exits 130.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def _ctrl_c_ignored() -> Iterator[None]:
+    """SIGINT ignored while worker processes are started: they inherit it, so one arriving while a
+    worker still imports is not a KeyboardInterrupt traceback there (Python keeps an inherited SIG_IGN)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _import_ray() -> Any:

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -325,3 +326,34 @@ def test_each_run_is_reported_on_stderr_as_it_finishes(fixture_run, tmp_path: Pa
     [healthy] = [line for line in progress if "countdown-grpo/trial1" in line]
     assert "0 incident(s)" in healthy
     assert "[1/2]" not in result.stdout  # stdout keeps the table (and --json -) clean
+
+
+def test_ctrl_c_ends_a_fleet_and_its_workers_quietly(tmp_path: Path) -> None:
+    import gzip
+    import signal
+
+    # A run with a 150 MB server log, so that one worker is still reading it when Ctrl-C comes.
+    shutil.copytree(FIXTURES / "sglang_oom" / "outputs", tmp_path / "big" / "outputs")
+    server = next((tmp_path / "big").rglob("llm_server.log.gz"))
+    text = gzip.decompress(server.read_bytes())
+    server.unlink()
+    with open(server.with_suffix(""), "wb") as fh:
+        for _ in range(150_000_000 // len(text)):
+            fh.write(text)
+    small = [f"tests/fixtures/{name}/outputs" for name in ("areal_seed000", "areal_seed001", "areal_healthy_sparse")]
+    fleet = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "big" / "outputs"), *small,
+                              "--out", str(tmp_path / "out"), "--no-cache", "--workers", "2"], cwd=REPO, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    first = fleet.stderr.readline()  # a small run is done, the big one still being read: Ctrl-C reaches them all
+    os.killpg(fleet.pid, signal.SIGINT)
+    interrupted = time.perf_counter()
+    _, rest = fleet.communicate(timeout=60)
+    assert first.startswith("[1/4]") and "gsm8k-grpo-oom" not in first, first + rest
+    assert fleet.returncode == 130 and time.perf_counter() - interrupted < 5
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    for _ in range(50):  # the workers end too (one that ended may linger as a zombie until reaped)
+        states = subprocess.run(["ps", "-o", "stat=", "-g", str(fleet.pid)], capture_output=True, text=True).stdout.split()
+        if all(state.startswith("Z") for state in states):
+            break
+        time.sleep(0.1)
+    assert all(state.startswith("Z") for state in states), states
