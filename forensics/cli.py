@@ -99,7 +99,7 @@ def analyze(
     no_cache: NoCache = False,
     ray: Annotated[bool, typer.Option("--ray", help="Many runs: one task per run on a Ray cluster (RAY_ADDRESS, else the one started on this machine, else a new local Ray).")] = False,
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="The Ray cluster for --ray (implies it): HOST:PORT, ray://HOST:10001, auto or local.")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Many runs: local processes in parallel (default: one per CPU).")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Many runs: local processes in parallel (default: one per CPU, at most one per GB of available memory).")] = None,
     debug: Debug = False,
 ) -> None:
     """Find incidents, their causes and the last healthy checkpoint; print a summary and write the report.

@@ -46,6 +46,9 @@ from parsers.custom import CustomFormat
 from reports import render_html, render_markdown
 from reports.index_html import write_index_html
 
+#: What one worker may take at its peak: cold ``analyze`` of the benchmark's 3 GB run peaks at ~0.9 GB.
+WORKER_BYTES = 1 << 30
+
 #: On Ray, a run with two or more logs at least this large has each parsed in a task of its own:
 #: a cluster then reads a big run's trainer log, server log and Ray session side by side.
 SPLIT_BYTES = 256 << 20
@@ -147,7 +150,7 @@ def analyze_fleet(
 ) -> FleetResult:
     """Analyze every run under ``paths`` in parallel; write per-run reports and the index to ``out_dir``.
 
-    Local processes by default (``workers``, default one per CPU); with ``use_ray`` or a
+    Local processes by default (``workers``, default :func:`default_workers`); with ``use_ray`` or a
     ``ray_address`` one Ray task per run (no address: ``RAY_ADDRESS``, else the cluster started
     on this machine, else a new local Ray). ``cache`` is shared by the workers (its entries are
     renamed into place, so none sees another's half-written one). On Ray, with a ``cache``, a run
@@ -187,7 +190,7 @@ def analyze_fleet(
             backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files else "")
             outcomes = _on_ray(ray, queue, split)
         else:
-            count = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+            count = max(1, min(workers or default_workers(), len(tasks)))
             backend, outcomes = f"{count} process(es)", _on_processes(queue, count)
         for outcome in outcomes:
             run = done[outcome["slug"]] = _store(outcome, out_dir)
@@ -204,6 +207,26 @@ def analyze_fleet(
     page = write_index_html(runs_frame, incidents_frame, out_dir) if html else None
     return FleetResult(out_dir, runs, index, incidents, page, runs_frame, incidents_frame,
                        time.perf_counter() - started, backend)
+
+
+def default_workers(cpus: int | None = None, available: int | None = None) -> int:
+    """One process per CPU, but no more than fit in the memory available now (``WORKER_BYTES``
+    each): on a big machine shared with a training job, a fleet must not be what runs it out of memory."""
+    cpus = cpus or os.cpu_count() or 1
+    available = available if available is not None else _available_memory()
+    return max(1, min(cpus, available // WORKER_BYTES)) if available is not None else cpus
+
+
+def _available_memory() -> int | None:
+    """Bytes the kernel could hand out without swapping (Linux ``MemAvailable``), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def largest_first(locations: Sequence[RunLocation | None]) -> list[int]:

@@ -357,3 +357,12 @@ def test_ctrl_c_ends_a_fleet_and_its_workers_quietly(tmp_path: Path) -> None:
             break
         time.sleep(0.1)
     assert all(state.startswith("Z") for state in states), states
+
+
+def test_default_workers_are_one_per_cpu_within_the_available_memory() -> None:
+    from forensics.fleet import WORKER_BYTES, default_workers
+
+    assert default_workers(cpus=8, available=64 * WORKER_BYTES) == 8
+    assert default_workers(cpus=64, available=10 * WORKER_BYTES + 5) == 10  # a big box shared with training
+    assert default_workers(cpus=4, available=WORKER_BYTES // 2) == 1  # always at least one
+    assert 1 <= default_workers() <= (os.cpu_count() or 1)  # this machine, as the CLI would see it
