@@ -49,11 +49,15 @@ def analyze(
     custom_format: Path | None = None,
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
+    keys: str | None = None,
 ) -> Analysis:
     """Analyze every run found under ``paths``, and hosted W&B runs by ``ENTITY/PROJECT/RUN_ID``.
 
     ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log. With a
-    ``cache`` (a folder outside the analyzed tree), unchanged files are not parsed again.
+    ``cache`` (a folder outside the analyzed tree), unchanged files are not parsed again. ``keys``
+    (a regex) keeps only the metrics whose key it finds something in: with
+    :data:`~forensics.keys.ANALYSIS_KEYS`, as the command line does, the same findings from a
+    fraction of a long run's rows; ``None`` keeps every metric in the runs' frames.
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
@@ -63,8 +67,8 @@ def analyze(
     t = thresholds or Thresholds()
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
-    runs = [load_run(location, custom_format=fmt, cache=cache) for location in locations]
-    runs += [load_online_wandb(name) for name in wandb_runs]
+    runs = [load_run(location, custom_format=fmt, cache=cache, keys=keys) for location in locations]
+    runs += [load_online_wandb(name, keys=keys) for name in wandb_runs]
     return Analysis([analyze_run(run, t) for run in runs])
 
 

@@ -21,12 +21,20 @@ import typer
 from rich.console import Console
 
 from forensics.allocator import reuse_block_memory
-from forensics.analysis import analyze as run_analysis
+from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import locate
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
+from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
+
+
+def run_analysis(paths: list[Path], **options: Any) -> Analysis:
+    """``analyze`` as the commands run it: only the metric keys an analysis reads are kept
+    (``metrics``, which prints every key, keeps them all)."""
+    return analyze_paths(paths, keys=ANALYSIS_KEYS, **options)
+
 
 app = typer.Typer(
     help="Post-mortems for GRPO training runs: when the reward collapsed, why, and the last healthy checkpoint.",
@@ -271,7 +279,7 @@ def metrics(
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
         cache = _cache(cache_dir, no_cache, paths or [])
-        result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
+        result = analyze_paths(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=None)
         frame = pl.concat(
             [
                 r.metrics.select(

@@ -40,6 +40,7 @@ from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
 from forensics.discover import LogSource, RunLocation, find_runs
 from forensics.errors import ForensicsError, UnusableInput
+from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
 from forensics.run import load_online_wandb, load_run, parse_source
 from parsers.custom import CustomFormat
@@ -129,6 +130,7 @@ class _Task:
     html: bool
     markdown: bool
     cache: ParseCache | None = None
+    keys: str | None = ANALYSIS_KEYS
     cwd: str = field(default_factory=os.getcwd)
 
 
@@ -147,6 +149,7 @@ def analyze_fleet(
     markdown: bool = False,
     split_bytes: int = SPLIT_BYTES,
     progress: Callable[[FleetRun, int, int], None] | None = None,
+    keys: str | None = ANALYSIS_KEYS,
 ) -> FleetResult:
     """Analyze every run under ``paths`` in parallel; write per-run reports and the index to ``out_dir``.
 
@@ -157,7 +160,8 @@ def analyze_fleet(
     with two or more logs of at least ``split_bytes`` has each parsed in a task of its own first;
     its run task then reads them from the cache (on a cluster, put the cache on the shared file
     system). A run that fails is a row with its ``error``; the others are still written.
-    ``progress(run, done, total)`` is called as each run's outcome is written.
+    ``progress(run, done, total)`` is called as each run's outcome is written. ``keys`` is the
+    regex of metric keys kept while the runs are read (see :mod:`forensics.keys`; ``None``: all).
 
     Raises:
         PathNotFound, NoRunsFound: nothing usable at ``paths``.
@@ -170,8 +174,8 @@ def analyze_fleet(
     names = [loc.run_id for loc in locations] + list(wandb_runs)
     slugs = _slugs(names)
     t = thresholds or Thresholds()
-    tasks = [_Task(s, loc, None, fmt, t, html, markdown, cache) for s, loc in zip(slugs, locations)]
-    tasks += [_Task(s, None, name, fmt, t, html, markdown) for s, name in zip(slugs[len(locations):], wandb_runs)]
+    tasks = [_Task(s, loc, None, fmt, t, html, markdown, cache, keys) for s, loc in zip(slugs, locations)]
+    tasks += [_Task(s, None, name, fmt, t, html, markdown, keys=keys) for s, name in zip(slugs[len(locations):], wandb_runs)]
 
     out_dir = Path(out_dir)
     for given in paths:
@@ -302,9 +306,9 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
     try:
         _to_callers_folder(task)
         if task.wandb:
-            data = load_online_wandb(task.wandb)
+            data = load_online_wandb(task.wandb, keys=task.keys)
         else:
-            data = load_run(task.location, custom_format=task.custom_format, cache=task.cache)  # type: ignore[arg-type]
+            data = load_run(task.location, custom_format=task.custom_format, cache=task.cache, keys=task.keys)  # type: ignore[arg-type]
         run = analyze_run(data, task.thresholds)
         single = Analysis([run])
         page = render_html(single) if task.html else None
@@ -329,7 +333,7 @@ def _parse_on_ray(task: _Task, source: LogSource) -> str | None:
     reuse_block_memory()
     try:
         _to_callers_folder(task)
-        parse_source(source, custom_format=task.custom_format, cache=task.cache)
+        parse_source(source, custom_format=task.custom_format, cache=task.cache, keys=task.keys)
         return None
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"

@@ -23,7 +23,7 @@ from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.ray import read_ray_session
-from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty
+from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty, with_keys
 from parsers.tensorboard import read_tensorboard
 from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import read_verl_checkpoints
@@ -49,25 +49,31 @@ class RunData:
 
 
 def load_run(
-    location: RunLocation, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None
+    location: RunLocation,
+    *,
+    custom_format: CustomFormat | None = None,
+    cache: ParseCache | None = None,
+    keys: str | None = None,
 ) -> RunData:
     """Parse every source of ``location``; a file that cannot be read becomes a note, not an error.
 
     With a ``cache``, unchanged sources are read from it and grown logs parsed only where they grew.
+    ``keys`` (a regex, e.g. :data:`forensics.keys.ANALYSIS_KEYS`) keeps only the metrics whose key
+    it finds something in; ``None`` keeps all.
     """
     steps, events, sources = [], [], []
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
-            parsed = parse_source(source, custom_format=custom_format, cache=cache)
+            parsed = parse_source(source, custom_format=custom_format, cache=cache, keys=keys)
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
             sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
             continue
         sources.extend(_coverage(source, parsed))
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
-            metrics.setdefault(p.source, []).append((rank, p.metrics))
+            metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
@@ -110,14 +116,18 @@ def load_run(
 
 
 def parse_source(
-    source: LogSource, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None
+    source: LogSource, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None,
+    keys: str | None = None,
 ) -> list[Parsed]:
     """One source's frames, one per parser that reads its kind (through ``cache`` when given).
+
+    ``keys`` is passed to the parsers that can drop other metrics as they read (AReaL's tables);
+    the others' frames are whole (``load_run`` filters them).
 
     Raises:
         OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
     """
-    return [_read_through(cache, reader, source.path, custom_format) for reader in _READERS[source.kind]]
+    return [_read_through(cache, reader, source.path, custom_format, keys) for reader in _READERS[source.kind]]
 
 
 def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:
@@ -142,8 +152,8 @@ def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:
     ]
 
 
-def load_online_wandb(name: str) -> RunData:
-    """A hosted W&B run's full history as a run (``ENTITY/PROJECT/RUN_ID``).
+def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:
+    """A hosted W&B run's full history as a run (``ENTITY/PROJECT/RUN_ID``); ``keys`` as for :func:`load_run`.
 
     Raises:
         UnusableInput: no ``wandb`` package, no API key, no network, or no such run.
@@ -152,7 +162,7 @@ def load_online_wandb(name: str) -> RunData:
         hosted = read_wandb_online(name)
     except (WandbUnavailable, ValueError) as exc:
         raise UnusableInput(f"--wandb {name}: {exc}") from exc
-    metrics = _in_log_units({"wandb": hosted.metrics})["wandb"]
+    metrics = with_keys(_in_log_units({"wandb": hosted.metrics})["wandb"], keys)
     steps = _steps_from_metrics(metrics)
     location = RunLocation(name, "unknown", Path(name), (), None)
     source = SourceReport(f"wandb:{name}", "wandb_online", hosted.records_read, hosted.records_skipped, hosted.notes)
@@ -160,16 +170,21 @@ def load_online_wandb(name: str) -> RunData:
                    config={f"wandb.{k}": v for k, v in hosted.config.items() if not isinstance(v, dict | list)})
 
 
-def _read_through(cache: ParseCache | None, reader: str, path: Path, custom_format: CustomFormat | None) -> Parsed:
+def _read_through(
+    cache: ParseCache | None, reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None
+) -> Parsed:
+    keys = keys if reader == "areal" else None
     if cache is None:
-        return _read(reader, path, custom_format)
+        return _read(reader, path, custom_format, keys)
     variant = repr(custom_format) if reader == "custom" and custom_format is not None else ""
-    return cache.parsed(reader, path, lambda p: _read(reader, p, custom_format), variant=variant)
+    if keys is not None:
+        variant += f"\0keys={keys}"
+    return cache.parsed(reader, path, lambda p: _read(reader, p, custom_format, keys), variant=variant)
 
 
-def _read(reader: str, path: Path, custom_format: CustomFormat | None) -> Parsed:
+def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
     if reader == "areal":
-        log = read_areal_log(path)
+        log = read_areal_log(path, keys=keys)
         return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
     if reader == "sglang":
         return _read_sglang(path)

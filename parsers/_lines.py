@@ -139,10 +139,12 @@ def line_batch_pieces(
     path: Path,
     extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]],
     batch_bytes: int | None = None,
+    finish: Callable[[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]] | None = None,
 ) -> dict[str, list[pl.DataFrame]]:
     """Like :func:`collect_lines`, in batches of whole lines: ``extract``'s results for each
     batch, in file order (a list per result), so a caller can let them go one by one. Besides the
     two batches in flight, only those (reduced) results are held, so the file's text never is at once.
+    ``finish`` may shrink each batch's collected results further, in the batch's own thread.
 
     ``extract`` must be line-local: batch boundaries fall between any two lines. Two batches are
     in flight at a time (Polars releases the GIL), which keeps both cores busy where one batch's
@@ -163,7 +165,8 @@ def line_batch_pieces(
         after.set_result(first + texts.height)
         lines = _numbered(texts.lazy(), first)
         parts = extract(lines)
-        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+        done = dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+        return finish(done) if finish is not None else done
 
     def keep(done: Future[dict[str, pl.DataFrame]]) -> None:
         for name, frame in done.result().items():

@@ -18,14 +18,14 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, line_batch_pieces, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, matching_keys, with_keys
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
@@ -68,15 +68,28 @@ def looks_like_areal(path: Path) -> bool:
     return False
 
 
-def read_areal_log(path: Path) -> AReaLLog:
-    """Parse one AReaL/realhf log file (plain or gzipped) into frames."""
+def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
+    """Parse one AReaL/realhf log file (plain or gzipped) into frames.
+
+    ``keys``: a regex; only metrics whose key it finds something in are kept (table cells are
+    dropped batch by batch, so the others never take memory). ``None`` keeps every key.
+    """
     fmt = load_format("areal")
     head = re.sub(ANSI, "", sniff(path, 256 << 10)).splitlines()[:5000]
     prefixes = _prefixes_in(head, fmt)
     pairs = _pairs_per_row(head, prefixes)
-    pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs))
+
+    def kept_cells(parts: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        kept = matching_keys(parts["cells"], keys)
+        if kept is None:
+            return parts
+        # Cells that are not numbers stay: they are counted (in a note) once their table's step is known.
+        return {**parts, "cells": parts["cells"].filter(pl.col("key").is_in(kept) | pl.col("value").is_null())}
+
+    pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs), finish=kept_cells if keys else None)
     cells = pieces.pop("cells")  # most of the rows: turned into metrics batch by batch
-    return _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, fmt, pairs)
+    log = _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, fmt, pairs)
+    return replace(log, metrics=with_keys(log.metrics, keys))
 
 
 def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:

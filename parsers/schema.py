@@ -6,6 +6,8 @@ These schemas are the seam between ``parsers`` (files → frames) and ``forensic
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 #: One row per event (a failure or a bookkeeping line that matters for the timeline).
@@ -67,3 +69,23 @@ def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame
         (pl.col(name) if name in frame.columns else pl.lit(None)).cast(dtype).alias(name)
         for name, dtype in schema.items()
     )
+
+
+
+def with_keys(frame: pl.DataFrame, regex: str | None) -> pl.DataFrame:
+    """The rows of a metric frame whose ``key`` ``regex`` finds something in (all for ``None``)."""
+    kept = matching_keys(frame, regex)
+    return frame if kept is None else frame.filter(pl.col("key").is_in(kept))
+
+
+def matching_keys(frame: pl.DataFrame, regex: str | None) -> list[str] | None:
+    """The keys of ``frame`` that ``regex`` finds something in; ``None`` when that is all of them.
+
+    The regex runs on the distinct keys, a few dozen, never on every row.
+    """
+    if regex is None or frame.is_empty():
+        return None
+    pattern = re.compile(regex)
+    names = frame["key"].unique().drop_nulls().cast(pl.String).to_list()
+    kept = [name for name in names if pattern.search(name)]
+    return None if len(kept) == len(names) else kept
