@@ -1,11 +1,12 @@
 """The metric keys an analysis reads, as one regex: ``analyze`` keeps only those of a log's tables.
 
-An AReaL table prints about a hundred values a step; the detectors, causes, observations and
-reports read about twenty of them (the reward, loss, gradient norm, advantages and reward spread,
-optimizer skips, step timings) plus every server (``sglang/…``) and memory (``mem/…``) series.
-Keeping only those is most of the difference between a long run's metric frame growing by
-gigabytes and by a few hundred megabytes. ``grpo-forensics metrics`` and the library's
-``analyze(keys=None)`` keep every key.
+An AReaL table prints about a hundred values a step, an SGLang stats line about ten; the
+detectors, causes, observations and reports read about twenty of the first (the reward, loss,
+gradient norm, advantages and reward spread, optimizer skips, step timings), four of the second
+(token usage, running and queued requests, generation throughput), the count of successful
+``/generate`` responses and every memory (``mem/…``) series. Keeping only those, from the moment
+they are read, is most of what a long run's metric frames would otherwise add to the peak memory.
+``grpo-forensics metrics`` and the library's ``analyze(keys=None)`` keep every key.
 
 Whoever makes a detector or a report read a new key adds its pattern here;
 ``tests/test_keys.py`` analyzes every fixture run both ways and fails if anything differs.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 
 from forensics.detect import PRIMARY_CANDIDATES, PRIMARY_SUFFIXES
+from forensics.server_context import ANSWERED, SERVER_STATS
 
 _ENDINGS = (
     *PRIMARY_SUFFIXES,
@@ -28,11 +30,12 @@ _ENDINGS = (
 )
 _WHOLE = (
     *PRIMARY_CANDIDATES,
+    *SERVER_STATS,
     "time_ms",  # step durations (observations.slow_start, align.reconstruct_times)
     "timing_s/step",
     "perf/time_per_step",
 )
-_PREFIXES = ("phase/", "timing_s/", "timeperf/", "mem/", "sglang/")
+_PREFIXES = ("phase/", "timing_s/", "timeperf/", "mem/")
 
 #: Every key a detector, cause, observation or report of ``analyze`` reads.
 ANALYSIS_KEYS = "|".join(
@@ -41,5 +44,6 @@ ANALYSIS_KEYS = "|".join(
         "^(?:" + "|".join(re.escape(w) for w in _WHOLE) + ")$",
         "^(?:" + "|".join(re.escape(p) for p in _PREFIXES) + ")",
         r"advantages/(?:.*/)?(?:avg|min|max|mean)$",  # detect.learning_signals
+        ANSWERED,
     ]
 )

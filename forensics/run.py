@@ -121,8 +121,8 @@ def parse_source(
 ) -> list[Parsed]:
     """One source's frames, one per parser that reads its kind (through ``cache`` when given).
 
-    ``keys`` is passed to the parsers that can drop other metrics as they read (AReaL's tables);
-    the others' frames are whole (``load_run`` filters them).
+    ``keys`` is passed to the parsers that drop other metrics as they read (AReaL's tables,
+    SGLang's stats lines); the others' frames are whole (``load_run`` filters them).
 
     Raises:
         OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
@@ -173,7 +173,7 @@ def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:
 def _read_through(
     cache: ParseCache | None, reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None
 ) -> Parsed:
-    keys = keys if reader == "areal" else None
+    keys = keys if reader in _FILTERING else None
     if cache is None:
         return _read(reader, path, custom_format, keys)
     variant = repr(custom_format) if reader == "custom" and custom_format is not None else ""
@@ -187,7 +187,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
         log = read_areal_log(path, keys=keys)
         return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
     if reader == "sglang":
-        return _read_sglang(path)
+        return _read_sglang(path, keys)
     if reader == "custom":
         loop = read_custom_log(path, custom_format)
         return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
@@ -213,8 +213,8 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
                    board.records_skipped, board.notes)
 
 
-def _read_sglang(path: Path) -> Parsed:
-    server = read_sglang_log(path, stats_per_minute=True)
+def _read_sglang(path: Path, keys: str | None) -> Parsed:
+    server = read_sglang_log(path, stats_per_minute=True, keys=keys)
     http = server.http.select(
         pl.col("minute").alias("time"),
         pl.format("sglang/http/{}/{}", pl.col("endpoint").str.strip_prefix("/"), pl.col("status")).alias("key"),
@@ -245,6 +245,8 @@ _READERS: dict[str, tuple[str, ...]] = {
     "ray_session": ("ray",),
 }
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
+#: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
+_FILTERING = ("areal", "sglang")
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

@@ -14,8 +14,10 @@ import polars as pl
 from forensics.detect import keys_matching
 from forensics.model import Evidence
 
-_STATS = ("sglang/gen_throughput", "sglang/running_req", "sglang/queue_req", "sglang/token_usage")
-_ANSWERED = r"^sglang/http/generate/2\d\d$"
+#: The server's stats series read around an onset (and drawn on the report's timeline).
+SERVER_STATS = ("sglang/gen_throughput", "sglang/running_req", "sglang/queue_req", "sglang/token_usage")
+#: Successful ``/generate`` responses, counted per minute from the access lines.
+ANSWERED = r"^sglang/http/generate/2\d\d$"
 #: Token usage worth calling a memory peak (the KV cache more than this full).
 _PRESSURE = 0.8
 
@@ -70,7 +72,7 @@ def server_context(
 
     # Steps after the onset only: the onset step's own rollouts may predate the failure.
     after = index.by_step(metrics, onset_step + 1, window[1])
-    ok = after.filter(pl.col("key").is_in(keys_matching(metrics, _ANSWERED)))["value"].sum()
+    ok = after.filter(pl.col("key").is_in(keys_matching(metrics, ANSWERED)))["value"].sum()
     throughput = after.filter(pl.col("key") == "sglang/gen_throughput")["value"]
     answering = bool(ok) and (throughput.is_empty() or float(throughput.max() or 0) > 0)
     if answering:
@@ -110,9 +112,9 @@ def _index_of(metrics: pl.DataFrame) -> _Index:
     key = pl.col("key")
     first, steps, stats = pl.collect_all([
         server.select("row").head(1),
-        server.filter(key.is_in(["sglang/token_usage", "sglang/gen_throughput"]) | key.is_in(keys_matching(metrics, _ANSWERED)))
+        server.filter(key.is_in(["sglang/token_usage", "sglang/gen_throughput"]) | key.is_in(keys_matching(metrics, ANSWERED)))
         .select("row", "step").sort("step", "row"),
-        server.filter(key.is_in(_STATS) & pl.col("time").is_not_null()).select("row", "time").sort("time", "row"),
+        server.filter(key.is_in(SERVER_STATS) & pl.col("time").is_not_null()).select("row", "time").sort("time", "row"),
     ], engine="streaming")
     index = _Index(not first.is_empty(), steps, stats)
     _indexed = (weakref.ref(metrics), metrics.height, index)

@@ -32,7 +32,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
@@ -44,7 +44,7 @@ import polars as pl
 from parsers._fold import last_and_peak_per_minute
 from parsers._formats import LogFormat, MetricPattern, load_format
 from parsers._lines import ANSI, _is_gzip, iter_line_chunks, line_frames, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, with_keys
 
 __all__ = ["HTTP_SCHEMA", "SERVER_SCHEMA", "SGLangLog", "looks_like_sglang", "read_sglang_log"]
 
@@ -135,22 +135,25 @@ def looks_like_sglang(path: Path) -> bool:
     return bool(lines) and prefixed >= max(3, len(lines) // 2)
 
 
-def read_sglang_log(path: Path, *, stats_per_minute: bool = False) -> SGLangLog:
+def read_sglang_log(path: Path, *, stats_per_minute: bool = False, keys: str | None = None) -> SGLangLog:
     """Parse one SGLang server log (plain or gzipped, any version 0.3 → 0.5.2x) into frames.
 
     ``stats_per_minute`` keeps, of the stats values, the last and the peak per minute and key (see
     :mod:`parsers._fold`), batch by batch, so a server log of days never holds every sample.
+    ``keys``: a regex; only metrics whose key it finds something in are kept (stats values are
+    dropped batch by batch, before they are folded). ``None`` keeps every key.
     """
     path = Path(path)
     fmt = load_format("sglang")
-    rules = _Rules.of(fmt)
+    rules = replace(_Rules.of(fmt), keys=keys)
     try:
         parts = _reduce_all(_batches(path, fast=True), rules, stats_per_minute)
     except pl.exceptions.ComputeError as exc:
         if "utf" not in str(exc).lower():
             raise
         parts = _reduce_all(_batches(path, fast=False), rules, stats_per_minute)
-    return _assemble(path, parts, fmt, stats_per_minute)
+    log = _assemble(path, parts, fmt, stats_per_minute)
+    return replace(log, metrics=with_keys(log.metrics, keys))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,6 +211,8 @@ class _Rules:
     markers: str
     tqdm: str
     head: str
+    #: Metric keys to keep (a regex; ``None``: all).
+    keys: str | None = None
 
     @staticmethod
     def of(fmt: LogFormat) -> _Rules:
@@ -281,6 +286,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     kept, quiet, bars = _sort_other(other, rules)
     fast, slow = _stats_samples(stats, rules)
     metrics, clues, left, unparsed = _parse_samples(fast)
+    metrics = with_keys(metrics, rules.keys)
     values = metrics.height
     if fold:  # dated samples fold here; time-only ones once their dates are known (see _metrics)
         metrics = last_and_peak_per_minute(metrics)
