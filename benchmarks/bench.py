@@ -520,16 +520,19 @@ print(json.dumps(result))
 
 
 #: Each source parsed alone, in a fresh process, by the run loader's own reader call (what
-#: ``analyze`` does for it, without the cache): wall and CPU seconds.
+#: ``analyze`` does for it, without the cache: the same allocator settings and metric keys):
+#: wall and CPU seconds.
 PARSE = r"""
 import json, os, sys, time
 from pathlib import Path
-from forensics.allocator import reuse_block_memory
-from forensics.run import _read
+from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
+return_freed_memory_promptly()
 reuse_block_memory()
+from forensics.keys import ANALYSIS_KEYS
+from forensics.run import _read
 reader, path = sys.argv[1], Path(sys.argv[2])
 cpu0, t0 = os.times(), time.perf_counter()
-_read(reader, path, None)
+_read(reader, path, None, ANALYSIS_KEYS)
 cpu1 = os.times()
 print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.user + cpu1.system - cpu0.system}))
 """
@@ -539,10 +542,11 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.u
 FLOOR = r"""
 import json, os, sys, time
 from concurrent.futures import ThreadPoolExecutor
-import polars as pl
-from forensics.allocator import reuse_block_memory
-from parsers._lines import BATCH_BYTES, _line_blocks
+from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
+return_freed_memory_promptly()
 reuse_block_memory()
+import polars as pl
+from parsers._lines import BATCH_BYTES, _line_blocks
 
 def one(data):
     return int(pl.read_lines(data, name="text")["text"].str.contains("Error", literal=True).sum())
