@@ -96,3 +96,20 @@ def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path
     assert run.series_sources["grpo_actor/task_reward/avg"] == "areal"
     assert run.incidents[0].onset_step == ONSET
     assert any("fewer steps" in note for note in run.notes)
+
+
+def test_log_and_wandb_copy_analyze_the_same_with_only_the_analysis_keys(console, tmp_path: Path) -> None:
+    """The copies are merged key by key: keeping only the analysis keys changes nothing else."""
+    from forensics.keys import ANALYSIS_KEYS
+
+    paths, rows = console
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    write_wandb(tree / paths.log_dir.relative_to(paths.fileroot), rows[: len(rows) // 2])
+    [full], [kept] = analyze([tree]).runs, analyze([tree], keys=ANALYSIS_KEYS).runs
+    assert [i.to_dict() for i in kept.incidents] == [i.to_dict() for i in full.incidents]
+    assert kept.series_sources == {k: v for k, v in full.series_sources.items() if k in KEYS}
+    assert set(KEYS) <= set(kept.series_sources)
+    assert kept.metrics.height < full.metrics.height
