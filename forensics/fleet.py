@@ -47,7 +47,8 @@ from parsers.custom import CustomFormat
 from reports import render_html, render_markdown
 from reports.index_html import write_index_html
 
-#: What one worker may take at its peak: cold ``analyze`` of the benchmark's 3 GB run peaks at ~0.9 GB.
+#: What one worker may take at its peak: cold ``analyze`` of the benchmark's 3 GB run peaks at ~0.6 GB
+#: (its logs' table and stats values beyond the analysis keys are not kept), leaving room for more.
 WORKER_BYTES = 1 << 30
 
 #: On Ray, a run with two or more logs at least this large has each parsed in a task of its own:

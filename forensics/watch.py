@@ -58,6 +58,7 @@ from forensics.detect import (
 )
 from forensics.discover import find_runs
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
+from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Cause, Evidence, iso
 from forensics.run import RunData, load_run
 from parsers.custom import CustomFormat
@@ -161,7 +162,7 @@ def replay(
     s = settings or WatchSettings()
     results = []
     for location in find_runs(paths, custom_format=custom_format):
-        run = load_run(location, custom_format=custom_format)
+        run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
         alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in follower.feed(run)]
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
@@ -207,7 +208,7 @@ class Watcher:
             return []
         raised: list[Alarm] = []
         for location in locations:
-            run = load_run(location, custom_format=self._custom_format, cache=self._cache)
+            run = load_run(location, custom_format=self._custom_format, cache=self._cache, keys=ANALYSIS_KEYS)
             self._runs[location.run_id] = run
             follower = self._followers.get(location.run_id)
             catching_up = follower is None
