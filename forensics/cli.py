@@ -494,7 +494,8 @@ def _report_dir(out: Path | None, paths: list[Path]) -> Path:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """The command line in this process (the console script is :func:`forensics.entry.main`,
+    which also sets Polars' allocator up before Polars is imported)."""
     reuse_block_memory()
     app()
 

@@ -1,4 +1,4 @@
-"""The metric keys an analysis reads, as one regex: ``analyze`` keeps only those of a log's tables.
+"""The metric keys an analysis reads, as one regex: ``analyze`` keeps only these.
 
 An AReaL table prints about a hundred values a step, an SGLang stats line about ten; the
 detectors, causes, observations and reports read about twenty of the first (the reward, loss,

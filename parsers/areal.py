@@ -25,7 +25,7 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, line_batch_pieces, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, matching_keys, with_keys
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, keys_kept, with_keys
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
@@ -80,7 +80,7 @@ def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
     pairs = _pairs_per_row(head, prefixes)
 
     def kept_cells(parts: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-        kept = matching_keys(parts["cells"], keys)
+        kept = keys_kept(parts["cells"], keys)
         if kept is None:
             return parts
         # Cells that are not numbers stay: they are counted (in a note) once their table's step is known.

@@ -71,15 +71,14 @@ def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame
     )
 
 
-
 def with_keys(frame: pl.DataFrame, regex: str | None) -> pl.DataFrame:
     """The rows of a metric frame whose ``key`` ``regex`` finds something in (all for ``None``)."""
-    kept = matching_keys(frame, regex)
+    kept = keys_kept(frame, regex)
     return frame if kept is None else frame.filter(pl.col("key").is_in(kept))
 
 
-def matching_keys(frame: pl.DataFrame, regex: str | None) -> list[str] | None:
-    """The keys of ``frame`` that ``regex`` finds something in; ``None`` when that is all of them.
+def keys_kept(frame: pl.DataFrame, regex: str | None) -> list[str] | None:
+    """The keys of ``frame`` that ``regex`` finds something in; ``None`` when it finds all of them.
 
     The regex runs on the distinct keys, a few dozen, never on every row.
     """
