@@ -73,6 +73,8 @@ def load_run(
         sources.extend(_coverage(source, parsed))
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
+            # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
+            # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
@@ -122,7 +124,7 @@ def parse_source(
     """One source's frames, one per parser that reads its kind (through ``cache`` when given).
 
     ``keys`` is passed to the parsers that drop other metrics as they read (AReaL's tables,
-    SGLang's stats lines); the others' frames are whole (``load_run`` filters them).
+    SGLang's stats lines); the others' frames are whole (``load_run`` filters every parse's).
 
     Raises:
         OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
