@@ -211,6 +211,8 @@ class _Rules:
     markers: str
     tqdm: str
     head: str
+    #: The format the rules come from (access lines are read with its prefixes).
+    fmt: LogFormat
     #: Metric keys to keep (a regex; ``None``: all).
     keys: str | None = None
 
@@ -221,7 +223,7 @@ class _Rules:
         markers = "|".join(f"(?:{regex})" for _, column, regex, _ in _MARKERS if column == "message")
         extras = _extras()
         literals = sorted({p.literal for p in fmt.metrics} | records)
-        return _Rules(fmt.any_event, literals, markers, extras["understood"]["tqdm"], extras["head"])
+        return _Rules(fmt.any_event, literals, markers, extras["understood"]["tqdm"], extras["head"], fmt)
 
 
 @dataclass
@@ -296,10 +298,10 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     return _Parts(
         other=pl.concat([kept, quiet]).sort("line").with_columns(_copy("text")),
         anchors=_anchors(batch, kept, bars),
-        access=_access_groups(access),
+        access=_access_rows(_access_groups(access), rules.fmt),
         samples=_clock(fast),
         stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
-        clues=_distinct_clues(clues, other["line"]),
+        clues=_distinct_clues(clues, kept["line"]),
         metrics=[metrics],
         ends=[last_line],
         first_sample=min(firsts, default=None),
@@ -314,12 +316,15 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
 
 def _distinct_clues(clues: pl.DataFrame, between: pl.Series) -> pl.DataFrame:
     """The first sample of each kind (example, rank tags, date) between two of the ``between``
-    lines, instead of every sample: a run's clues then grow with its server's restarts and other
-    lines, not with its stats lines. Exact for :meth:`_Clues.hints`: a server instance begins at
-    one of the ``between`` lines (every line a launch marker can be on), so no group spans two."""
+    lines, instead of every sample: a run's clues then grow with its server's restarts and
+    telling lines, not with its stats lines. Exact for :meth:`_Clues.hints` when ``between``
+    holds every line a launch marker can be on (the kept lines: a quiet record or a tqdm bar is
+    never one), so no group spans two server instances."""
     stretch = between.sort().search_sorted(clues["line"]).alias("between")
     kind = ("example", "untagged", "dated")
-    return clues.group_by(stretch, *kind, maintain_order=True).agg(pl.col("line").first()).select("line", *kind)
+    first = clues.group_by(stretch, *kind, maintain_order=True).agg(pl.col("line").first()).select("line", *kind)
+    # A batch has an example per line shape, repeated on every row: 4 bytes a row, not the message.
+    return first.with_columns(pl.col("example").cast(pl.Categorical))
 
 
 def _clock(samples: pl.DataFrame) -> pl.DataFrame:
@@ -666,7 +671,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
 
     other = _classify(_fields(parts.other, fmt), fmt)
     rest = _fields(parts.stats_rest, fmt)
-    access = _access_rows(parts.access, fmt)
+    access = parts.access
     anchors = _fields(parts.anchors, fmt).filter(pl.col("record"))
 
     timeline, dated_from_mtime = _timeline(_time_points(other, rest, access, anchors), parts.samples, path)
@@ -791,19 +796,28 @@ def _strip_prefixes(column: pl.Series, prefixes) -> pl.Expr:
 
 
 def _access_rows(access: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
-    """Access groups with their fields and request (``method``, ``target``, ``endpoint``,
-    ``status``; null where the line is no access line after all)."""
+    """One batch's access groups → what the assembly reads of them: ``line``, ``n``, the time
+    (``dt``, or ``stamp`` where it has no date, as :func:`_timeline` takes it), ``method``,
+    ``endpoint``, ``status`` (null where the line is no access line after all) and, for failed
+    requests (events), the ``clean`` text. Read here, in the batch's thread, so the groups' texts
+    are never kept: a long run holds a few numbers per minute."""
     rows = _fields(access, fmt)
     requests = pl.DataFrame({"request": rows["request"].unique().drop_nulls()})
     requests = requests.with_columns(pl.col("request").str.extract_groups(_REQUEST).alias("r")).unnest("r")
     rows = rows.join(requests, on="request", how="left").sort("line")
     valid = pl.col("message").str.contains(_ACCESS)
-    return rows.with_columns(
+    status = pl.when(valid).then(pl.col("status").cast(pl.Int64))
+    dt = pl.when(pl.col("record")).then(_dated(pl.col("time")))
+    return rows.select(
+        "line",
+        "n",
+        dt.alias("dt"),
+        pl.when(dt.is_null()).then(pl.col("time")).alias("stamp"),
         pl.when(valid).then(pl.col("method")).alias("method"),
-        pl.when(valid).then(pl.col("target")).alias("target"),
-        pl.when(valid).then(pl.col("status").cast(pl.Int64)).alias("status"),
         pl.when(valid).then(pl.col("target").str.replace(r"\?.*$", "")).alias("endpoint"),
-    )
+        status.alias("status"),
+        pl.when(status >= _FAILED).then(pl.col("clean")).alias("clean"),
+    ).with_columns(_copy("stamp"), _copy("method"), _copy("endpoint"), _copy("clean"))
 
 
 def _classify(other: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
@@ -872,10 +886,10 @@ def _rank_copies(other: pl.DataFrame) -> pl.DataFrame:
 # Time
 
 
-def _time_points(other: pl.DataFrame, *timed: pl.DataFrame) -> pl.DataFrame:
-    """Every kept line that tells a time (``other`` with its AReaL and Python logging lines, and
-    the records among ``timed``): ``line``, ``stamp`` (a record's or Python logging time, maybe
-    without a date) and ``dt`` (an AReaL wrapper line's full timestamp)."""
+def _time_points(other: pl.DataFrame, rest: pl.DataFrame, access: pl.DataFrame, anchors: pl.DataFrame) -> pl.DataFrame:
+    """Every kept line that tells a time (``other`` with its AReaL and Python logging lines, the
+    records among ``rest`` and ``anchors``, the timed access rows): ``line``, ``stamp`` (a record's
+    or Python logging time, maybe without a date) and ``dt`` (a full timestamp, where known)."""
     areal_format = load_format("areal").timestamp_format
     areal_time = pl.col("areal_time").str.strptime(pl.Datetime("ms"), areal_format, strict=False)
     no_dt, no_stamp = pl.lit(None, pl.Datetime("ms")).alias("dt"), pl.lit(None, pl.String).alias("stamp")
@@ -885,7 +899,9 @@ def _time_points(other: pl.DataFrame, *timed: pl.DataFrame) -> pl.DataFrame:
             other.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt),
             other.filter(pl.col("areal")).select("line", no_stamp, areal_time.alias("dt")),
             other.filter(python_logging).select("line", pl.col("pytime").alias("stamp"), no_dt),
-            *(f.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt) for f in timed),
+            rest.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt),
+            access.filter(pl.col("dt").is_not_null() | pl.col("stamp").is_not_null()).select("line", "stamp", "dt"),
+            anchors.filter(pl.col("record")).select("line", pl.col("time").alias("stamp"), no_dt),
         ]
     )
 
@@ -1042,6 +1058,8 @@ _ACCESS_EVENTS = (
     (r"^/flush_cache", 400, "cache_flush_failed", "error"),
     (r"^/health(?:_generate)?$", 500, "health_check_failed", "error"),
 )
+#: The least status an access event needs: only such access rows keep their text.
+_FAILED = min(status for _, status, _, _ in _ACCESS_EVENTS)
 
 
 def _events(
@@ -1425,7 +1443,7 @@ class _Clues:
         # The samples left to the generic parser are their own examples.
         left = rest.filter(pl.col("record")).select(
             "line",
-            pl.col("message").alias("example"),
+            pl.col("message").cast(pl.Categorical).alias("example"),
             (pl.col("tags") == "").alias("untagged"),
             pl.col("time").str.contains(r"^\d{4}-").alias("dated"),
         )
