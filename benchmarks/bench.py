@@ -589,8 +589,10 @@ text = pl.col("text")
 areal, sglang, ray = (load_format(name).any_event for name in ("areal", "sglang", "ray"))
 fields = text.str.split_exact("│", 9)
 
-# Of the variants tried, the cheapest: a select per cell of a row (not lists exploded), the
-# event test on the other lines only once they are picked out (not on every line).
+# Of the variants tried, the cheapest: a select per cell of a row (not lists exploded), access
+# lines keyed by their minute and their last characters (method, endpoint, status), stats lines
+# split at their separators (not matched by a regex), the event test on the other lines only once
+# they are picked out (not on every line).
 def trainer(lines):
     split = lines.filter(text.str.starts_with("│")).select(fields.alias("f")).unnest("f")
     cells = pl.concat(split.select(pl.col(f"field_{2 * j + 1}").str.strip_chars().alias("key"),
@@ -602,11 +604,11 @@ def trainer(lines):
 
 def server(lines):
     access = text.str.contains(' - "', literal=True)
-    request = text.str.slice(text.str.find(' - "', literal=True) + 4)
-    counts = lines.filter(access).group_by(text.str.slice(0, 18).alias("minute"), request.alias("request")).len()
+    counts = lines.filter(access).group_by(text.str.slice(0, 17).alias("minute"), text.str.slice(-25).alias("request")).len()
     other = lines.filter(~access).collect()
-    stats = other.lazy().filter(text.str.contains(" batch.", literal=True)).select(text.str.extract_all(r"[\d.]+"))
-    return [counts, stats, other.lazy().filter(text.str.contains(sglang))]
+    stats = other.lazy().filter(text.str.contains(" batch.", literal=True)).select(text.str.split(", ").alias("part")).explode("part")
+    values = stats.select(pl.col("part").str.split_exact(": ", 1).struct.field("field_1").cast(pl.Float64, strict=False))
+    return [counts, values, other.lazy().filter(text.str.contains(sglang))]
 
 def session(lines):
     return [lines.filter(text.str.contains(ray))]
@@ -900,13 +902,16 @@ def main() -> None:
         f"{floor['cpu'] / (budget * cores):.0%} of it before any parsing.")
     say()
     per_source = ", ".join(f"{g} {least[g]['seconds']:.2f} s / {least[g]['cpu']:.2f} CPU-s" for g in names if g in least)
-    reach = "out of reach" if least["seconds"] > budget else "not ruled out"
+    # Any cold run also starts, analyzes and writes its report: what the cached re-run does besides parsing.
+    floor_s = least["seconds"] + warm_s2
+    reach = "out of reach" if floor_s > budget else "not ruled out"
     say(f"The least Polars parse (`LEAST` in this script: each source's lines read as the tool reads them, the table cells "
         f"split and cast, access lines counted per minute, stats numbers extracted, every other line tested for an event; "
         f"no line numbers, times, prefixes or tracebacks; the sources in turn) takes {least['seconds']:.2f} s and "
         f"{least['cpu']:.1f} CPU seconds ({per_source}; peak {least['rss']:,.0f} MB): {least['seconds'] / budget:.1f}× "
         f"the time and {least['cpu'] / (budget * cores):.1f}× the CPU that 50 % of grep's throughput allows, before any "
-        f"analysis. With Polars on this machine that target is {reach}.")
+        f"analysis. With the cached re-run's {warm_s2:.2f} s added (start, analysis, report), no cold `analyze` built on "
+        f"Polars could take less than {floor_s:.2f} s here, against the {budget:.2f} s of the target: {reach}.")
 
     def growth(title: str, sizes: list[float], busy: bool) -> None:
         """Cold ``analyze`` at each size: the table and the verdicts on time and memory."""
