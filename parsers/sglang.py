@@ -344,7 +344,7 @@ def _split_access(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     from the whole batch and tested once per distinct request.
     """
     texts = batch["text"]
-    request = texts.str.slice(texts.str.find(' - "', literal=True) + 4)
+    request = _after(texts, ' - "')
     requests = request.unique().drop_nulls()
     http = requests.filter(requests.str.contains(_ACCESS_HINT)).implode()
     is_access = request.is_in(http).fill_null(False)
@@ -353,11 +353,20 @@ def _split_access(batch: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # The hint elsewhere in a line: an access line that does not parse.
     hinted = rest["text"].str.contains(_ACCESS_HINT)
     if hinted.any():
-        text = pl.col("text")
-        request = text.str.slice(text.str.find(' - "', literal=True) + 4)
-        odd = rest.filter(hinted).with_columns(text.str.slice(0, 18).alias("minute"), request.alias("request"))
+        odd = rest.filter(hinted)
+        odd = odd.with_columns(pl.col("text").str.slice(0, 18).alias("minute"), _after(odd["text"], ' - "').alias("request"))
         access, rest = pl.concat([access, odd]).sort("line"), rest.filter(~hinted)
     return access, rest
+
+
+def _after(texts: pl.Series, literal: str) -> pl.Series:
+    """What follows the first ``literal`` (ASCII) in each text; null where there is none."""
+    # ``find`` counts bytes, ``slice`` characters: the same on ASCII lines, which nearly all are.
+    after = texts.str.slice(texts.str.find(literal, literal=True) + len(literal))
+    wide = texts.str.len_chars() != texts.str.len_bytes()
+    if wide.any():
+        after = after.scatter(wide.arg_true(), texts.filter(wide).str.splitn(literal, 2).struct.field("field_1"))
+    return after
 
 
 def _matches(texts: pl.Series, literal: str, regex: str) -> pl.Series:

@@ -427,6 +427,20 @@ def test_access_lines_are_counted_per_minute_endpoint_and_status(tmp_path: Path)
     assert log.unparsed_lines == 0 and log.metrics.is_empty()
 
 
+def test_an_access_line_with_non_ascii_text_before_its_request_keeps_its_method(tmp_path: Path) -> None:
+    # The request is cut where `` - "`` is found: a byte offset, on a line whose characters are wider.
+    lines = [
+        '[2025-11-11 10:00:01] INFO:     10.0.0.2:40000 - "POST /generate HTTP/1.1" 200 OK',
+        '[2025-11-11 10:00:02] INFO:     hôte-ü:40001 - "POST /generate HTTP/1.1" 200 OK',
+        '[2025-11-11 10:00:03] INFO:     hôte-ü:40002 - "POST /update_weights_from_disk HTTP/1.1" 500 Internal Server Error',
+    ]
+    log = read_sglang_log(write(tmp_path, lines))
+    assert sorted(log.http.select("endpoint", "method", "status", "count").rows()) == [
+        ("/generate", "POST", 200, 2), ("/update_weights_from_disk", "POST", 500, 1)
+    ]
+    assert kinds(log) == [(3, "weight_update_failed")] and log.unparsed_lines == 0
+
+
 # --- Several servers in one file -----------------------------------------------------------------
 
 def test_servers_relaunched_into_the_same_file_are_told_apart(tmp_path: Path) -> None:
