@@ -707,7 +707,7 @@ def warm(files: list[str]) -> float:
 
 #: What every run of the command pays before it reads a byte: the interpreter and the modules
 #: ``analyze`` imports.
-START = [sys.executable, "-c", "import polars, forensics.analysis, forensics.cli, reports.terminal"]
+STARTUP = [sys.executable, "-c", "import polars, forensics.analysis, forensics.cli, reports.terminal"]
 
 
 def analyze_cmd(info: dict, json_out: Path, html_out: Path | None) -> list[str]:
@@ -837,7 +837,7 @@ def main() -> None:
     print(f"python loop: {loop_s:.2f} s (extrapolated)", flush=True)
     loads.append(load_avg())
     parsed, floor, least = bounds(info)
-    start_s, _ = best(lambda i: timed(START), 3)
+    start_s, _ = best(lambda i: timed(STARTUP), 3)
     print(f"parsers alone: {sum(p['seconds'] for p in parsed.values()):.2f} s; Polars floor: {floor['seconds']:.2f} s; "
           f"least parse: {least['seconds']:.2f} s", flush=True)
 

@@ -1,0 +1,43 @@
+"""The benchmark command, run as the README gives it, on a set small enough for the suite.
+
+Its numbers are not judged here (speed targets live in the benchmark, not in timed tests): the
+test holds the command to running from a clean checkout and printing every table it promises.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY_SAMPLE = ROOT.parent / "shared" / "samples" / "ray" / "a_actor_exit"
+
+
+@pytest.mark.skipif(not RAY_SAMPLE.is_dir(), reason="shared/samples (the Ray session the benchmark repeats) not present")
+def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
+    report = tmp_path / "report.md"
+    command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.1", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
+               "--dir", str(tmp_path / "sets"), "--skip-lnav", "--loop-mb", "5", "--report", str(report)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = report.read_text()
+
+    for row in ("`grep -cE", "analyze --no-html` cold (empty cache)", "analyze --no-html` again (cached)",
+                "cold, with the HTML report", "skipped (--skip-lnav)", "line-by-line Python regex parser"):
+        assert row in text, row
+    assert "| target | measured | met | the least Polars parse alone |" in text
+    assert "| cold analyze ≥ 50 % of grep's throughput |" in text and "| peak RSS < 1.5 GB |" in text
+    # The analysis found the incident the set was built with.
+    assert "incidents: reward_collapse@1400→1500 (inference_server_unresponsive)" in text
+    for row in ("AReaL parser, trainer.log", "SGLang parser, llm_server.log", "Ray parser, session folder", "Polars floor"):
+        assert f"| {row}" in text, row
+    assert "The least Polars parse (`LEAST`" in text and "every run pays to start Python" in text
+    # Both growth tables, each with its verdicts on time and memory.
+    assert "### Growth with the run's length" in text and "### Growth with the server's traffic" in text
+    assert text.count("Time: s/GB") == 2 and text.count("Memory: peak RSS") == 2
+    assert not (tmp_path / "sets").exists() or not any((tmp_path / "sets").iterdir())  # no --keep: the sets are gone
