@@ -568,13 +568,14 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.u
 """
 
 
-#: A lower bound: the least a Polars parse of these files must do for what the analysis reads,
-#: with none of the tool's care (no line numbers, no times, no prefixes or colours, no tracebacks,
-#: relaunches or cut-off tables), each source's lines read as the tool reads them (blocks of whole
-#: lines, two at a time) and on them: the trainer's table rows split into key/value cells and
-#: cast, its step headers' numbers, its other lines tested for an event; the server's access
-#: lines counted per minute and request, its stats lines' numbers, its other lines tested for an
-#: event; every Ray line tested for an event. Each source in turn, wall and CPU seconds per source.
+#: A lower bound: the least a Polars parse of these files must do for what the analysis reads and
+#: the line each claim cites, with none of the tool's care (no prefixes or colours, no tracebacks,
+#: relaunches, cut-off tables or versions), each source's lines read as the tool reads them (blocks
+#: of whole lines, two at a time, numbered) and on them: the trainer's table rows split into
+#: key/value cells and cast, its step headers' numbers and times, its other lines tested for an
+#: event; the server's access lines counted per minute and request, its stats lines' numbers, its
+#: other lines tested for an event; every Ray line tested for an event. The events keep their line
+#: numbers and texts. Each source in turn, wall and CPU seconds per source.
 LEAST = r"""
 import json, os, sys, time
 from concurrent.futures import ThreadPoolExecutor
@@ -594,27 +595,33 @@ fields = text.str.split_exact("│", 9)
 # split at their separators (not matched by a regex), the event test on the other lines only once
 # they are picked out (not on every line).
 def trainer(lines):
-    split = lines.filter(text.str.starts_with("│")).select(fields.alias("f")).unnest("f")
-    cells = pl.concat(split.select(pl.col(f"field_{2 * j + 1}").str.strip_chars().alias("key"),
+    other = lines.filter(~text.str.starts_with("│") & ~text.str.starts_with("├") & ~text.str.starts_with("╞")).collect()
+    steps = other.lazy().filter(text.str.contains("Train step ", literal=True)).select(
+        "line", text.str.extract(r"Train step (\d+)/", 1).cast(pl.Int64).alias("step"),
+        text.str.extract(r"(\d{8}-\d\d:\d\d:\d\d\.\d{3})", 1).str.strptime(pl.Datetime("ms"), "%Y%m%d-%H:%M:%S%.3f", strict=False))
+    # Each table row to the step whose header is above it (rows and headers are in line order).
+    split = lines.filter(text.str.starts_with("│")).select("line", fields.alias("f")).unnest("f").join_asof(steps, on="line")
+    cells = pl.concat(split.select("step", pl.col(f"field_{2 * j + 1}").str.strip_chars().alias("key"),
                                    pl.col(f"field_{2 * j + 2}").str.strip_chars().cast(pl.Float64, strict=False).alias("value"))
                       for j in range(4))
-    other = lines.filter(~text.str.starts_with("│") & ~text.str.starts_with("├") & ~text.str.starts_with("╞")).collect()
-    steps = other.lazy().filter(text.str.contains("Train step ", literal=True)).select(text.str.extract(r"Train step (\d+)/", 1))
-    return [cells, steps, other.lazy().filter(text.str.contains(areal))]
+    return [cells, other.lazy().filter(text.str.contains(areal))]
 
 def server(lines):
     access = text.str.contains(' - "', literal=True)
-    counts = lines.filter(access).group_by(text.str.slice(0, 17).alias("minute"), text.str.slice(-25).alias("request")).len()
+    counts = lines.filter(access).group_by(text.str.slice(0, 17).alias("minute"), text.str.slice(-25).alias("request")).agg(
+        pl.len(), pl.col("line").min())
     other = lines.filter(~access).collect()
-    stats = other.lazy().filter(text.str.contains(" batch.", literal=True)).select(text.str.split(", ").alias("part")).explode("part")
-    values = stats.select(pl.col("part").str.split_exact(": ", 1).struct.field("field_1").cast(pl.Float64, strict=False))
+    stats = other.lazy().filter(text.str.contains(" batch.", literal=True)).select(
+        "line", text.str.slice(1, 19).alias("time"), text.str.split(", ").alias("part")).explode("part")
+    values = stats.select("line", "time", pl.col("part").str.split_exact(": ", 1).struct.field("field_1").cast(pl.Float64, strict=False))
     return [counts, values, other.lazy().filter(text.str.contains(sglang))]
 
 def session(lines):
     return [lines.filter(text.str.contains(ray))]
 
 def one(work, data):
-    return sum(frame.height for frame in pl.collect_all(work(pl.read_lines(data, name="text").lazy())))
+    lines = pl.read_lines(data, name="text").with_row_index("line").lazy()
+    return sum(frame.height for frame in pl.collect_all(work(lines)))
 
 result = {}
 for group, paths in json.loads(sys.argv[1]).items():
