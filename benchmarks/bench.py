@@ -918,12 +918,12 @@ def main() -> None:
     # Any cold run also starts Python and imports the tool (and then analyzes and reports).
     floor_s = least["seconds"] + start_s
     reach = "out of reach" if floor_s > budget else "not ruled out"
-    say(f"The least Polars parse (`LEAST` in this script: each source's lines read as the tool reads them, the table cells "
-        f"split and cast, access lines counted per minute, stats numbers extracted, every other line tested for an event; "
-        f"no line numbers, times, prefixes or tracebacks; the sources in turn) takes {least['seconds']:.2f} s and "
-        f"{least['cpu']:.1f} CPU seconds ({per_source}; peak {least['rss']:,.0f} MB): {least['seconds'] / budget:.1f}× "
-        f"the time and {least['cpu'] / (budget * cores):.1f}× the CPU that 50 % of grep's throughput allows, before any "
-        f"analysis. With the {start_s:.2f} s every run pays to start Python and import the tool, no cold `analyze` built "
+    say(f"The least Polars parse (`LEAST` in this script: each source's lines read and numbered as the tool reads them, "
+        f"the table cells split, cast and given their step, access lines counted per minute, stats numbers extracted, "
+        f"every other line tested for an event; no prefixes, colours, tracebacks or relaunches; the sources in turn) takes "
+        f"{least['seconds']:.2f} s and {least['cpu']:.1f} CPU seconds ({per_source}; peak {least['rss']:,.0f} MB): "
+        f"{least['seconds'] / budget:.2f}× the time and {least['cpu'] / (budget * cores):.2f}× the CPU that 50 % of "
+        f"grep's throughput allows, before any analysis. With the {start_s:.2f} s every run pays to start Python and import the tool, no cold `analyze` built "
         f"on Polars could take less than {floor_s:.2f} s here, analysis and report aside, against the {budget:.2f} s of "
         f"the target: {reach}.")
 
