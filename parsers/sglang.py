@@ -78,6 +78,8 @@ _REQUEST_LOG = r"\] (?:Receive|Finish): obj="
 _FOLD_BLOCK = 4096
 _BATCH_LINES = 64 * _FOLD_BLOCK
 _WORKERS = 2
+#: Batches whose access groups are read together (each read has a fixed cost of a few ms).
+_READ_EVERY = 8
 #: Stats line layouts learnt per batch; lines of further layouts go to the generic parser.
 _MAX_SHAPES = 8
 _ROLLOVER_MS = 3_600_000
@@ -187,18 +189,40 @@ def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
 
 
 def _reduce_all(batches: Iterator[pl.DataFrame], rules: _Rules, fold: bool) -> _Parts:
-    """Reduce every batch, two at a time (Polars releases the GIL), keeping file order."""
+    """Reduce every batch, two at a time (Polars releases the GIL), keeping file order.
+
+    Every few batches, their parts are merged and their access groups read (see
+    :func:`_access_rows`), so the groups' texts are never all kept, and reading them costs a few
+    calls per ``_READ_EVERY`` batches rather than per batch.
+    """
     done: list[_Parts] = []
+    pending: list[_Parts] = []
+
+    def take(part: _Parts) -> None:
+        pending.append(part)
+        if len(pending) == _READ_EVERY:
+            done.append(_read_access(pending, rules.fmt))
+            pending.clear()
+
     with ThreadPoolExecutor(max_workers=_WORKERS) as pool:
         running: deque = deque()
         for batch in batches:
             running.append(pool.submit(_reduce, batch, rules, fold))
             if len(running) >= _WORKERS:
-                done.append(running.popleft().result())
-        done.extend(future.result() for future in running)
-    if not done:
-        done.append(_reduce(pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), rules, fold))
+                take(running.popleft().result())
+        for future in running:
+            take(future.result())
+    if pending or not done:
+        pending = pending or [_reduce(pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), rules, fold)]
+        done.append(_read_access(pending, rules.fmt))
     return _Parts.merge(done)
+
+
+def _read_access(parts: list[_Parts], fmt: LogFormat) -> _Parts:
+    """``parts`` merged, their access groups read into rows."""
+    merged = _Parts.merge(parts)
+    merged.access = _access_rows(merged.access, fmt)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -233,7 +257,8 @@ class _Parts:
     Stats values stay one frame per batch (``metrics``, each in line order, the batch ending at
     line ``ends[i]``): the few values found later are merged in batch by batch. ``samples`` are
     the stats samples the timeline may need (see :func:`_clock`), ``clues`` what tells versions
-    apart (see :class:`_Clues`).
+    apart (see :class:`_Clues`). ``access`` holds a batch's access groups, and once
+    :func:`_reduce_all` has read them, their rows (see :func:`_access_rows`).
     """
 
     other: pl.DataFrame
@@ -298,7 +323,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     return _Parts(
         other=pl.concat([kept, quiet]).sort("line").with_columns(_copy("text")),
         anchors=_anchors(batch, kept, bars),
-        access=_access_rows(_access_groups(access), rules.fmt),
+        access=_access_groups(access),
         samples=_clock(fast),
         stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
         clues=_distinct_clues(clues, kept["line"]),
@@ -805,11 +830,12 @@ def _strip_prefixes(column: pl.Series, prefixes) -> pl.Expr:
 
 
 def _access_rows(access: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
-    """One batch's access groups → what the assembly reads of them: ``line``, ``n``, the time
-    (``dt``, or ``stamp`` where it has no date, as :func:`_timeline` takes it), ``method``,
-    ``endpoint``, ``status`` (null where the line is no access line after all) and, for failed
-    requests (events), the ``clean`` text. Read here, in the batch's thread, so the groups' texts
-    are never kept: a long run holds a few numbers per minute."""
+    """Access groups (:func:`_access_groups`) → what the assembly reads of them: ``line``, ``n``,
+    the time (``dt``, or ``stamp`` where it has no date, as :func:`_timeline` takes it),
+    ``method``, ``endpoint``, ``status`` (null where the line is no access line after all) and, for
+    failed requests (events), the ``clean`` text. Read while the batches are (see
+    :func:`_reduce_all`), so the groups' texts are never all kept: a long run holds a few numbers
+    per minute."""
     rows = _fields(access, fmt)
     requests = pl.DataFrame({"request": rows["request"].unique().drop_nulls()})
     requests = requests.with_columns(pl.col("request").str.extract_groups(_REQUEST).alias("r")).unnest("r")
