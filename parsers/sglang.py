@@ -10,8 +10,9 @@ Work is split in two:
 
 - :func:`_reduce` shrinks one batch of lines (a quarter million, two batches at a time in
   threads) to what matters, with literal checks and slices before any regex. HTTP access
-  lines become counts per minute and request, read there into times, methods, endpoints and
-  statuses (failed requests stay single lines with their text: they are events). ``Decode batch``/``Prefill batch`` lines are sampled to the last line per second and
+  lines become counts per minute and request (failed requests stay single lines: they are
+  events), read every few batches into times, methods, endpoints and statuses.
+  ``Decode batch``/``Prefill batch`` lines are sampled to the last line per second and
   rank prefix, and the samples are parsed by line shape straight into metric values. Dated
   records that can only tell the time are kept once per block, tqdm bars not at all. The rest
   (startup, failures, tracebacks, AReaL wrapper lines) is kept whole, plus the timed line just
