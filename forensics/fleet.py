@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -188,9 +189,10 @@ def analyze_fleet(
     done: dict[str, FleetRun] = {}
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        queue = [tasks[i] for i in largest_first([task.location for task in tasks])]
+        size = functools.cache(_source_bytes)  # each log's bytes, walked once for the order and the split
+        queue = [tasks[i] for i in largest_first([task.location for task in tasks], size=size)]
         if ray is not None:
-            split = {task.slug: _split_sources(task, split_bytes) for task in queue}
+            split = {task.slug: _split_sources(task, split_bytes, size) for task in queue}
             files = sum(map(len, split.values()))
             backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files else "")
             outcomes = _on_ray(ray, queue, split)
@@ -234,15 +236,18 @@ def _available_memory() -> int | None:
     return None
 
 
-def largest_first(locations: Sequence[RunLocation | None]) -> list[int]:
-    """The order to start runs in: by the bytes of their logs, largest first (ties and runs
-    without files, such as hosted W&B runs, in the given order). A long run started last
-    would finish alone while the other workers idle."""
-    return sorted(range(len(locations)), key=lambda i: -_log_bytes(locations[i]))
+def largest_first(
+    locations: Sequence[RunLocation | None], *, size: Callable[[LogSource], int] | None = None
+) -> list[int]:
+    """The order to start runs in: by the bytes of their logs (``size`` of each, default: read
+    from disk), largest first (ties and runs without files, such as hosted W&B runs, in the given
+    order). A long run started last would finish alone while the other workers idle."""
+    size = size or _source_bytes
 
+    def log_bytes(location: RunLocation | None) -> int:
+        return sum(size(source) for source in location.logs) if location is not None else 0
 
-def _log_bytes(location: RunLocation | None) -> int:
-    return sum(_source_bytes(source) for source in location.logs) if location is not None else 0
+    return sorted(range(len(locations)), key=lambda i: -log_bytes(locations[i]))
 
 
 def _source_bytes(source: LogSource) -> int:
@@ -255,12 +260,12 @@ def _source_bytes(source: LogSource) -> int:
     return total
 
 
-def _split_sources(task: _Task, split_bytes: int) -> list[LogSource]:
+def _split_sources(task: _Task, split_bytes: int, size: Callable[[LogSource], int]) -> list[LogSource]:
     """The logs of ``task``'s run worth a task of their own: its large ones, when there are two or
     more (with one, the run's task would only wait for it) and a cache to hand them over through."""
     if task.cache is None or task.location is None:
         return []
-    large = [source for source in task.location.logs if _source_bytes(source) >= split_bytes]
+    large = [source for source in task.location.logs if size(source) >= split_bytes]
     return large if len(large) >= 2 else []
 
 
