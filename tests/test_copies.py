@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import pytest
 from areal_builder import RunSpec, healthy_reward, write_run
 
 from forensics import analyze
+from forensics.keys import ANALYSIS_KEYS
 from parsers import read_areal_log
 
 pytest.importorskip("wandb")
@@ -100,11 +102,7 @@ def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path
 
 def test_log_and_wandb_copy_analyze_the_same_with_only_the_analysis_keys(console, tmp_path: Path) -> None:
     """The copies are merged key by key: keeping only the analysis keys changes nothing else."""
-    from forensics.keys import ANALYSIS_KEYS
-
     paths, rows = console
-    import shutil
-
     tree = tmp_path / "outputs"
     shutil.copytree(paths.fileroot, tree)
     write_wandb(tree / paths.log_dir.relative_to(paths.fileroot), rows[: len(rows) // 2])
