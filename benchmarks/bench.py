@@ -2,7 +2,7 @@
 
 One command (not part of the tests)::
 
-    python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3]
+    python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3] [--worker-scaling 0.3,1,3]
                                [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
                                [--report FILE] [--repeat N] [--loop-mb 300]
 
@@ -43,10 +43,12 @@ the analysis reads, with none of the tool's care for evidence and damaged input)
 budget that 50 % of grep's throughput leaves on this machine's cores. The targets table says what
 the least parse alone would reach.
 
-And how cold ``analyze`` grows with the input, two ways: a longer run (``--scaling``: more blocks,
-so more steps, days and server traffic, as above) and a busier server (``--busy-scaling``: always
-the same two-day run, one incident block of 1870 steps, each ``/generate`` access line of its
-server log written k times and its Ray logs longer). Seconds per GB and peak RSS at each size.
+And how cold ``analyze`` grows with the input, three ways: a longer run (``--scaling``: more
+blocks, so more steps, days and server traffic, as above), a busier server (``--busy-scaling``:
+always the same two-day run, one incident block of 1870 steps, each ``/generate`` access line of
+its server log written k times and its Ray logs longer) and one huge file (``--worker-scaling``:
+the same two-day run, one Ray worker's ``.err`` filled with warning spam — worker output never
+rotates). Seconds per GB and peak RSS at each size.
 The tables are printed as Markdown (and written to ``--report``).
 """
 
@@ -429,8 +431,52 @@ def build_busy_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     return _finish_set(root, blocks, size_gb, trainer, server, n_blocks=1, incident=0, busier=k)
 
 
-def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, busy: bool = False) -> dict:
-    root = base / (f"busy-{size_gb:g}gb" if busy else f"run-{size_gb:g}gb")
+#: A Ray worker's stderr as a long run fills it: a dated line of the application, a library
+#: warning (two lines) and a progress bar, every few seconds. ``{t}`` is the minute.
+WORKER_SPAM = (
+    "{t}:07,412\tINFO rollout_worker.py:212 -- generated 64 samples for batch {n} in 9.8 s\n"
+    "/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:92: UserWarning: None of the inputs "
+    "have requires_grad=True. Gradients will be None\n"
+    "  warnings.warn(\n"
+    "Processed prompts: 100%|##########| 64/64 [00:09<00:00,  6.53it/s, est. speed input: 2901.77 toks/s]\n"
+)
+WORKER_ERR = "worker-" + "7" * 56 + "-01000000-32671.err"
+
+
+def build_worker_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
+    """The growth-by-one-file set: the same two-day run (one block, the incident in it), one Ray
+    worker's stderr grown until the set reaches ``size_gb``. Worker ``.out``/``.err`` files never
+    rotate (a real report has four of 13 GB); one is read in batches like any other log."""
+    info = build_busy_set(root, 0.0, blocks)
+    session = Path(info["outputs"]) / "logs" / USER / EXPERIMENT / TRIAL / RAY_SESSION / "logs"
+    goal = int(size_gb * 1e9) - sum(info["bytes"].values())
+    writer = _Writer(session / WORKER_ERR)
+    writer.add(b":job_id:01000000\n:actor_name:RolloutWorker\n")
+    minutes = BLOCK_DAYS * 1440
+    piece = len(WORKER_SPAM.format(t="2025-11-01 08:11", n=0).encode())
+    per_minute = max(1, goal // piece // minutes)
+    n = 0
+    for minute in range(minutes):
+        if writer.size >= goal:
+            break
+        at = (RAY_START + timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M")
+        writer.add("".join(WORKER_SPAM.format(t=at, n=n + i) for i in range(per_minute)).encode())
+        n += per_minute
+    writer.close()
+    finished = time.time() - 6 * 3600
+    os.utime(session / WORKER_ERR, (finished, finished))
+    info["files"] = sorted([*info["files"], str(session / WORKER_ERR)])
+    info["bytes"]["ray"] += writer.size
+    info["size_gb"] = size_gb
+    (root / "set.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+SETS = {"run": build_set, "busy": build_busy_set, "worker": build_worker_set}
+
+
+def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, kind: str = "run") -> dict:
+    root = base / f"{kind}-{size_gb:g}gb"
     if reuse and (root / "set.json").is_file():
         info = json.loads((root / "set.json").read_text())
         print(f"reusing {root} ({sum(info['bytes'].values()) / 1e9:.2f} GB)", flush=True)
@@ -440,7 +486,7 @@ def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, busy: b
         blocks_cache.append(build_blocks(base / "scratch"))
         print(f"built the base blocks in {time.perf_counter() - t0:.0f} s", flush=True)
     t0 = time.perf_counter()
-    info = (build_busy_set if busy else build_set)(root, size_gb, blocks_cache[0])
+    info = SETS[kind](root, size_gb, blocks_cache[0])
     total = sum(info["bytes"].values())
     print(f"wrote {root} ({total / 1e9:.2f} GB: trainer {info['bytes']['trainer'] / total:.0%}, server "
           f"{info['bytes']['server'] / total:.0%}, ray {info['bytes']['ray'] / total:.0%}) in "
@@ -753,6 +799,8 @@ def main() -> None:
     parser.add_argument("--scaling", default="0.3,1,3", help="sizes in GB for the growth with the run's length ('' to skip)")
     parser.add_argument("--busy-scaling", default="0.3,1,3",
                         help="sizes in GB for the growth with the server's traffic, the run's length fixed ('' to skip)")
+    parser.add_argument("--worker-scaling", default="0.3,1,3",
+                        help="sizes in GB for the growth with one Ray worker's .err, the run fixed ('' to skip)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
@@ -911,7 +959,7 @@ def main() -> None:
         f"on Polars could take less than {floor_s:.2f} s here, analysis and report aside, against the {budget:.2f} s of "
         f"the target: {reach}.")
 
-    def growth(title: str, sizes: list[float], busy: bool) -> None:
+    def growth(title: str, sizes: list[float], kind: str) -> None:
         """Cold ``analyze`` at each size: the table and the verdicts on time and memory."""
         say()
         say(f"### {title} (cold `analyze --no-html`)")
@@ -920,13 +968,13 @@ def main() -> None:
         say("|---:|---:|---:|---:|---:|---:|---|")
         points = []
         for size in sizes:
-            if not busy and abs(size - args.size_gb) < 1e-9:
+            if kind == "run" and abs(size - args.size_gb) < 1e-9:
                 s_info, seconds, rss, la = info, cold_s, cold_rss, loads[1]
             else:
-                s_info = get_set(args.dir, size, args.reuse, blocks, busy=busy)
+                s_info = get_set(args.dir, size, args.reuse, blocks, kind)
                 warm(s_info["files"])
                 la = load_avg()
-                tag = f"{'busy' if busy else 'long'}-{size:g}"
+                tag = f"{kind}-{size:g}"
                 seconds, rss = best(lambda i, s_info=s_info, tag=tag: timed(
                     analyze_cmd(s_info, work / f"scale-{tag}.json", None),
                     env={"GRPO_FORENSICS_CACHE": str(work / f"cache-{tag}-{i}")}))
@@ -953,10 +1001,13 @@ def main() -> None:
 
     sizes = [float(x) for x in args.scaling.split(",") if x.strip()]
     if sizes:
-        growth("Growth with the run's length: more steps, days and server traffic", sizes, busy=False)
+        growth("Growth with the run's length: more steps, days and server traffic", sizes, "run")
     sizes = [float(x) for x in args.busy_scaling.split(",") if x.strip()]
     if sizes:
-        growth(f"Growth with the server's traffic: the same two-day run ({BLOCK_STEPS:,} steps), a busier server", sizes, busy=True)
+        growth(f"Growth with the server's traffic: the same two-day run ({BLOCK_STEPS:,} steps), a busier server", sizes, "busy")
+    sizes = [float(x) for x in args.worker_scaling.split(",") if x.strip()]
+    if sizes:
+        growth(f"Growth with one file: the same two-day run ({BLOCK_STEPS:,} steps), one Ray worker's `.err` growing", sizes, "worker")
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")

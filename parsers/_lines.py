@@ -1,7 +1,8 @@
-"""Physical lines of a log file as a frame: ``line`` (1-based) and ``text``.
+"""Physical lines of a log file as frames: ``line`` (1-based) and ``text``.
 
-The fast path is Polars' native line scanner. Files it cannot take (gzip, invalid UTF-8)
-go through a chunked reader that decodes lossily, so damaged logs still yield every line
+Files are read in blocks of whole lines, a few in flight at a time, so no file is ever held
+whole; Polars splits each block into lines. Blocks it cannot take (invalid UTF-8) are decoded
+lossily and gzipped logs are inflated as they are read, so damaged logs still yield every line
 with its true line number.
 """
 
@@ -20,6 +21,9 @@ CHUNK_BYTES = 64 << 20
 #: Bytes per batch of :func:`line_batch_pieces`: small enough that memory stays flat as files
 #: grow, large enough that the per-batch overhead is noise.
 BATCH_BYTES = 16 << 20
+#: For passes that hold several copies of a batch's text at once (Ray's tagging pass, which a
+#: session runs on two files at a time): half, for the same memory at the same speed.
+HEAVY_BATCH_BYTES = 8 << 20
 IN_FLIGHT = 2
 #: The end of a block read first, to find where its last whole line ends: the block itself is
 #: then read to exactly there, not read whole and sliced (a copy made holding the GIL).
@@ -28,13 +32,6 @@ FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
 #: Colour and cursor escape sequences (colorlog writes them into files too).
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
-
-
-def scan_lines(path: Path) -> pl.LazyFrame:
-    """Lazily scan ``path`` as ``line`` (Int64, 1-based) and ``text`` columns (UTF-8 only)."""
-    return pl.scan_lines(
-        path, name="text", row_index_name="line", row_index_offset=1, glob=False
-    ).with_columns(pl.col("line").cast(pl.Int64))
 
 
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:
@@ -108,30 +105,23 @@ def _is_gzip(path: Path) -> bool:
 
 
 def collect_lines(
-    path: Path, extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]]
+    path: Path,
+    extract: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]],
+    stitch: Callable[[dict[str, list[pl.DataFrame]]], dict[str, pl.DataFrame]] | None = None,
+    *,
+    heavy: bool = False,
 ) -> dict[str, pl.DataFrame]:
-    """Run ``extract`` (line-local work only) over all lines of ``path``.
+    """Run ``extract`` over the lines of ``path`` (plain or gzipped, of any size), batch by batch.
 
-    ``extract`` maps a lines frame to named lazy results; on the fast path they are
-    collected together, otherwise chunk by chunk and concatenated.
+    Memory is bounded by the batches in flight and what ``extract`` keeps, never by the file (a
+    worker's ``.err`` can reach gigabytes). Line-local results are concatenated in file order. An
+    ``extract`` that carries state from line to line (runs, forward fills) within its batch
+    passes ``stitch``: it gets each part's frames, one per batch in file order, and joins them as
+    one pass over the whole file would have. ``heavy`` extracts get smaller batches.
     """
-    if not _is_gzip(path):
-        parts = extract(scan_lines(path))
-        try:
-            frames = pl.collect_all(list(parts.values()))
-            return dict(zip(parts, frames, strict=True))
-        except pl.exceptions.ComputeError as exc:
-            if "utf" not in str(exc).lower():
-                raise
-    pieces: dict[str, list[pl.DataFrame]] = {}
-    for chunk in iter_line_chunks(path):
-        parts = extract(chunk)
-        for name, frame in zip(parts, pl.collect_all(list(parts.values())), strict=True):
-            pieces.setdefault(name, []).append(frame)
-    if not pieces:  # an empty gzip member: no chunk at all, but the extract's frames (empty) still
-        empty = pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String})
-        parts = extract(empty)
-        return dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+    pieces = line_batch_pieces(path, extract, HEAVY_BATCH_BYTES if heavy else None)
+    if stitch is not None:
+        return stitch(pieces)
     return {name: pl.concat(frames) for name, frames in pieces.items()}
 
 

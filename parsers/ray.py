@@ -9,9 +9,11 @@ with ``:actor_name:``/``:task_name:`` markers), and JSON Lines event files (``ev
 ``(Name pid=N, ip=…)`` prefixes and ``[repeated Nx across cluster]`` summaries Ray adds when it
 forwards worker output. See ``shared/formats/ray_verl.md``.
 
-Work is split as in :mod:`parsers.areal`: :func:`scan_parts` is one lazy, line-local pass (strip
-colours and prefixes, tag lines with cheap checks, keep only event candidates, traceback runs,
-time headers and markers), :func:`assemble_events` turns the few kept rows into events.
+Work is split as in :mod:`parsers.areal`: :func:`scan_parts` is one lazy pass over a batch of
+lines (strip colours and prefixes, tag lines with cheap checks, keep only event candidates,
+traceback runs, the time headers they need and markers), :func:`stitch_parts` joins the batches'
+rows, :func:`assemble_events` turns the few kept rows into events. A file of any size is read
+in bounded memory.
 
 Event frames have the :data:`~parsers.schema.EVENT_SCHEMA` columns plus ``count`` (how many
 occurrences one row stands for: ``[repeated 4x across cluster]`` is one row with count 4),
@@ -41,7 +43,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, sniff
+from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, sniff
 from parsers.schema import EVENT_SCHEMA
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "read_ray_console",
     "read_ray_session",
     "scan_parts",
+    "stitch_parts",
 ]
 
 #: Events with the extra columns this parser fills (see the module docstring).
@@ -243,6 +246,7 @@ def scan_parts(
         tbish.alias("tbish"),
         text.str.contains(_HEADER_START).alias("header"),
         (text.str.starts_with(":") & text.str.contains(_MARKER)).alias("marker"),
+        (text.str.contains(fmt.any_event) | is_start | text.str.contains(_ERROR_LEVEL)).alias("candidate"),
     ).with_columns(
         per_stream((~pl.col("tbish")).cast(pl.Int64).cum_sum()).alias("run"),
         # The last dated line of the stream so far: where an undated event borrows its time.
@@ -250,9 +254,11 @@ def scan_parts(
         # A record: a line and the indented or blank lines after it.
         per_stream((~(text.str.starts_with(" ") | text.str.starts_with("\t") | text.str.contains(r"^\s*$"))).cast(pl.Int64).cum_sum()).alias("record"),
     )
-    candidates = tagged.filter(
-        text.str.contains(fmt.any_event) | pl.col("is_start") | text.str.contains(_ERROR_LEVEL)
-    ).select("line", "stream", "count", "dated_line", "record", text.str.head(_MESSAGE_CHARS))
+    candidates = tagged.filter(pl.col("candidate")).select("line", "stream", "count", "dated_line", "record", text.str.head(_MESSAGE_CHARS))
+    # Where each stream stands at the batch's end: what the next batch counts on from (see stitch_parts).
+    tail = tagged.group_by("stream").agg(
+        pl.col("run", "record", "dated_line").max(), text.filter(pl.col("header")).last().str.head(64).alias("dated_text")
+    )
     runs = (
         tagged.filter(pl.col("tbish"))
         .group_by("stream", "run")
@@ -265,14 +271,18 @@ def scan_parts(
             pl.col("dated_line").filter(pl.col("is_start")).first().alias("dated_line"),
             pl.col("record").filter(pl.col("is_start")).first().alias("record"),
         )
-        .filter(pl.col("start").is_not_null())
-        .drop("run")
+        # Run 0 continues the batch before's last run: kept, in case it is a traceback's rest.
+        .filter(pl.col("start").is_not_null() | (pl.col("run") == 0))
     )
+    # Only the dated lines an event may borrow its time from (each stream's last is in ``tail``,
+    # for the next batch): never every line of a raylet.out.
+    borrowed = pl.col("line").is_in(pl.col("dated_line").filter(pl.col("candidate")).implode())
     parts = {
         "candidates": candidates,
         "runs": runs,
+        "tail": tail,
         "markers": tagged.filter(pl.col("marker")).select("line", "text"),
-        "dated": tagged.filter(pl.col("header")).select("line", text.str.head(64)),
+        "dated": tagged.filter(pl.col("header") & borrowed).select("line", text.str.head(64)),
         "stats": tagged.select(
             pl.col("line").max().alias("lines"),
             # Text after a dated line continues that record (state dumps, OOM reports); only lines
@@ -287,6 +297,65 @@ def scan_parts(
     if extra is not None:
         parts.update(extra(norm))
     return parts
+
+
+def stitch_parts(pieces: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """The batches' :func:`scan_parts` (each part's frames in file order) → those of one pass.
+
+    A batch counts its runs and records from zero and cannot see the dated lines before it: its
+    counts are moved on by the batches' before (per stream), its undated lines take the stream's
+    last dated line so far, and a traceback run cut by a batch boundary is made whole again.
+    Text before a file's first dated line is unparsed only in the batches up to that line.
+    """
+    carry = pl.DataFrame(schema={"stream": pl.String, "run0": pl.Int64, "record0": pl.Int64, "dated0": pl.Int64})
+    candidates, runs, lasts = [], [], []
+    for found, run, tail in zip(pieces.pop("candidates"), pieces.pop("runs"), pieces.pop("tail"), strict=True):
+        candidates.append(_moved_on(found, carry))
+        runs.append(_moved_on(run, carry))
+        lasts.append(tail.select(pl.col("dated_line").alias("line"), pl.col("dated_text").alias("text")).drop_nulls())
+        carry = (
+            tail.join(carry, on="stream", how="full", coalesce=True)
+            .select(
+                "stream",
+                (pl.col("run0").fill_null(0) + pl.col("run").fill_null(0)).alias("run0"),
+                (pl.col("record0").fill_null(0) + pl.col("record").fill_null(0)).alias("record0"),
+                pl.coalesce("dated_line", "dated0").alias("dated0"),
+            )
+        )
+    whole = (
+        pl.concat(runs)
+        .group_by("stream", "run", maintain_order=True)
+        .agg(
+            pl.col("start").min(),
+            pl.col("start_text").drop_nulls().first(),
+            pl.col("exc_line").max(),
+            pl.col("exc_text").drop_nulls().last(),
+            pl.col("end").max(),
+            pl.col("dated_line").drop_nulls().first(),
+            pl.col("record").drop_nulls().first(),
+        )
+        .filter(pl.col("start").is_not_null())
+        .drop("run")
+    )
+    stats = pl.concat(pieces.pop("stats"))
+    after_first_dated = pl.col("first_dated").is_not_null().cum_sum().shift(1, fill_value=0) > 0
+    stats = stats.with_columns(pl.when(after_first_dated).then(0).otherwise(pl.col("unparsed")).alias("unparsed"))
+    dated = pl.concat([*pieces.pop("dated"), *lasts]).unique("line").sort("line")
+    rest = {name: pl.concat(frames) for name, frames in pieces.items()}
+    return {"candidates": pl.concat(candidates), "runs": whole, "stats": stats, "dated": dated, **rest}
+
+
+def _moved_on(frame: pl.DataFrame, carry: pl.DataFrame) -> pl.DataFrame:
+    """A batch's rows with run and record numbers counted from the file's start, and the dated
+    line before the batch where they have none in it (a run's only where it starts)."""
+    starts = pl.col("start").is_not_null() if "start" in frame.columns else pl.lit(True)
+    moved = frame.join(carry, on="stream", how="left", maintain_order="left").with_columns(
+        (pl.col("record") + pl.col("record0").fill_null(0)).alias("record"),
+        pl.when(starts).then(pl.coalesce("dated_line", "dated0")).alias("dated_line"),
+    )
+    if "run" in frame.columns:
+        moved = moved.with_columns(pl.col("run") + pl.col("run0").fill_null(0))
+    return moved.select(frame.columns)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,7 +661,7 @@ def has_prefixes(path: Path, fmt: LogFormat) -> bool:
 def _read_text(path: Path, kind: str, year: int | None, since: datetime | None) -> RayLog:
     fmt = load_format("ray")
     prefixed = has_prefixes(path, fmt)
-    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, prefixed=prefixed))
+    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, prefixed=prefixed), stitch_parts, heavy=True)
     return assemble_events(str(path), kind, parts, fmt, year=year, since=since)
 
 
@@ -697,9 +766,14 @@ def read_ray_session(session_dir: Path) -> RaySession:
             return RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}))
         return _read_text(path, kind, None, started)
 
-    # A session is many files, each read mostly on one core: two at a time (Polars releases the GIL).
+    # A file of more than one batch keeps both cores busy on its own (two batches in flight); the
+    # many smaller ones are read two at a time (Polars releases the GIL). Never both at once: that
+    # would hold four batches.
+    large = [path.stat().st_size > HEAVY_BATCH_BYTES for path, _ in text_files]
+    read_alone = {i: read(*job) for i, job in enumerate(text_files) if large[i]}
     with ThreadPoolExecutor(2) as pool:
-        texts = list(pool.map(lambda job: read(*job), text_files))
+        small = iter(pool.map(lambda job: read(*job), [job for i, job in enumerate(text_files) if not large[i]]))
+        texts = [read_alone[i] if large[i] else next(small) for i in range(len(text_files))]
     workers = _workers(texts)
     text_events = _attribute(texts, workers)
     text_events = _drop_unconfirmed_deaths(text_events, [t for t in texts if t.kind == "ray_gcs" and t.lines])

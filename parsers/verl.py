@@ -34,7 +34,7 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, collect_lines, sniff
-from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts
+from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
 from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform
 
 __all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
@@ -98,18 +98,31 @@ def _step_parts(norm: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
     # kept wherever they are, _joined decides which follow a metric line.
     loose = ~is_step & (pl.col("stream") == "") & text.str.contains(r":|^[\d.eE+-]+$")
     piece = loose & text.str.contains(" - ", literal=True) & text.str.contains(cfg["step"]["continuation"])
-    # A wrap can also leave a lone token ("ep:12.5") right under the rest of its line.
-    piece = piece | (loose & (is_step | piece).shift(1).fill_null(False) & text.str.contains(r"^\S+$"))
+    # A wrap can also leave a lone token ("ep:12.5") right under the rest of its line; on a batch's
+    # first line the line above is unseen: the token is kept until _stitched knows.
+    above = (is_step | piece).shift(1)
+    lone = loose & text.str.contains(r"^\S+$")
     return {
-        "step_lines": norm.filter(is_step | piece).select("line", "text", is_step.alias("is_step")),
+        "step_lines": norm.filter(is_step | piece | (lone & above.fill_null(True))).select(
+            "line", "text", is_step.alias("is_step"), (is_step | piece).alias("opens"), (lone & above.is_null()).alias("unsure")
+        ),
         "facts": norm.filter(text.str.contains(cfg["facts"]) | text.str.contains("Total training steps: ", literal=True)).select("line", "text"),
     }
+
+
+def _stitched(pieces: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """:func:`stitch_parts`, and a batch's first-line token kept only under a metric line or piece."""
+    parts = stitch_parts(pieces)
+    rows = parts["step_lines"]
+    opening = rows.filter(pl.col("opens"))["line"] + 1
+    kept = rows.filter(~pl.col("unsure") | pl.col("line").is_in(opening.implode()))
+    return {**parts, "step_lines": kept.drop("opens", "unsure")}
 
 
 def _read_console(path: Path) -> VerlLog:
     fmt = _console_format()
     prefixed = has_prefixes(path, fmt)
-    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed))
+    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched, heavy=True)
     log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
     joined, orphans = _joined(parts["step_lines"])
     metrics, bad = _metrics(joined, str(path))

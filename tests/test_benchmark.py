@@ -21,6 +21,7 @@ RAY_SAMPLE = ROOT.parent / "shared" / "samples" / "ray" / "a_actor_exit"
 def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.1", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
+               "--worker-scaling", "0.1,0.2",
                "--dir", str(tmp_path / "sets"), "--skip-lnav", "--loop-mb", "5", "--report", str(report)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -37,7 +38,8 @@ def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None
     for row in ("AReaL parser, trainer.log", "SGLang parser, llm_server.log", "Ray parser, session folder", "Polars floor"):
         assert f"| {row}" in text, row
     assert "The least Polars parse (`LEAST`" in text and "every run pays to start Python" in text
-    # Both growth tables, each with its verdicts on time and memory.
+    # The three growth tables, each with its verdicts on time and memory.
     assert "### Growth with the run's length" in text and "### Growth with the server's traffic" in text
-    assert text.count("Time: s/GB") == 2 and text.count("Memory: peak RSS") == 2
+    assert "### Growth with one file" in text
+    assert text.count("Time: s/GB") == 3 and text.count("Memory: peak RSS") == 3
     assert not (tmp_path / "sets").exists() or not any((tmp_path / "sets").iterdir())  # no --keep: the sets are gone

@@ -404,3 +404,55 @@ def test_glog_dates_cross_new_year(tmp_path: Path) -> None:
     )
     times = read_ray_session(logs.parent).events["time"].to_list()
     assert [t.isoformat() for t in times] == ["2025-12-31T23:59:59", "2026-01-01T00:10:00"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches: a file of any size is read in batches of lines; where they are cut changes nothing
+
+INTERLEAVED = """\
+junk before any dated line
+2026-01-05 10:00:00,000\tINFO worker.py:2038 -- Started a local Ray instance.
+(WorkerDict pid=1) [2026-01-05 10:00:01,000 I 1 1] (raylet) a dated line of stream 1
+(WorkerDict pid=2) Traceback (most recent call last):
+(WorkerDict pid=1) Traceback (most recent call last):
+(WorkerDict pid=2)   File "a.py", line 1, in f
+(WorkerDict pid=1)   File "b.py", line 2, in g
+(WorkerDict pid=2)
+(WorkerDict pid=2) During handling of the above exception, another exception occurred:
+(WorkerDict pid=2) RuntimeError: CUDA error: an illegal memory access was encountered
+(WorkerDict pid=1) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB
+(WorkerDict pid=1) Memory on the node was 95% full when the task was killed
+(raylet) [2026-01-05 10:02:00,000 E 7 7] (raylet) node_manager.cc:1: Worker exits with an exit code 1.
+(WorkerDict pid=2) ActorDiedError: The actor died unexpectedly before finishing this task.
+"""
+
+
+def _same_log(got, want) -> None:
+    assert got.events.equals(want.events) and got.markers.equals(want.markers)
+    assert (got.lines, got.unparsed_lines, got.notes) == (want.lines, want.unparsed_lines, want.notes)
+
+
+@needs_samples
+@pytest.mark.parametrize("batch_bytes", [1, 97, 4096])
+def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
+    """Batch cuts fall inside tracebacks, records and interleaved streams; every session, console
+    and excerpt reads the same as in one pass (one batch: each is far smaller than a batch)."""
+    import parsers._lines as lines
+
+    console = tmp_path / "driver.log"
+    console.write_text(INTERLEAVED * 3)
+    consoles = [console, *sorted(EXCERPTS.glob("*.log")), *sorted(SAMPLES.glob("*/driver.log"))]
+    sessions = [_session(name) for name in sorted(SESSION_KINDS)]
+    whole = {path: read_ray_console(path) for path in consoles}
+    whole_sessions = {path: read_ray_session(path) for path in sessions}
+    assert whole[console].events.height >= 9 and whole[console].unparsed_lines == 0
+    monkeypatch.setattr(lines, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(lines, "HEAVY_BATCH_BYTES", batch_bytes)
+    for path, want in whole.items():
+        _same_log(read_ray_console(path), want)
+    if batch_bytes == 1:  # a batch a line: the sessions' thousands of lines take long, the cuts are the same
+        return
+    for path, want in whole_sessions.items():
+        got = read_ray_session(path)
+        assert got.events.equals(want.events) and got.workers.equals(want.workers), path.name
+        assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)

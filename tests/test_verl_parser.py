@@ -81,14 +81,19 @@ def test_value_spellings() -> None:
     assert metric_line(3, {"a": 0.5, "b": float("inf")}, "fixed") == "step:3 - a:0.500 - b:inf"
 
 
+FULL_LINE = (
+    "step:7 - actor/pg_loss:np.float64(-0.25) - actor/grad_norm:inf - critic/score/mean:np.float32(0.125) - "
+    "training/flag:True - perf/x:-inf - response_length/mean:3.5e+02 - timing_s/adv:0.036577751860022545 - timing_s/step:12.5"
+)
+# A terminal copy hard-wraps the line anywhere, even inside a number (verl issue 7412).
+WRAPPED = "\n".join(
+    ["(TaskRunner pid=1) step:6 - actor/pg_loss:0.1 - timing_s/step:10.0", *[FULL_LINE[i : i + 70] for i in range(0, len(FULL_LINE), 70)],
+     "(TaskRunner pid=1) step:8 - actor/pg_loss:0.2"]
+)
+
+
 def test_odd_values_wrapped_lines_and_gzip(tmp_path: Path) -> None:
-    full = (
-        "step:7 - actor/pg_loss:np.float64(-0.25) - actor/grad_norm:inf - critic/score/mean:np.float32(0.125) - "
-        "training/flag:True - perf/x:-inf - response_length/mean:3.5e+02 - timing_s/adv:0.036577751860022545 - timing_s/step:12.5"
-    )
-    # A terminal copy hard-wraps the line anywhere, even inside a number (verl issue 7412).
-    pieces = [full[i : i + 70] for i in range(0, len(full), 70)]
-    text = "\n".join(["(TaskRunner pid=1) step:6 - actor/pg_loss:0.1 - timing_s/step:10.0", *pieces, "(TaskRunner pid=1) step:8 - actor/pg_loss:0.2"])
+    text = WRAPPED
     plain = tmp_path / "train.log"
     plain.write_text(text + "\n")
     packed = tmp_path / "train.log.gz"
@@ -290,3 +295,29 @@ def test_neighbouring_lines_are_not_glued_to_a_metric_line(tmp_path: Path) -> No
     log = read_verl_log(path)
     assert log.metrics.filter(pl.col("key") == "timing_s/step")["value"].to_list() == [10.0, 11.0, 12.0]
     assert log.unparsed_lines == 0
+
+
+@needs_samples
+@pytest.mark.parametrize("batch_bytes", [1, 61, 4096])
+def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
+    """Batch cuts fall between a metric line and its wrapped pieces, or before a lone token that
+    only counts right under one; every console reads the same as in one pass."""
+    import parsers._lines as lines
+
+    wrapped = tmp_path / "wrapped.log"
+    # A lone token under an ordinary line (not a piece: left out), and one under a metric line.
+    lone = ["(TaskRunner pid=1) some output", "ep:3", "(TaskRunner pid=1) step:9 - actor/pg_loss:0.3 - timing_s/ad", "v:1.5"]
+    wrapped.write_text("\n".join([WRAPPED, *lone]) + "\n")
+    hang = nccl_hang_run(tmp_path / "hang").train_log
+    oom = ray_oom_kill_run(tmp_path / "oom").train_log
+    paths = [wrapped, hang, oom, *sorted((SAMPLES / "ray").glob("*/driver.log"))]
+    whole = {path: read_verl_log(path) for path in paths}
+    assert whole[wrapped].steps["step"].to_list() == [6, 7, 8, 9] and whole[wrapped].unparsed_lines == 0
+    assert _value(whole[wrapped], 9, "timing_s/adv") == 1.5
+    monkeypatch.setattr(lines, "BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(lines, "HEAVY_BATCH_BYTES", batch_bytes)
+    for path, want in whole.items():
+        got = read_verl_log(path)
+        for frame in ("steps", "metrics", "events"):
+            assert getattr(got, frame).equals(getattr(want, frame)), (path.name, frame)
+        assert (got.lines, got.unparsed_lines, got.notes, got.facts) == (want.lines, want.unparsed_lines, want.notes, want.facts)
