@@ -40,7 +40,9 @@ Then what bounds the throughput: each parser alone on its own files in a fresh p
 CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal
 search, two threads), the least Polars parse (``LEAST``: what any Polars parser must do for what
 the analysis reads, with none of the tool's care for evidence and damaged input), and the CPU
-budget that 50 % of grep's throughput leaves on this machine's cores. The targets table says what
+budget that 50 % of grep's throughput leaves on this machine's cores; and, as one more row, the
+W&B reader on a copy of the run's metrics (``WANDB_KEYS`` a step, written by ``wandb`` offline;
+not part of the set the other tools read). The targets table says what
 the least parse alone would reach.
 
 And how cold ``analyze`` grows with the input, three ways: a longer run (``--scaling``: more
@@ -702,6 +704,40 @@ def bounds(info: dict) -> tuple[dict[str, dict], dict, dict]:
     return parsed, floor["floor"] | {"rss": floor["rss"]}, least
 
 
+#: What a W&B copy of the run logs each step: the analysis keys AReaL logs, and as many more as
+#: make a hundred (AReaL's StatsLogger table has about that many).
+WANDB_KEYS = ["grpo_actor/task_reward/avg", "grpo_actor/final_reward/avg", "grpo_actor/actor_loss/avg", "grpo_actor/grad_norm",
+              *(f"grpo_actor/stat{i}/avg" for i in range(96))]
+WANDB_WRITER = r"""
+import json, random, sys, wandb
+keys, steps = json.loads(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+run = wandb.init(mode="offline", dir=sys.argv[1], project="bench-grpo", id="benchrun", config={"lr": 1e-6})
+for step in range(1, steps + 1):
+    run.log({k: rng.random() for k in keys}, step=step)
+run.finish()
+"""
+
+
+def wandb_copy(base: Path, steps: int, reuse: bool) -> tuple[Path, int]:
+    """A W&B offline run of ``steps`` steps of ``WANDB_KEYS``, written by the real ``wandb``
+    (a throwaway HOME, offline): the folder to read and the ``.wandb`` file's size."""
+    root = base / f"wandb-{steps}"
+    found = sorted(root.rglob("run-*.wandb"))
+    if not (reuse and found):
+        shutil.rmtree(root, ignore_errors=True)
+        home = root / "home"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+        env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+                   WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", WANDB_WRITER, str(root), json.dumps(WANDB_KEYS), str(steps)], env=env, check=True)
+        found = sorted(root.rglob("run-*.wandb"))
+        print(f"wrote a W&B copy of {steps:,} steps ({found[0].stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    return root, found[0].stat().st_size
+
+
 def python_loop(info: dict, limit_mb: float) -> tuple[float, float, dict]:
     """Extrapolated seconds for the whole set, peak RSS, and the per-group measurements."""
     groups = _groups(info)
@@ -876,6 +912,10 @@ def main() -> None:
     print(f"python loop: {loop_s:.2f} s (extrapolated)", flush=True)
     loads.append(load_avg())
     parsed, floor, least = bounds(info)
+    wandb_root, wandb_bytes = wandb_copy(args.dir, info["steps"], args.reuse)
+    wandb_parse = _child(PARSE, "wandb", str(wandb_root)) | {"bytes": wandb_bytes}
+    if not args.keep:
+        shutil.rmtree(wandb_root, ignore_errors=True)
     start_s, _ = best(lambda i: timed(STARTUP), 3)
     print(f"parsers alone: {sum(p['seconds'] for p in parsed.values()):.2f} s; Polars floor: {floor['seconds']:.2f} s; "
           f"least parse: {least['seconds']:.2f} s", flush=True)
@@ -937,6 +977,10 @@ def main() -> None:
         what = names.get(group, "Polars floor: every file's lines as strings + one literal search (2 threads)")
         say(f"| {what} | {p['bytes'] / 1e9:.2f} | {p['seconds']:.2f} | {p['cpu']:.2f} | {p['cpu'] / (p['bytes'] / 1e9):.2f} | "
             f"{p['bytes'] / 1e6 / p['seconds']:,.0f} | {p['rss']:,.0f} MB |")
+    w = wandb_parse
+    say(f"| W&B reader on a copy of the run's metrics (not in the set): `run-*.wandb`, {info['steps']:,} steps × "
+        f"{len(WANDB_KEYS)} keys, written by `wandb` offline | {w['bytes'] / 1e9:.2f} | {w['seconds']:.2f} | {w['cpu']:.2f} | "
+        f"{w['cpu'] / (w['bytes'] / 1e9):.2f} | {w['bytes'] / 1e6 / w['seconds']:,.0f} | {w['rss']:,.0f} MB |")
     cores = os.cpu_count() or 1
     budget = 2 * grep_s
     spent = sum(p["cpu"] for p in parsed.values())

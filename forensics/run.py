@@ -205,7 +205,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
         return Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
                        sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)
     if reader == "wandb":
-        runs = read_wandb_runs(path)
+        runs = read_wandb_runs(path, keys=keys, summary=False)  # the summary is never read here
         frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
         notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
         return Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
@@ -248,7 +248,7 @@ _READERS: dict[str, tuple[str, ...]] = {
 }
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 #: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
-_FILTERING = ("areal", "sglang")
+_FILTERING = ("areal", "sglang", "wandb")
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

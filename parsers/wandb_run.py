@@ -30,11 +30,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
-from parsers.schema import METRIC_SCHEMA, conform, empty
+from parsers.schema import METRIC_SCHEMA, conform, empty, with_keys
 
 __all__ = [
     "WandbRun",
@@ -49,6 +49,10 @@ __all__ = [
 RUN_DIR = re.compile(r"^(?:offline-|dryrun-)?run-(?P<stamp>\d{8}_\d{6})-(?P<id>.+)$")
 _MAGIC = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 _BLOCK, _HEADER = 32768, 7
+#: Blocks read at a time (8 MiB): a long run's file is never held whole.
+_WINDOW_BLOCKS = 256
+#: History values held as Python strings before they become a frame.
+_FLUSH_ITEMS = 1 << 19
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _TYPE_CRC = [zlib.crc32(bytes([t])) for t in range(5)]
 _BOOKKEEPING = frozenset({"_step", "_timestamp", "_runtime", "_wandb"})
@@ -102,17 +106,26 @@ def find_wandb_runs(root: Path | str) -> list[Path]:
     return sorted(found, key=lambda p: (RUN_DIR.match(p.name)["stamp"], str(p)))  # type: ignore[index]
 
 
-def read_wandb_runs(root: Path | str) -> list[WandbRun]:
-    """Every run under ``root``, folders of a resumed run (same id) merged, later folder winning."""
+def read_wandb_runs(root: Path | str, *, keys: str | None = None, summary: bool = True) -> list[WandbRun]:
+    """Every run under ``root``, folders of a resumed run (same id) merged, later folder winning.
+
+    ``keys`` and ``summary`` as for :func:`read_wandb_run`.
+    """
     by_id: dict[str, list[WandbRun]] = {}
     for folder in find_wandb_runs(root):
-        run = read_wandb_run(folder)
+        run = read_wandb_run(folder, keys=keys, summary=summary)
         by_id.setdefault(run.run_id, []).append(run)
     return [merge_wandb_runs(parts) for parts in by_id.values()]
 
 
-def read_wandb_run(run_dir: Path | str) -> WandbRun:
+def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: bool = True) -> WandbRun:
     """Read one run folder (or its ``.wandb`` file). Damage is reported in ``notes``, never raised.
+
+    The file is read a window of blocks at a time and its history values become frames a few
+    hundred thousand at a time, so memory stays bounded however long the run. ``keys``: a regex;
+    only metrics whose key it finds something in are kept. ``summary=False`` leaves the summary
+    out: wandb-core rewrites it whole at every step, so its records are half of a long run's file
+    and most of the time spent reading it.
 
     Raises:
         WandbUnavailable: the ``wandb`` package (for its protobuf classes) is not installed.
@@ -127,11 +140,13 @@ def read_wandb_run(run_dir: Path | str) -> WandbRun:
     if log.name.startswith("run-") and log.suffix == ".wandb" and not match:
         run_id = log.stem[4:]
     try:
-        data = log.read_bytes()
+        with open(log, "rb") as fh:
+            framing = _Framing()
+            size = os.fstat(fh.fileno()).st_size
+            history = _History(keys)
+            return _decode(pb, run_id, str(log), framing, framing.payloads(fh), history, summary, ends_on_block=size % _BLOCK == 0)
     except OSError as exc:
         return WandbRun(run_id, (str(log),), empty(METRIC_SCHEMA), notes=(f"cannot read: {exc.strerror}",))
-    payloads, notes, skipped = _frames(data)
-    return _decode(pb, run_id, str(log), payloads, notes, skipped, ends_on_block=len(data) % _BLOCK == 0)
 
 
 def merge_wandb_runs(parts: Sequence[WandbRun]) -> WandbRun:
@@ -202,84 +217,106 @@ def _protos() -> Any:
     return wandb_internal_pb2
 
 
-def _frames(data: bytes) -> tuple[list[tuple[int, bytes]], list[str], int]:
-    """The record payloads (with their 1-based index), notes on damage, and records skipped."""
-    if data[: len(_MAGIC)] != _MAGIC:
-        return [], ["not a W&B transaction log (bad file header)"], 0
-    payloads: list[tuple[int, bytes]] = []
-    notes: list[str] = []
-    corrupt: list[int] = []
-    skipped = 0
-    parts: list[bytes] | None = None
-    pos, size = len(_MAGIC), len(data)
-    while pos < size:
-        room = _BLOCK - pos % _BLOCK
-        if room < _HEADER:  # block trailer: zero padding
-            pos += room
-            continue
-        if pos + _HEADER > size:
-            notes.append(f"torn last block: {size - pos} bytes of a chunk header at the end were not readable")
-            break
-        crc, length, kind = struct.unpack_from("<IHB", data, pos)
-        if crc == length == kind == 0:  # zero fill (preallocated or never-written space)
-            pos += room
-            continue
-        end = pos + _HEADER + length
-        sound = kind in (_FULL, _FIRST, _MIDDLE, _LAST) and length <= room - _HEADER
-        if sound and end > size:
-            notes.append(f"torn last block: a record was cut off after {size - pos - _HEADER} of {length} bytes (killed mid-write?)")
-            parts = None
-            break
-        if not sound or zlib.crc32(data[pos + _HEADER : end], _TYPE_CRC[kind]) != crc:
-            skipped += 1
-            corrupt.append(pos)
-            parts = None
-            pos += room
-            continue
-        body = data[pos + _HEADER : end]
-        pos = end
-        if kind in (_FULL, _FIRST) and parts is not None:  # a record left unfinished
-            skipped += 1
-            parts = None
-        if kind == _FULL:
-            payloads.append((len(payloads) + skipped + 1, body))
-        elif kind == _FIRST:
-            parts = [body]
-        elif parts is not None:  # MIDDLE/LAST of a record whose start was lost are dropped
-            parts.append(body)
-            if kind == _LAST:
-                payloads.append((len(payloads) + skipped + 1, b"".join(parts)))
-                parts = None
-    if parts is not None:
-        skipped += 1
-        notes.append("the last record is incomplete (its final chunk was never written)")
-    if corrupt:
-        notes.insert(0, f"{len(corrupt)} corrupt chunks (first at byte {corrupt[0]}) skipped, each to the next 32 KiB block")
-    return payloads, notes, skipped
+class _Framing:
+    """The record payloads of a ``.wandb`` stream, read ``_WINDOW_BLOCKS`` blocks at a time (a
+    chunk never crosses a block, so never a window); damage is counted and noted on the way."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.skipped = 0
+        self.count = 0
+
+    def payloads(self, fh: BinaryIO) -> Iterator[tuple[int, bytes]]:
+        """``(1-based index, payload)`` of each whole record, in order."""
+        window = fh.read(_BLOCK * _WINDOW_BLOCKS)
+        if window[: len(_MAGIC)] != _MAGIC:
+            self.notes.append("not a W&B transaction log (bad file header)")
+            return
+        corrupt: list[int] = []
+        parts: list[bytes] | None = None
+        pos, base = len(_MAGIC), 0
+        while window:
+            size = len(window)
+            while pos < size:
+                room = _BLOCK - pos % _BLOCK
+                if room < _HEADER:  # block trailer: zero padding
+                    pos += room
+                    continue
+                if pos + _HEADER > size:  # only a file's last block can be short
+                    self.notes.append(f"torn last block: {size - pos} bytes of a chunk header at the end were not readable")
+                    window = b""
+                    break
+                crc, length, kind = struct.unpack_from("<IHB", window, pos)
+                if crc == length == kind == 0:  # zero fill (preallocated or never-written space)
+                    pos += room
+                    continue
+                end = pos + _HEADER + length
+                sound = kind in (_FULL, _FIRST, _MIDDLE, _LAST) and length <= room - _HEADER
+                if sound and end > size:
+                    self.notes.append(f"torn last block: a record was cut off after {size - pos - _HEADER} of {length} bytes (killed mid-write?)")
+                    parts, window = None, b""
+                    break
+                if not sound or zlib.crc32(window[pos + _HEADER : end], _TYPE_CRC[kind]) != crc:
+                    self.skipped += 1
+                    corrupt.append(base + pos)
+                    parts = None
+                    pos += room
+                    continue
+                body = window[pos + _HEADER : end]
+                pos = end
+                if kind in (_FULL, _FIRST) and parts is not None:  # a record left unfinished
+                    self.skipped += 1
+                    parts = None
+                if kind == _FULL:
+                    yield self._next(body)
+                elif kind == _FIRST:
+                    parts = [body]
+                elif parts is not None:  # MIDDLE/LAST of a record whose start was lost are dropped
+                    parts.append(body)
+                    if kind == _LAST:
+                        yield self._next(b"".join(parts))
+                        parts = None
+            if window:
+                base += size
+                pos, window = 0, fh.read(_BLOCK * _WINDOW_BLOCKS)
+        if parts is not None:
+            self.skipped += 1
+            self.notes.append("the last record is incomplete (its final chunk was never written)")
+        if corrupt:
+            self.notes.insert(0, f"{len(corrupt)} corrupt chunks (first at byte {corrupt[0]}) skipped, each to the next 32 KiB block")
+
+    def _next(self, payload: bytes) -> tuple[int, bytes]:
+        self.count += 1
+        return self.count + self.skipped, payload
 
 
 def _decode(
-    pb: Any, run_id: str, path: str, payloads: list[tuple[int, bytes]], notes: list[str], skipped: int, ends_on_block: bool
+    pb: Any, run_id: str, path: str, framing: _Framing, payloads: Iterable[tuple[int, bytes]], history: _History,
+    with_summary: bool, ends_on_block: bool,
 ) -> WandbRun:
-    columns: dict[str, list[Any]] = {"step": [], "time": [], "key": [], "value": [], "line": []}
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     latest: dict[tuple[str, ...], str | None] = {}
     info: dict[str, Any] = {"exit_code": None, "writer": None, "project": None, "name": None}
     read = histories = 0
-    record = pb.Record()
+    kinds, wanted = _kinds(pb), _wanted_fields(pb, with_summary)
     for index, payload in payloads:
+        field = _record_field(payload, kinds)
+        if field is not None and field not in wanted:  # console output, system stats, …: never decoded
+            read += 1
+            continue
         try:
-            record.ParseFromString(payload)
+            # A fresh message each time: one reused keeps every parse's memory (upb's arena).
+            record = pb.Record.FromString(payload)
         except Exception:  # protobuf's DecodeError; junk that passed the checksum
-            skipped += 1
+            framing.skipped += 1
             continue
         read += 1
         which = record.WhichOneof("record_type")
         if which == "history":
             histories += 1
-            _history(record.history, index, columns)
-        elif which == "summary":
+            history.add(record.history, index)
+        elif which == "summary" and with_summary:
             # wandb-core rewrites the whole summary at every step: keep the raw text of each
             # path's latest update (moved to the end, so order is last-write order), decode once.
             for item in record.summary.update:
@@ -313,56 +350,152 @@ def _decode(
             _set(summary, where, _json(text))
     config.pop("_wandb", None)
     summary.pop("_wandb", None)
-    if info["exit_code"] is None and payloads:
+    notes = framing.notes
+    if info["exit_code"] is None and framing.count:
         cause = " and ends on a 32 KiB block boundary (killed before its last block was written?)" if ends_on_block else ""
         notes.append(f"no exit record: the run crashed, was killed, or is still running{cause}")
     elif info["exit_code"]:
         notes.append(f"exit code {info['exit_code']}")
-    if not payloads:
+    if not framing.count:
         notes.append("no records")
     elif not histories:
         notes.append("no history records")
     return WandbRun(
-        run_id, (path,), _metric_frame(columns, path), config=config, summary=summary,
-        notes=tuple(notes), records_read=read, records_skipped=skipped, **info,
+        run_id, (path,), history.metrics(path), config=config, summary=summary,
+        notes=tuple(notes), records_read=read, records_skipped=framing.skipped, **info,
     )
 
 
-def _path(item: Any) -> tuple[str, ...]:
-    return tuple(item.nested_key) or (item.key,)
+def _kinds(pb: Any) -> frozenset[int]:
+    """Numbers of the ``Record`` fields that say what a record is (wandb's own descriptor)."""
+    return frozenset(f.number for f in pb.Record.DESCRIPTOR.oneofs_by_name["record_type"].fields)
 
 
-def _history(history: Any, index: int, columns: dict[str, list[Any]]) -> None:
-    """Append one history record's numeric values (bools as 0/1; strings, lists, media skipped)."""
-    pairs: list[tuple[str, Any]] = []
-    media: list[str] = []
-    step = stamp = None
-    for item in history.item:
-        nested = item.nested_key
-        key = ".".join(nested) if nested else item.key
-        text = item.value_json
-        if key in _BOOKKEEPING or key.startswith("_wandb."):
-            if key == "_step":
-                step = _json(text)
-            elif key == "_timestamp":
-                stamp = _json(text)
-            continue
-        if nested and nested[-1] == "_type":  # wandb-core splits media into leaves
-            media.append(key[: -len("_type")])
-            continue
-        if not text:  # typed values: declared in recent protos, written by no released writer yet
-            kind = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None
-            pairs.append((key, getattr(item, kind) if kind else None))
-            continue
-        try:
-            pairs.append((key, float(text)))  # the common case, NaN / Infinity included
-        except ValueError:
-            pairs.extend(_leaves([(key, _json(text))]))
-    if media:
-        pairs = [(k, v) for k, v in pairs if not k.startswith(tuple(media))]
-    if step is None and history.HasField("step"):
-        step = history.step.num
-    _add_row(columns, pairs, index, step, stamp)
+def _wanted_fields(pb: Any, with_summary: bool) -> frozenset[int]:
+    """Numbers of the kinds of record worth decoding."""
+    names = {"history", "config", "run", "exit", "header"} | ({"summary"} if with_summary else set())
+    return frozenset(f.number for f in pb.Record.DESCRIPTOR.oneofs_by_name["record_type"].fields if f.name in names)
+
+
+def _record_field(payload: bytes, kinds: frozenset[int]) -> int | None:
+    """The kind (field number) of a serialized ``Record``, read without decoding it: fields are
+    skipped (``num``, ``control``, …) until one of ``kinds``. None when the bytes do not say."""
+    pos, size = 0, len(payload)
+    while pos < size:
+        tag, pos = _varint(payload, pos)
+        if tag is None:
+            return None
+        number, wire = tag >> 3, tag & 7
+        if number in kinds:
+            return number
+        if wire == 0:
+            value, pos = _varint(payload, pos)
+        elif wire == 2:
+            value, pos = _varint(payload, pos)
+            pos += value if value is not None else size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            return None
+        if wire in (0, 2) and value is None:
+            return None
+    return None
+
+
+def _varint(data: bytes, pos: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while pos < len(data) and shift < 64:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return None, pos
+
+
+class _History:
+    """History values gathered record by record, as Python strings, and turned into metric rows
+    ``_FLUSH_ITEMS`` at a time: the parsing of numbers, the key filter and the rest are Polars'."""
+
+    def __init__(self, keys: str | None) -> None:
+        self.regex = keys
+        self.frames: list[pl.DataFrame] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[str] = []
+        self.texts: list[str] = []
+        self.records: dict[str, list[Any]] = {"line": [], "step": [], "time": [], "n": []}
+
+    def add(self, history: Any, index: int) -> None:
+        """One history record's values; a record without a finite step is dropped whole."""
+        items = history.item
+        # upb builds a Python object at each access: one pass, and a one-part nested key taken whole.
+        pairs = [(nk[0] if len(nk) == 1 else ".".join(nk) or i.key, i.value_json) for i in items for nk in (i.nested_key,)]
+        keys, texts = [k for k, _ in pairs], [t for _, t in pairs]
+        if "" in texts:  # typed values: declared in recent protos, written by no released writer yet
+            texts = [t or _typed_text(i) for t, i in zip(texts, items, strict=True)]
+        step = _json(texts[keys.index("_step")]) if "_step" in keys else None
+        stamp = _json(texts[keys.index("_timestamp")]) if "_timestamp" in keys else None
+        if step is None and history.HasField("step"):
+            step = history.step.num
+        if not isinstance(step, int | float) or not math.isfinite(step):
+            return
+        if "_type" in "\n".join(keys):  # wandb-core splits media into leaves: drop the whole value
+            media = tuple(".".join(i.nested_key)[: -len("_type")] for i in items if i.nested_key and i.nested_key[-1] == "_type")
+            if media:
+                kept = [(k, t) for k, t in zip(keys, texts, strict=True) if not k.startswith(media)]
+                keys, texts = [k for k, _ in kept], [t for _, t in kept]
+        self.keys += keys
+        self.texts += texts
+        for name, value in (("line", index), ("step", int(step)), ("time", _local_time(stamp)), ("n", len(keys))):
+            self.records[name].append(value)
+        if len(self.keys) >= _FLUSH_ITEMS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.keys:
+            return
+        records = pl.DataFrame(self.records, schema={"line": pl.Int64, "step": pl.Int64, "time": pl.Datetime("ms"), "n": pl.Int64})
+        values = pl.DataFrame({"key": self.keys, "text": self.texts}, schema={"key": pl.String, "text": pl.String})
+        self._reset()
+        values = values.hstack(records.select(pl.exclude("n").repeat_by("n").list.explode(keep_nulls=False)))
+        values = values.filter(~pl.col("key").is_in(list(_BOOKKEEPING)) & ~pl.col("key").str.starts_with("_wandb."))
+        text = pl.col("text")
+        number = pl.when(text == "true").then(1.0).when(text == "false").then(0.0).otherwise(text.cast(pl.Float64, strict=False))
+        values = values.with_columns(number.alias("value"))
+        # The rest but strings, lists and null: nested objects (the legacy writer), odd spellings.
+        nested = values.filter(
+            pl.col("value").is_null() & ~text.str.starts_with('"') & ~text.str.starts_with("[") & (text != "null")
+        )
+        rows = [
+            (line, step, time, key, float(value))
+            for line, step, time, name, raw in nested.select("line", "step", "time", "key", "text").iter_rows()
+            for key, value in _leaves([(name, _json(raw))])
+            if isinstance(value, bool | int | float)
+        ]
+        found = pl.DataFrame(rows, schema={"line": pl.Int64, "step": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64},
+                             orient="row")
+        frame = pl.concat([values.filter(pl.col("value").is_not_null()).select(found.columns), found]).sort("line", maintain_order=True)
+        frame = with_keys(frame, self.regex)
+        self.frames.append(frame.with_columns(pl.col("key").cast(pl.Categorical)))
+
+    def metrics(self, path: str) -> pl.DataFrame:
+        """Every value gathered, as metric rows; a key logged twice for a step keeps its later value."""
+        self._flush()
+        if not self.frames:
+            return empty(METRIC_SCHEMA)
+        frame = pl.concat(self.frames).unique(["step", "key"], keep="last", maintain_order=True)
+        return conform(frame.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
+
+
+def _typed_text(item: Any) -> str:
+    kind = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None
+    try:
+        return json.dumps(getattr(item, kind)) if kind else "null"
+    except (TypeError, ValueError):  # bytes, messages: not numbers
+        return "null"
 
 
 def _path(item: Any) -> tuple[str, ...]:

@@ -214,6 +214,32 @@ def test_resumed_run_merges_folders_later_wins(resumed_root: Path) -> None:
 
 
 
+def test_windows_and_flushes_do_not_change_the_result(wandb_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is read a window of blocks at a time and values become frames a batch at a time:
+    a window of one block (the 70 KB config record spans three) and tiny batches read the same."""
+    import parsers.wandb_run as reader
+
+    run_dir = find_wandb_runs(wandb_root)[0]
+    whole = read_wandb_run(run_dir)
+    monkeypatch.setattr(reader, "_WINDOW_BLOCKS", 1)
+    monkeypatch.setattr(reader, "_FLUSH_ITEMS", 7)
+    small = read_wandb_run(run_dir)
+    assert small.metrics.equals(whole.metrics) and small.config == whole.config and small.summary == whole.summary
+    assert (small.notes, small.records_read, small.records_skipped) == (whole.notes, whole.records_read, whole.records_skipped)
+
+
+def test_analysis_keys_without_the_summary(wandb_root: Path) -> None:
+    """What ``analyze`` asks for: the keys it reads, no summary (half a long run's file); the rows
+    kept are exactly the full read's rows of those keys."""
+    run_dir = find_wandb_runs(wandb_root)[0]
+    whole = read_wandb_run(run_dir)
+    lean = read_wandb_run(run_dir, keys=r"task_reward|^actor\.", summary=False)
+    assert set(lean.metrics["key"]) == {"grpo_actor/task_reward/avg", "actor.entropy", "actor.kl"}
+    kept = whole.metrics.filter(pl.col("key").cast(pl.String).str.contains(r"task_reward|^actor\."))
+    assert lean.metrics.equals(kept) and lean.summary == {} and lean.config == whole.config
+    assert (lean.exit_code, lean.records_read, lean.notes) == (whole.exit_code, whole.records_read, whole.notes)
+
+
 def test_legacy_writer_records_give_the_same_rows(wandb_root: Path, tmp_path: Path) -> None:
     from wandb.proto import wandb_internal_pb2 as pb
 
