@@ -210,7 +210,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
         notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
         return Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
                        sum(r.records_skipped for r in runs), notes)
-    board = read_tensorboard(path)
+    board = read_tensorboard(path, keys=keys)
     return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
                    board.records_skipped, board.notes)
 
@@ -248,7 +248,7 @@ _READERS: dict[str, tuple[str, ...]] = {
 }
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 #: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
-_FILTERING = ("areal", "sglang", "wandb")
+_FILTERING = ("areal", "sglang", "wandb", "tensorboard")
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

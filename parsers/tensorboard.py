@@ -11,6 +11,10 @@ TF2 ``tf.summary.scalar``; TF2 writes the plugin metadata only with a tag's firs
 Histograms, text and images are skipped. Values are float32 as written (0.55 reads back as
 0.550000011920929); NaN and ±Inf are kept.
 
+A file is read 8 MiB at a time, so a long run's never is whole. The record nearly every scalar
+is — one ``simple_value``, one-byte lengths — is recognised and decoded by Polars a window at a
+time (:func:`_simple_scalar`); the others are decoded field by field here.
+
 A restarted writer adds a new file to the same folder, repeating steps: files are ordered by
 their first ``wall_time`` and the later file's value wins. Events in a sub-folder (torch/
 tensorboardX ``add_scalars``) get the folder as a key prefix: ``loss/train/loss``.
@@ -28,18 +32,23 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from parsers.schema import METRIC_SCHEMA, conform, empty
+from parsers.schema import METRIC_SCHEMA, conform, empty, with_keys
 
 __all__ = ["TensorboardRun", "find_event_files", "read_tensorboard"]
 
 EVENT_FILE_MARK = "tfevents"
 _F32, _F64, _U64 = struct.Struct("<f"), struct.Struct("<d"), struct.Struct("<Q")
+_HEAD = struct.Struct("<QI")  # a record's length and its length's masked CRC32C
+#: Bytes read at a time: a long run's event file is never held whole.
+_WINDOW = 8 << 20
+#: One event file's scalars, before they get their file and local times.
+_FILE_SCHEMA = {"step": pl.Int64, "wall": pl.Float64, "key": pl.String, "value": pl.Float64, "line": pl.Int64}
 # TensorProto dtype → (element size, struct format) for tensor_content
 _DTYPES = {1: (4, "<f"), 2: (8, "<d"), 3: (4, "<i"), 9: (8, "<q"), 19: (2, "<e")}
 
@@ -70,8 +79,12 @@ def find_event_files(root: Path | str) -> list[Path]:
     return sorted(found)
 
 
-def read_tensorboard(path_or_dir: Path | str) -> TensorboardRun:
-    """All scalars of an event file or of every event file under a folder; damage goes to ``notes``."""
+def read_tensorboard(path_or_dir: Path | str, *, keys: str | None = None) -> TensorboardRun:
+    """All scalars of an event file or of every event file under a folder; damage goes to ``notes``.
+
+    Files are read a window at a time, so memory stays bounded however long the run. ``keys``: a
+    regex; only scalars whose key it finds something in are kept. ``None`` keeps all.
+    """
     root = Path(path_or_dir)
     files = find_event_files(root)
     # Keys are relative to the deepest folder holding every file: a run folder's own events get
@@ -84,32 +97,13 @@ def read_tensorboard(path_or_dir: Path | str) -> TensorboardRun:
     for file in files:
         prefix = file.parent.relative_to(base).as_posix()
         prefix = "" if prefix == "." else prefix + "/"
-        columns: dict[str, list[Any]] = {"step": [], "wall": [], "key": [], "value": [], "line": []}
-        first_wall = None
         try:
-            data = file.read_bytes()
+            frame, first_wall, done, bad = _read_file(file, prefix, plugins.setdefault(prefix, {}), notes, keys)
         except OSError as exc:
             notes.append(f"{file.name}: cannot read: {exc.strerror}")
             continue
-        for index, record in _records(data, file.name, notes):
-            try:
-                wall, step, values = _event(record)
-                found = list(_scalars(values, plugins.setdefault(prefix, {})))
-            except (ValueError, IndexError, struct.error):
-                skipped += 1
-                continue
-            read += 1
-            first_wall = wall if first_wall is None else first_wall
-            for tag, value in found:
-                columns["step"].append(step)
-                columns["wall"].append(wall)
-                columns["key"].append(prefix + tag)
-                columns["value"].append(value)
-                columns["line"].append(index)
-        frame = pl.DataFrame(
-            columns, schema={"step": pl.Int64, "wall": pl.Float64, "key": pl.String, "value": pl.Float64, "line": pl.Int64}
-        ).with_columns(pl.lit(str(file)).alias("file"))
-        frames.append((first_wall if first_wall is not None else float("inf"), frame))
+        read, skipped = read + done, skipped + bad
+        frames.append((first_wall if first_wall is not None else float("inf"), frame.with_columns(pl.lit(str(file)).alias("file"))))
     if not files:
         notes.append("no event files")
     frames.sort(key=lambda item: item[0])
@@ -125,37 +119,149 @@ def _later_wins(frames: list[pl.DataFrame], notes: list[str]) -> pl.DataFrame:
     if repeated:
         notes.append(f"{repeated} steps were written again by a later file (a restart); the later values are kept")
     kept = stacked.unique(["step", "key"], keep="last", maintain_order=True).sort("step", "order", "line")
-    walls = kept["wall"].unique()
-    times = pl.DataFrame({"wall": walls, "time": pl.Series([_local(w) for w in walls], dtype=pl.Datetime("us"))})
-    return conform(kept.join(times, on="wall", how="left", maintain_order="left"), METRIC_SCHEMA)
+    return conform(kept.with_columns(_local(pl.col("wall")).alias("time")), METRIC_SCHEMA)
 
 
-def _local(wall: float) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(wall)
-    except (ValueError, OverflowError, OSError):
-        return None
+def _local(wall: pl.Expr) -> pl.Expr:
+    """Epoch seconds → naive local wall clock, as ``datetime.fromtimestamp``; null where it has none.
+
+    A record a step, millions of them: Python works out the local clock's offset once per minute
+    of the run (zones change offsets on whole minutes), Polars adds it to every time."""
+    minute = (wall // 60).cast(pl.Int64, strict=False)
+    # Microseconds as Python rounds them: the fraction alone, half to even.
+    seconds = wall.floor()
+    micros = seconds * 1_000_000 + ((wall - seconds) * 1_000_000).round(mode="half_to_even")
+    utc = pl.from_epoch(micros.cast(pl.Int64, strict=False), time_unit="us")
+    return utc + minute.map_batches(_offsets, return_dtype=pl.Duration("us"))
 
 
-def _records(data: bytes, name: str, notes: list[str]) -> Iterator[tuple[int, memoryview]]:
-    """``(1-based index, data)`` of each record; stops at a torn or corrupt one, saying so."""
-    view = memoryview(data)
-    pos = index = 0
-    while pos < len(data):
-        if pos + 12 > len(data):
-            notes.append(f"{name}: torn last record ({len(data) - pos} bytes of its header)")
-            return
-        header = view[pos : pos + 8]
-        if _masked_crc32c(header) != int.from_bytes(view[pos + 8 : pos + 12], "little"):
-            notes.append(f"{name}: not a TFRecord stream from byte {pos} on (bad length checksum); the rest was skipped")
-            return
-        (length,) = _U64.unpack_from(header)
-        if pos + 16 + length > len(data):
-            notes.append(f"{name}: torn last record ({len(data) - pos - 12} of {length + 4} bytes; killed mid-write?)")
-            return
-        index += 1
-        yield index, view[pos + 12 : pos + 12 + length]
-        pos += 16 + length
+def _offsets(minutes: pl.Series) -> pl.Series:
+    """The local clock's offset from UTC at each of ``minutes`` (epoch minutes); null where none."""
+    offsets = {}
+    for minute in minutes.drop_nulls().unique():
+        try:
+            offsets[minute] = datetime.fromtimestamp(minute * 60) - datetime(1970, 1, 1) - timedelta(minutes=minute)
+        except (ValueError, OverflowError, OSError):
+            offsets[minute] = None
+    return minutes.replace_strict(offsets, default=None, return_dtype=pl.Duration("us"))
+
+
+def _read_file(
+    file: Path, prefix: str, plugins: dict[str, str], notes: list[str], keys: str | None
+) -> tuple[pl.DataFrame, float | None, int, int]:
+    """One event file's scalars (``step``, ``wall``, ``key``, ``value``, ``line``), the wall time
+    of its first record read, and its records read and skipped. In each window of records the
+    common one (a single ``simple_value``) is decoded by Polars, the others here."""
+    frames, firsts, read, skipped = [], [], 0, 0
+    for records in _record_windows(file, notes):
+        ok, fields = _simple_scalar(pl.col("body"))
+        fast = _named(records.filter(ok).select("line", *fields))
+        rows = []
+        for line, body in records.join(fast.select("line"), on="line", how="anti").iter_rows():
+            try:
+                wall, step, values = _event(memoryview(body))
+                found = list(_scalars(values, plugins))
+            except (ValueError, IndexError, struct.error):
+                skipped += 1
+                continue
+            read += 1
+            firsts.append((line, wall))
+            rows += [(step, wall, tag, value, line) for tag, value in found]
+        read += fast.height
+        if fast.height:
+            firsts.append((fast["line"][0], fast["wall"][0]))
+        slow = pl.DataFrame(rows, schema=_FILE_SCHEMA, orient="row")
+        scalars = pl.concat([fast.select(list(_FILE_SCHEMA)), slow]).sort("line")
+        scalars = with_keys(scalars.with_columns(pl.concat_str(pl.lit(prefix), pl.col("key")).alias("key")), keys)
+        frames.append(scalars.with_columns(pl.col("key").cast(pl.Categorical)))
+    frame = pl.concat(frames) if frames else pl.DataFrame(schema=_FILE_SCHEMA).with_columns(pl.col("key").cast(pl.Categorical))
+    return frame, min(firsts)[1] if firsts else None, read, skipped
+
+
+def _record_windows(file: Path, notes: list[str]) -> Iterator[pl.DataFrame]:
+    """The records of ``file`` (``line``: 1-based index, ``body``: the ``Event`` bytes), about
+    ``_WINDOW`` bytes of them at a time; stops at a torn or corrupt one, saying so. Each record's
+    length is checked against its checksum (the data's is not); the checksums of the few lengths
+    a file uses are computed once."""
+    checked: dict[int, int] = {}
+    index = offset = 0
+    rest = b""
+    with open(file, "rb") as fh:
+        while True:
+            more = fh.read(_WINDOW)
+            data = rest + more if rest else more
+            pos, starts, size = 0, [], len(data)
+            while pos + 12 <= size:
+                length, crc = _HEAD.unpack_from(data, pos)
+                expected = checked.get(length)
+                if expected is None:
+                    expected = _masked_crc32c(memoryview(data)[pos : pos + 8])
+                    if len(checked) < 4096:
+                        checked[length] = expected
+                if expected != crc:
+                    notes.append(f"{file.name}: not a TFRecord stream from byte {offset + pos} on (bad length checksum); the rest was skipped")
+                    more = b""
+                    size = pos  # nothing after this point is a record
+                    break
+                if pos + 16 + length > size:
+                    break
+                starts.append(pos)
+                pos += 16 + length
+            if starts:
+                ends = [*starts[1:], pos]
+                yield pl.DataFrame({
+                    "line": pl.int_range(index + 1, index + 1 + len(starts), eager=True, dtype=pl.Int64),
+                    "body": [data[a + 12 : b - 4] for a, b in zip(starts, ends, strict=True)],
+                })
+                index += len(starts)
+            if not more:
+                left = size - pos
+                if left and left < 12:
+                    notes.append(f"{file.name}: torn last record ({left} bytes of its header)")
+                elif left:
+                    (length,) = _U64.unpack_from(data, pos)
+                    notes.append(f"{file.name}: torn last record ({left - 12} of {length + 4} bytes; killed mid-write?)")
+                return
+            offset += pos
+            rest = data[pos:]
+
+
+def _named(fast: pl.DataFrame) -> pl.DataFrame:
+    """``tag`` bytes → ``key``, each distinct tag decoded once (bad UTF-8 replaced, as elsewhere)."""
+    tags = fast["tag"].unique()
+    names = pl.DataFrame({"tag": tags, "key": [bytes(t).decode("utf-8", "replace") for t in tags]}, schema={"tag": pl.Binary, "key": pl.String})
+    return fast.join(names, on="tag", how="left", maintain_order="left").drop("tag")
+
+
+def _simple_scalar(body: pl.Expr) -> tuple[pl.Expr, list[pl.Expr]]:
+    """Whether an ``Event`` is exactly
+    ``{1 wall_time, 2 step (≤ 5 varint bytes, or absent: 0), 5 summary {1 value {1 tag, 2 simple_value}}}``
+    with one-byte lengths — what tensorboardX and torch's ``add_scalar`` write — and, for those
+    that are, its ``step``, ``wall``, ``tag`` (bytes) and ``value``. The others are decoded field by
+    field."""
+    def at(i: pl.Expr | int) -> pl.Expr:
+        return body.bin.get(i, null_on_oob=True).cast(pl.Int64)
+
+    size = body.bin.size().cast(pl.Int64)
+    stepped = at(9) == 0x10
+    # The step's varint: its length in bytes (null past five) and its value.
+    lengths = pl.coalesce(*(pl.when(at(10 + j) < 0x80).then(j + 1) for j in range(5)))
+    step = pl.sum_horizontal(
+        pl.when(lengths > j).then((at(10 + j) & 0x7F) * (1 << (7 * j))).otherwise(0) for j in range(5)
+    )
+    p = pl.when(stepped).then(10 + lengths).otherwise(9)  # where the summary's tag is
+    tag_size = at(p + 5)
+    ok = (
+        (at(0) == 0x09) & (~stepped | lengths.is_not_null()) & (at(p) == 0x2A) & (at(p + 1) == size - p - 2)
+        & (at(p + 2) == 0x0A) & (at(p + 3) == size - p - 4) & (at(p + 4) == 0x0A) & (tag_size == size - p - 11)
+        & (at(p + 6 + tag_size) == 0x15)
+    ).fill_null(False)
+    return ok, [
+        pl.when(stepped).then(step).otherwise(0).alias("step"),
+        body.bin.slice(1, 8).bin.reinterpret(dtype=pl.Float64, endianness="little").alias("wall"),
+        body.bin.slice(p + 6, tag_size).alias("tag"),
+        body.bin.slice(p + 7 + tag_size, 4).bin.reinterpret(dtype=pl.Float32, endianness="little").cast(pl.Float64).alias("value"),
+    ]
 
 
 def _event(record: memoryview) -> tuple[float, int, list[memoryview]]:

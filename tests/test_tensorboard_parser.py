@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import struct
 import time
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -134,3 +135,45 @@ def test_junk_never_raises(tmp_path: Path, content: bytes) -> None:
 def test_empty_folder(tmp_path: Path) -> None:
     run = read_tensorboard(tmp_path)
     assert run.metrics.is_empty() and run.notes == ("no event files",)
+
+
+def test_windows_and_the_decoders_do_not_change_the_result(logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file is read a window at a time and its common records are decoded by Polars, the rest
+    field by field: tiny windows, and every record decoded field by field, read the same. The
+    extra file has what the Polars decoder must hand on: a tag longer than a one-byte length,
+    steps of 0, 2^40 and -5."""
+    import parsers.tensorboard as reader
+
+    writer = tensorboardX.SummaryWriter(str(tmp_path / "odd"))
+    for step in (0, 1, 300, 2**40, -5):
+        writer.add_scalar("a/" + "x" * 130, step * 0.5, step)
+        writer.add_scalar("short", 1.5, step)
+    writer.close()
+    whole = {path: read_tensorboard(path) for path in (logdir, tmp_path / "odd")}
+    assert set(whole[tmp_path / "odd"].metrics["step"]) == {0, 1, 300, 2**40, -5}
+    polars_decoder = reader._simple_scalar
+    for window, decoder in ((64, polars_decoder), (1 << 20, lambda body: (pl.lit(False), polars_decoder(body)[1]))):
+        monkeypatch.setattr(reader, "_WINDOW", window)
+        monkeypatch.setattr(reader, "_simple_scalar", decoder)
+        for path, want in whole.items():
+            got = read_tensorboard(path)
+            assert got.metrics.equals(want.metrics), (path.name, window)
+            assert (got.notes, got.records_read, got.records_skipped) == (want.notes, want.records_read, want.records_skipped)
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
+def test_local_times_are_python_s_across_clock_changes(monkeypatch: pytest.MonkeyPatch, zone: str) -> None:
+    """Times are ``datetime.fromtimestamp``'s, to the microsecond, also where the clock jumps
+    (New York: an hour; Lord Howe: half an hour) and in a zone off by half an hour."""
+    import parsers.tensorboard as reader
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        changes = [1772953200, 1793512800, 1775314800, 1791039600]  # 2026 DST starts/ends around these
+        walls = [t + d + frac for t in changes for d in range(-7200, 7200, 997) for frac in (0.0, 0.2500005, 0.9999996)]
+        got = pl.select(reader._local(pl.lit(pl.Series(walls))).alias("t"))["t"].to_list()
+        assert got == [datetime.fromtimestamp(w) for w in walls]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
