@@ -21,8 +21,8 @@ CHUNK_BYTES = 64 << 20
 #: Bytes per batch of :func:`line_batch_pieces`: small enough that memory stays flat as files
 #: grow, large enough that the per-batch overhead is noise.
 BATCH_BYTES = 16 << 20
-#: For passes that hold several copies of a batch's text at once (Ray's tagging pass, which a
-#: session runs on two files at a time): half, for the same memory at the same speed.
+#: For passes that hold several copies of a batch's text at once (Ray's tagging pass): half, so
+#: a session's peak stays below what reading its files whole took, at the same speed.
 HEAVY_BATCH_BYTES = 8 << 20
 IN_FLIGHT = 2
 #: The end of a block read first, to find where its last whole line ends: the block itself is

@@ -221,11 +221,13 @@ def scan_parts(
     *,
     prefixed: bool = True,
 ) -> dict[str, pl.LazyFrame]:
-    """The lazy queries :func:`assemble_events` needs (``extra`` adds more over the same lines).
+    """The lazy queries over one batch of lines whose results, joined by :func:`stitch_parts`,
+    :func:`assemble_events` reads (``extra`` adds more over the same lines).
 
-    Every line is tagged with cheap anchored checks; only event candidates, traceback runs,
-    dated lines and Ray's markers leave the pass. ``prefixed=False`` (see :func:`has_prefixes`)
-    skips console prefixes, so running state is kept per file rather than per prefix.
+    Every line is tagged with cheap anchored checks; only event candidates, traceback runs, the
+    dated lines they borrow a time from, Ray's markers and where each stream stands at the end
+    leave the pass. ``prefixed=False`` (see :func:`has_prefixes`) skips console prefixes, so
+    running state is kept per file rather than per prefix.
     """
     norm = _normalized(lines, fmt, prefixed)
     per_stream = (lambda e: e.over("stream")) if prefixed else (lambda e: e)  # noqa: E731
