@@ -194,7 +194,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
         loop = read_custom_log(path, custom_format)
         return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
     if reader in ("verl", "verl_jsonl"):
-        log = read_verl_log(path)
+        log = read_verl_log(path, keys=keys)
         steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
         return Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
                        log.notes, log.facts)
@@ -248,7 +248,7 @@ _READERS: dict[str, tuple[str, ...]] = {
 }
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 #: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
-_FILTERING = ("areal", "sglang", "wandb", "tensorboard")
+_FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:

@@ -110,6 +110,7 @@ def collect_lines(
     stitch: Callable[[dict[str, list[pl.DataFrame]]], dict[str, pl.DataFrame]] | None = None,
     *,
     heavy: bool = False,
+    finish: Callable[[dict[str, pl.DataFrame]], dict[str, pl.DataFrame]] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Run ``extract`` over the lines of ``path`` (plain or gzipped, of any size), batch by batch.
 
@@ -117,9 +118,10 @@ def collect_lines(
     worker's ``.err`` can reach gigabytes). Line-local results are concatenated in file order. An
     ``extract`` that carries state from line to line (runs, forward fills) within its batch
     passes ``stitch``: it gets each part's frames, one per batch in file order, and joins them as
-    one pass over the whole file would have. ``heavy`` extracts get smaller batches.
+    one pass over the whole file would have. ``heavy`` extracts get smaller batches; ``finish``
+    reduces each batch's results further, in its own thread (see :func:`line_batch_pieces`).
     """
-    pieces = line_batch_pieces(path, extract, HEAVY_BATCH_BYTES if heavy else None)
+    pieces = line_batch_pieces(path, extract, HEAVY_BATCH_BYTES if heavy else None, finish)
     if stitch is not None:
         return stitch(pieces)
     return {name: pl.concat(frames) for name, frames in pieces.items()}
@@ -175,7 +177,8 @@ def line_batch_pieces(
             keep(done)
     if not pieces:  # an empty file: no batch at all, but the extract's (empty) frames still
         parts = extract(pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String}))
-        return {name: [frame] for name, frame in zip(parts, pl.collect_all(list(parts.values())), strict=True)}
+        done = dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+        return {name: [frame] for name, frame in (finish(done) if finish is not None else done).items()}
     return pieces
 
 

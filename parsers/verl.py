@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ import polars as pl
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, collect_lines, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
-from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform
+from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform, with_keys
 
 __all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
 
@@ -76,13 +76,18 @@ def looks_like_verl_log(path: Path) -> bool:
     return bool(re.search(r"(?m)(?:^|\) )step:\d+ - [^\s:]+:|\((?:TaskRunner|main_task) pid=\d+\)|^\{\"step\": ?\d+, ?\"data\"", head))
 
 
-def read_verl_log(path: Path) -> VerlLog:
-    """Parse a verl console log or file-logger JSONL (plain or gzipped) into frames."""
+def read_verl_log(path: Path, *, keys: str | None = None) -> VerlLog:
+    """Parse a verl console log or file-logger JSONL (plain or gzipped) into frames.
+
+    ``keys``: a regex; only metrics whose key it finds something in are kept (the file logger's
+    other values are dropped batch by batch). ``None`` keeps every key.
+    """
     path = Path(path)
     first = next((ln for ln in sniff(path, 64 << 10).splitlines() if ln.strip()), "")
     if first.lstrip().startswith("{") and '"step"' in first:
-        return _read_jsonl(path)
-    return _read_console(path)
+        return _read_jsonl(path, keys)
+    log = _read_console(path)
+    return replace(log, metrics=with_keys(log.metrics, keys)) if keys is not None else log
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,9 +274,68 @@ def _facts(rows: pl.DataFrame) -> dict[str, str]:
 # File logger
 
 
-def _read_jsonl(path: Path) -> VerlLog:
-    parts = collect_lines(path, lambda lines: {"rows": lines.filter(pl.col("text").str.strip_chars() != "")})
+_VALUES = {"step": pl.Int64, "line": pl.Int64, "key": pl.String, "value": pl.Float64}
+
+
+class _Mixed(Exception):
+    """A batch whose values Polars cannot be trusted to have typed (a key both a number and not)."""
+
+
+def _file_logger_values(parts: dict[str, pl.DataFrame], keys: str | None) -> dict[str, pl.DataFrame]:
+    """One batch of ``{"step": N, "data": {…}}`` lines → metric rows of ``keys`` (``values``) and counts.
+
+    Polars decodes the lines; the few it cannot type for sure — lines with a ``null`` (a NaN or
+    ±Inf written as null must stay apart from a key not logged), a batch with a line that is not
+    JSON or a key that is a number in one line and not in another — are read line by line here.
+    """
     rows = parts["rows"]
+    text = pl.col("text")
+    careful = rows.filter(text.str.contains("null", literal=True))
+    try:
+        values, skipped = _decoded(rows.filter(~text.str.contains("null", literal=True)))
+    except (pl.exceptions.PolarsError, _Mixed):
+        values, skipped, careful = pl.DataFrame(schema=_VALUES), 0, rows
+    records, nulls, more, broken = _line_by_line(careful)
+    counts = pl.DataFrame({"nulls": [nulls], "skipped": [skipped + more], "broken": [broken], "last": [rows["line"].max()]})
+    values = with_keys(pl.concat([values, pl.DataFrame(records, schema=_VALUES, orient="row")]), keys)
+    return {
+        "values": values.with_columns(pl.col("key").cast(pl.Categorical)),
+        "steps": values.select("line", "step").unique(),  # which step each line logged
+        "counts": counts,
+    }
+
+
+def _decoded(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Lines without a ``null`` → metric rows and the count of values that are not numbers."""
+    if rows.is_empty():
+        return pl.DataFrame(schema=_VALUES), 0
+    # The Series method infers the types from every line (a key first logged late is still seen).
+    records = rows.select("line").with_columns(rows["text"].str.json_decode(infer_schema_length=None).alias("r")).unnest("r")
+    if "data" not in records.columns or "step" not in records.columns:
+        raise _Mixed
+    if not (records.schema["step"].is_integer() and isinstance(records.schema["data"], pl.Struct)):
+        raise _Mixed
+    if records.select(pl.col("step").is_null().any() | pl.col("data").is_null().any()).item():
+        raise _Mixed
+    fields = records.schema["data"].fields
+    data = records.select("line", "step", pl.col("data").struct.unnest())  # a key named line or step: an error, the careful path
+    numbers, skipped = [], 0
+    for name, dtype in ((f.name, f.dtype) for f in fields):
+        if dtype.is_numeric() or dtype == pl.Boolean:
+            numbers.append(name)
+        elif dtype == pl.String and data.select(pl.col(name).cast(pl.Float64, strict=False).is_not_null().any()).item():
+            raise _Mixed  # numbers and strings under one key: Polars made them all strings
+        else:
+            skipped += int(data[name].is_not_null().sum())
+    long = data.select("line", "step", *(pl.col(n).cast(pl.Float64) for n in numbers)).unpivot(
+        index=["line", "step"], variable_name="key", value_name="value"
+    )
+    return long.filter(pl.col("value").is_not_null()).select(list(_VALUES)), skipped
+
+
+def _line_by_line(rows: pl.DataFrame) -> tuple[list[tuple[int, int, str, float]], int, int, int]:
+    """Lines read one by one: metric rows, and the counts of null values, values that are not
+    numbers and lines that are not records."""
     records: list[tuple[int, int, str, float]] = []
     broken = nulls = skipped = 0
     for line, text in rows.iter_rows():
@@ -291,11 +355,29 @@ def _read_jsonl(path: Path) -> VerlLog:
                 records.append((step, line, key, float(value)))
             else:
                 skipped += 1
-    frame = pl.DataFrame(records, schema={"step": pl.Int64, "line": pl.Int64, "key": pl.String, "value": pl.Float64}, orient="row")
-    metrics = frame.sort("line").unique(["step", "key"], keep="last", maintain_order=True).with_columns(
+    return records, nulls, skipped, broken
+
+
+def _read_jsonl(path: Path, keys: str | None) -> VerlLog:
+    parts = collect_lines(
+        path, lambda lines: {"rows": lines.filter(pl.col("text").str.strip_chars() != "")}, heavy=True, finish=partial(_file_logger_values, keys=keys)
+    )
+    counts = parts["counts"]
+    nulls, skipped, broken = (int(counts[name].sum() or 0) for name in ("nulls", "skipped", "broken"))
+    last = int(counts["last"].max() or 0)
+    # A step logged again (a restarted run appending) keeps each key's later value. Only the rows of
+    # such steps are deduplicated: a unique over every row of a long run costs gigabytes.
+    values = parts.pop("values")
+    again = parts["steps"].filter(pl.col("step").is_duplicated())["step"].unique()
+    if again.len():
+        twice = pl.col("step").is_in(again.implode())
+        latest = values.filter(twice).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
+        values = pl.concat([values.filter(~twice), latest])
+    # In step order, each line's values by key (the order a line lists them is not kept by Polars' decoder).
+    metrics = values.sort("step", "line", pl.col("key").cast(pl.String)).with_columns(
         pl.lit(str(path)).alias("file"), pl.lit("verl").alias("source")
     )
-    metrics = conform(metrics.sort("step", "line"), METRIC_SCHEMA)
+    metrics = conform(metrics, METRIC_SCHEMA)
     notes = ["the file logger writes no time: step and metric times are null"]
     if nulls:
         notes.append(f"{nulls} values were null (the file logger writes NaN and ±Inf as null): read as NaN")
@@ -310,7 +392,7 @@ def _read_jsonl(path: Path) -> VerlLog:
         steps=_steps(metrics, str(path)),
         metrics=metrics,
         events=pl.DataFrame(schema=RAY_EVENT_SCHEMA),
-        lines=int(rows["line"].max() or 0),
+        lines=last,
         unparsed_lines=broken,
         notes=tuple(notes),
         facts=facts,

@@ -160,6 +160,55 @@ def test_jsonl_file_logger(tmp_path: Path) -> None:
     assert both.height > 50 and both.filter(~pl.col("value").is_nan()).select((pl.col("value") == pl.col("value_jsonl")).all()).item()
 
 
+def _file_logger_lines() -> list[str]:
+    """File-logger lines with everything the Polars decoder must hand on or count: NaN written as
+    null, strings, lists, a nested object, a key that is a number in one line and a string in
+    another, keys in another order, a step logged again, a float step and a line cut short."""
+    lines = []
+    for step in range(1, 301):
+        data: dict = {"actor/pg_loss": step / 100, "critic/score/mean": step % 7, "flag": step % 2 == 0}
+        if step % 10 == 0:
+            data["val-core/acc"] = 0.5
+        if step % 97 == 0:
+            data["actor/grad_norm"] = None
+        if step % 50 == 0:
+            data |= {"note": "text", "lst": [1, 2], "nested": {"q": 1}}
+        if step > 200:
+            data["mixed"] = "0.5" if step == 250 else 0.25
+        if step % 3 == 0:
+            data = dict(reversed(list(data.items())))
+        lines.append(json.dumps({"step": step, "data": data}))
+        if step == 150:
+            lines += [json.dumps({"step": 150, "data": {"actor/pg_loss": 9.0}}), json.dumps({"step": 151.0, "data": {}}), ""]
+    return [*lines, '{"step": 301, "da']
+
+
+@pytest.mark.parametrize("batch_bytes", [61, 4096, 1 << 20])
+def test_file_logger_decoders_and_batches_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
+    """Polars decodes the file logger's lines a batch at a time and hands the ones it cannot type
+    for sure to a line-by-line reader: every line read by that reader alone, and any batch size,
+    give the same frames, counts and notes."""
+    import parsers._lines as lines
+    import parsers.verl as reader
+
+    path = tmp_path / "proj" / "exp.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(_file_logger_lines()) + "\n")
+    want = read_verl_log(path)
+    assert want.steps["step"].to_list() == list(range(1, 301)) and want.unparsed_lines == 1  # the cut line
+    assert _value(want, 150, "actor/pg_loss") == 9.0 and math.isnan(_value(want, 97, "actor/grad_norm"))
+    assert _value(want, 10, "flag") == 1.0 and _value(want, 260, "mixed") == 0.25
+    assert want.metrics.filter(pl.col("key") == "mixed").height == 99  # "0.5" at step 250 is a string
+    assert any("3 values were null" in n for n in want.notes) and any("19 values were not numbers" in n for n in want.notes)
+    monkeypatch.setattr(lines, "HEAVY_BATCH_BYTES", batch_bytes)
+    got = read_verl_log(path)
+    monkeypatch.setattr(reader, "_decoded", lambda rows: (_ for _ in ()).throw(reader._Mixed()))
+    careful = read_verl_log(path)
+    for log in (got, careful):
+        assert log.metrics.equals(want.metrics) and log.steps.equals(want.steps)
+        assert (log.lines, log.unparsed_lines, log.notes) == (want.lines, want.unparsed_lines, want.notes)
+
+
 # ---------------------------------------------------------------------------------------------
 # Scenarios
 
