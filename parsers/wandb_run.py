@@ -421,6 +421,7 @@ class _History:
     def __init__(self, keys: str | None) -> None:
         self.regex = keys
         self.frames: list[pl.DataFrame] = []
+        self.steps: list[int] = []  # each history record's step, to find steps logged twice
         self._reset()
 
     def _reset(self) -> None:
@@ -449,6 +450,7 @@ class _History:
                 keys, texts = [k for k, _ in kept], [t for _, t in kept]
         self.keys += keys
         self.texts += texts
+        self.steps.append(int(step))
         for name, value in (("line", index), ("step", int(step)), ("time", _local_time(stamp)), ("n", len(keys))):
             self.records[name].append(value)
         if len(self.keys) >= _FLUSH_ITEMS:
@@ -482,11 +484,19 @@ class _History:
         self.frames.append(frame.with_columns(pl.col("key").cast(pl.Categorical)))
 
     def metrics(self, path: str) -> pl.DataFrame:
-        """Every value gathered, as metric rows; a key logged twice for a step keeps its later value."""
+        """Every value gathered, as metric rows; a key logged twice for a step keeps its later value.
+
+        Only the rows of steps that more than one record logged are deduplicated: a unique over
+        every row of a long run costs gigabytes."""
         self._flush()
         if not self.frames:
             return empty(METRIC_SCHEMA)
-        frame = pl.concat(self.frames).unique(["step", "key"], keep="last", maintain_order=True)
+        frame = pl.concat(self.frames)
+        again = pl.Series(self.steps, dtype=pl.Int64).filter(pl.Series(self.steps).is_duplicated()).unique()
+        if again.len():
+            twice = pl.col("step").is_in(again.implode())
+            latest = frame.filter(twice).unique(["step", "key"], keep="last", maintain_order=True)
+            frame = pl.concat([frame.filter(~twice), latest]).sort("line", maintain_order=True)
         return conform(frame.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
 
 
