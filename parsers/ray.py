@@ -917,36 +917,44 @@ _LABEL_KINDS = {
 _EXPORT_FILTER = {"ACTOR": '"DEAD"', "NODE": '"DEAD"', "TASK": "TASK_EXECUTION_EXCEPTION"}
 
 
+_JSON_EVENT_SCHEMA = {"time": pl.Datetime("ms"), "kind": pl.String, "severity": pl.String, "line": pl.Int64, "message": pl.String, "worker_id": pl.String}
+_MARKER_SCHEMA = {"line": pl.Int64, "text": pl.String}
+
+
 def _read_json_events(path: Path, kind: str, fmt: LogFormat, offset: timedelta) -> RayLog:
     """``events/`` (``label``/``message``) and ``export_events/`` (state records) → events."""
     family = re.sub(r"^event_(?:EXPORT_)?([A-Z]+).*", r"\1", path.name)
     # Export files are mostly state updates: only lines with the literal are decoded there.
     keep = pl.col("text").str.contains(_EXPORT_FILTER.get(family, "{"), literal=True) if kind == "ray_export_events" else pl.col("text").str.strip_chars() != ""
-    parts = collect_lines(
-        path,
-        lambda lines: {
-            "rows": lines.filter(keep),
-            "stats": lines.select(pl.col("line").max().alias("lines")),
-        },
-    )
     patterns = [(p.kind, re.compile(p.regex)) for p in fmt.events]
-    rows, broken = [], 0
-    for line, text in parts["rows"].iter_rows():
-        try:
-            record = json.loads(text)
-        except ValueError:
-            broken += 1
-            continue
-        found = _json_event(record, kind, patterns, fmt)
-        if found:
-            event_kind, severity, message = found
-            stamp = record.get("timestamp")
-            when = datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None) + offset if isinstance(stamp, (int, float)) else None
-            fields = record.get("custom_fields") or {}
-            rows.append((when, event_kind, severity, line, message, fields.get("worker_id")))
-    frame = pl.DataFrame(
-        rows, schema={"time": pl.Datetime("ms"), "kind": pl.String, "severity": pl.String, "line": pl.Int64, "message": pl.String, "worker_id": pl.String}, orient="row"
+
+    def decoded(parts: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        """One batch's kept lines → its events (few) and the count of lines that are not JSON."""
+        rows, broken = [], 0
+        for line, text in parts["rows"].iter_rows():
+            try:
+                record = json.loads(text)
+            except ValueError:
+                broken += 1
+                continue
+            if not isinstance(record, dict):  # a bare number or list: JSON, but no event record
+                broken += 1
+                continue
+            found = _json_event(record, kind, patterns, fmt)
+            if found:
+                event_kind, severity, message = found
+                stamp = record.get("timestamp")
+                when = datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None) + offset if isinstance(stamp, (int, float)) else None
+                fields = record.get("custom_fields") or {}
+                rows.append((when, event_kind, severity, line, message, fields.get("worker_id")))
+        events = pl.DataFrame(rows, schema=_JSON_EVENT_SCHEMA, orient="row")
+        return {"events": events, "stats": parts["stats"].with_columns(pl.lit(broken, pl.Int64).alias("broken"))}
+
+    # Decoded batch by batch: an events file is never held whole.
+    parts = collect_lines(
+        path, lambda lines: {"rows": lines.filter(keep), "stats": lines.select(pl.col("line").max().alias("lines"))}, finish=decoded
     )
+    frame, broken = parts["events"], int(parts["stats"]["broken"].sum())
     # The GCS exports an actor's final state more than once; an actor dies once.
     frame = frame.unique(["kind", "message"] if kind == "ray_export_events" else ["time", "kind", "message"], keep="first", maintain_order=True)
     frame = _with_detail(frame).with_columns(
@@ -959,7 +967,7 @@ def _read_json_events(path: Path, kind: str, fmt: LogFormat, offset: timedelta) 
     )
     total = int(parts["stats"]["lines"].max() or 0)
     notes = (f"{broken} lines are not JSON",) if broken else ()
-    return RayLog(str(path), kind, frame.select(*RAY_EVENT_SCHEMA, "worker_id"), total, broken, parts["rows"].head(0), notes)
+    return RayLog(str(path), kind, frame.select(*RAY_EVENT_SCHEMA, "worker_id"), total, broken, pl.DataFrame(schema=_MARKER_SCHEMA), notes)
 
 
 def _json_event(record: dict[str, Any], kind: str, patterns: list[tuple[str, re.Pattern[str]]], fmt: LogFormat) -> tuple[str, str, str] | None:
@@ -1022,14 +1030,17 @@ def _epoch_offset(events: pl.DataFrame, json_files: list[tuple[Path, str]]) -> t
         for path, kind in json_files:
             if kind != "ray_events" or path.stat().st_size == 0:
                 continue
-            for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    record = json.loads(text)
-                except ValueError:
-                    continue
-                worker = (record.get("custom_fields") or {}).get("worker_id")
-                if worker in local and isinstance(record.get("timestamp"), (int, float)):
-                    pairs.append((local[worker], float(record["timestamp"])))
+            with path.open(encoding="utf-8", errors="replace") as lines:  # line by line: never held whole
+                for text in lines:
+                    if "worker_id" not in text:
+                        continue
+                    try:
+                        record = json.loads(text)
+                    except ValueError:
+                        continue
+                    worker = (record.get("custom_fields") or {}).get("worker_id") if isinstance(record, dict) else None
+                    if worker in local and isinstance(record.get("timestamp"), (int, float)):
+                        pairs.append((local[worker], float(record["timestamp"])))
         how = "from worker failures seen in both text and JSON logs"
     quarter = 15 * 60
     offsets = sorted(round((when - datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)).total_seconds() / quarter) * quarter for when, stamp in pairs)
