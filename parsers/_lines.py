@@ -184,7 +184,7 @@ def line_batch_pieces(
 
 def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataFrame]:
     """The lines of ``path`` as ``line``/``text`` frames of about ``batch_bytes`` each, in order
-    (UTF-8 only: invalid bytes raise ``ComputeError``, as :func:`scan_lines` does)."""
+    (UTF-8 only: invalid bytes raise ``ComputeError``; :func:`line_batch_pieces` decodes them lossily)."""
     first = 1
     for data in _line_blocks(path, batch_bytes or BATCH_BYTES):
         texts = pl.read_lines(data, name="text")

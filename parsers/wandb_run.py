@@ -448,6 +448,8 @@ class _History:
             if media:
                 kept = [(k, t) for k, t in zip(keys, texts, strict=True) if not k.startswith(media)]
                 keys, texts = [k for k, _ in kept], [t for _, t in kept]
+        if not keys:  # nothing but media: no row (a record must add at least one, see _flush)
+            return
         self.keys += keys
         self.texts += texts
         self.steps.append(int(step))

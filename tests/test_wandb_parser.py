@@ -285,3 +285,24 @@ def test_online_without_api_key_is_a_clear_error(tmp_path: Path, monkeypatch: py
     with pytest.raises(ValueError, match="ENTITY/PROJECT/RUN_ID"):
         read_wandb_online("just-a-name")
 
+
+
+def test_history_records_without_values(tmp_path: Path) -> None:
+    """A record of media only, one with a step and no items, then a value: only the value is a row."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    records = [pb.Record(header=pb.HeaderRecord()).SerializeToString()]
+    media = pb.Record()
+    media.history.item.add(nested_key=["img", "_type"], value_json='"image-file"')
+    media.history.item.add(nested_key=["img", "path"], value_json='"x.png"')
+    media.history.item.add(key="_step", value_json="2")
+    empty = pb.Record()
+    empty.history.step.num = 3
+    value = pb.Record()
+    value.history.item.add(key="_step", value_json="4")
+    value.history.item.add(key="loss", value_json="0.5")
+    records += [r.SerializeToString() for r in (media, empty, value)]
+    path = tmp_path / "run-m.wandb"
+    path.write_bytes(legacy_stream(records))
+    run = read_wandb_run(path)
+    assert run.metrics.select("step", "key", "value").rows() == [(4, "loss", 0.5)] and run.records_skipped == 0
