@@ -278,25 +278,25 @@ _VALUES = {"step": pl.Int64, "line": pl.Int64, "key": pl.String, "value": pl.Flo
 
 
 class _Mixed(Exception):
-    """A batch whose values Polars cannot be trusted to have typed (a key both a number and not)."""
+    """A batch whose values Polars cannot be trusted to have typed."""
 
 
 def _file_logger_values(parts: dict[str, pl.DataFrame], keys: str | None) -> dict[str, pl.DataFrame]:
     """One batch of ``{"step": N, "data": {…}}`` lines → metric rows of ``keys`` (``values``) and counts.
 
-    Polars decodes the lines; the few it cannot type for sure — lines with a ``null`` (a NaN or
-    ±Inf written as null must stay apart from a key not logged), a batch with a line that is not
-    JSON or a key that is a number in one line and not in another — are read line by line here.
+    Polars decodes the lines; those it cannot type for sure — lines with a ``null`` (a NaN or ±Inf
+    written as null must stay apart from a key not logged), and a batch with a line that is not
+    JSON or a value that is not a number or a boolean — are read line by line here.
     """
     rows = parts["rows"]
     text = pl.col("text")
     careful = rows.filter(text.str.contains("null", literal=True))
     try:
-        values, skipped = _decoded(rows.filter(~text.str.contains("null", literal=True)))
+        values = _decoded(rows.filter(~text.str.contains("null", literal=True)))
     except (pl.exceptions.PolarsError, _Mixed):
-        values, skipped, careful = pl.DataFrame(schema=_VALUES), 0, rows
-    records, nulls, more, broken = _line_by_line(careful)
-    counts = pl.DataFrame({"nulls": [nulls], "skipped": [skipped + more], "broken": [broken], "last": [rows["line"].max()]})
+        values, careful = pl.DataFrame(schema=_VALUES), rows
+    records, nulls, skipped, broken = _line_by_line(careful)
+    counts = pl.DataFrame({"nulls": [nulls], "skipped": [skipped], "broken": [broken], "last": [rows["line"].max()]})
     values = with_keys(pl.concat([values, pl.DataFrame(records, schema=_VALUES, orient="row")]), keys)
     return {
         "values": values.with_columns(pl.col("key").cast(pl.Categorical)),
@@ -305,10 +305,10 @@ def _file_logger_values(parts: dict[str, pl.DataFrame], keys: str | None) -> dic
     }
 
 
-def _decoded(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Lines without a ``null`` → metric rows and the count of values that are not numbers."""
+def _decoded(rows: pl.DataFrame) -> pl.DataFrame:
+    """Lines without a ``null`` whose values are all numbers or booleans → metric rows."""
     if rows.is_empty():
-        return pl.DataFrame(schema=_VALUES), 0
+        return pl.DataFrame(schema=_VALUES)
     # The Series method infers the types from every line (a key first logged late is still seen).
     records = rows.select("line").with_columns(rows["text"].str.json_decode(infer_schema_length=None).alias("r")).unnest("r")
     if "data" not in records.columns or "step" not in records.columns:
@@ -318,19 +318,16 @@ def _decoded(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     if records.select(pl.col("step").is_null().any() | pl.col("data").is_null().any()).item():
         raise _Mixed
     fields = records.schema["data"].fields
+    # Only numbers and booleans are typed for sure: Polars makes a list of a number logged where a
+    # list was, a string of a boolean logged where a string was.
+    if not all(f.dtype.is_numeric() or f.dtype == pl.Boolean for f in fields):
+        raise _Mixed
     data = records.select("line", "step", pl.col("data").struct.unnest())  # a key named line or step: an error, the careful path
-    numbers, skipped = [], 0
-    for name, dtype in ((f.name, f.dtype) for f in fields):
-        if dtype.is_numeric() or dtype == pl.Boolean:
-            numbers.append(name)
-        elif dtype == pl.String and data.select(pl.col(name).cast(pl.Float64, strict=False).is_not_null().any()).item():
-            raise _Mixed  # numbers and strings under one key: Polars made them all strings
-        else:
-            skipped += int(data[name].is_not_null().sum())
+    numbers = [f.name for f in fields]
     long = data.select("line", "step", *(pl.col(n).cast(pl.Float64) for n in numbers)).unpivot(
         index=["line", "step"], variable_name="key", value_name="value"
     )
-    return long.filter(pl.col("value").is_not_null()).select(list(_VALUES)), skipped
+    return long.filter(pl.col("value").is_not_null()).select(list(_VALUES))
 
 
 def _line_by_line(rows: pl.DataFrame) -> tuple[list[tuple[int, int, str, float]], int, int, int]:

@@ -162,8 +162,9 @@ def test_jsonl_file_logger(tmp_path: Path) -> None:
 
 def _file_logger_lines() -> list[str]:
     """File-logger lines with everything the Polars decoder must hand on or count: NaN written as
-    null, strings, lists, a nested object, a key that is a number in one line and a string in
-    another, keys in another order, a step logged again, a float step and a line cut short."""
+    null, strings, lists, a nested object, keys that are a number (or a boolean) in one line and a
+    string or a list in another, keys in another order, a step logged again, a float step and a
+    line cut short."""
     lines = []
     for step in range(1, 301):
         data: dict = {"actor/pg_loss": step / 100, "critic/score/mean": step % 7, "flag": step % 2 == 0}
@@ -175,6 +176,8 @@ def _file_logger_lines() -> list[str]:
             data |= {"note": "text", "lst": [1, 2], "nested": {"q": 1}}
         if step > 200:
             data["mixed"] = "0.5" if step == 250 else 0.25
+        if step in (20, 21):  # a list, then a number; a string, then a boolean
+            data |= {"shape": [1, 2] if step == 20 else 3, "kind": "s" if step == 20 else True}
         if step % 3 == 0:
             data = dict(reversed(list(data.items())))
         lines.append(json.dumps({"step": step, "data": data}))
@@ -198,8 +201,9 @@ def test_file_logger_decoders_and_batches_agree(tmp_path: Path, monkeypatch: pyt
     assert want.steps["step"].to_list() == list(range(1, 301)) and want.unparsed_lines == 1  # the cut line
     assert _value(want, 150, "actor/pg_loss") == 9.0 and math.isnan(_value(want, 97, "actor/grad_norm"))
     assert _value(want, 10, "flag") == 1.0 and _value(want, 260, "mixed") == 0.25
+    assert _value(want, 21, "shape") == 3.0 and _value(want, 21, "kind") == 1.0
     assert want.metrics.filter(pl.col("key") == "mixed").height == 99  # "0.5" at step 250 is a string
-    assert any("3 values were null" in n for n in want.notes) and any("19 values were not numbers" in n for n in want.notes)
+    assert any("3 values were null" in n for n in want.notes) and any("21 values were not numbers" in n for n in want.notes)
     monkeypatch.setattr(lines, "HEAVY_BATCH_BYTES", batch_bytes)
     got = read_verl_log(path)
     monkeypatch.setattr(reader, "_decoded", lambda rows: (_ for _ in ()).throw(reader._Mixed()))
