@@ -84,6 +84,11 @@ WORKER_SCHEMA: dict[str, pl.DataType] = {
     "lines": pl.Int64(),
 }
 
+#: A file's ``:actor_name:``-style marker lines.
+_MARKER_SCHEMA = {"line": pl.Int64, "text": pl.String}
+#: The events an ``events/`` or ``export_events/`` file yields, before their common columns.
+_JSON_EVENT_SCHEMA = {"time": pl.Datetime("ms"), "kind": pl.String, "severity": pl.String, "line": pl.Int64, "message": pl.String, "worker_id": pl.String}
+
 SESSION_NAME = re.compile(r"session_(\d{4}-\d\d-\d\d)_(\d\d-\d\d-\d\d)_(\d{6})_(\d+)")
 _WORKER_FILE = re.compile(r"(?:io-)?worker-([0-9a-f]{56})-(?:([0-9a-f]{8})-)?(\d+)\.(out|err)(?:\.\d+)?(?:\.gz)?")
 _CORE_FILE = re.compile(r"python-core-(worker|driver)-([0-9a-f]{56})_(\d+)\.log(?:\.\d+)?(?:\.gz)?")
@@ -763,18 +768,21 @@ def read_ray_session(session_dir: Path) -> RaySession:
         elif kind is not None:
             text_files.append((path, kind))
 
-    def read(path: Path, kind: str) -> RayLog:
-        if path.stat().st_size == 0:
-            return RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}))
+    sizes = [path.stat().st_size for path, _ in text_files]
+
+    def read(i: int) -> RayLog:
+        path, kind = text_files[i]
+        if sizes[i] == 0:
+            return RayLog(str(path), kind, _empty_events(), 0, 0, pl.DataFrame(schema=_MARKER_SCHEMA))
         return _read_text(path, kind, None, started)
 
     # A file of more than one batch keeps both cores busy on its own (two batches in flight); the
     # many smaller ones are read two at a time (Polars releases the GIL). Never both at once: that
     # would hold four batches.
-    large = [path.stat().st_size > HEAVY_BATCH_BYTES for path, _ in text_files]
-    read_alone = {i: read(*job) for i, job in enumerate(text_files) if large[i]}
+    large = [size > HEAVY_BATCH_BYTES for size in sizes]
+    read_alone = {i: read(i) for i in range(len(text_files)) if large[i]}
     with ThreadPoolExecutor(2) as pool:
-        small = iter(pool.map(lambda job: read(*job), [job for i, job in enumerate(text_files) if not large[i]]))
+        small = iter(pool.map(read, [i for i in range(len(text_files)) if not large[i]]))
         texts = [read_alone[i] if large[i] else next(small) for i in range(len(text_files))]
     workers = _workers(texts)
     text_events = _attribute(texts, workers)
@@ -915,10 +923,6 @@ _LABEL_KINDS = {
 }
 #: A literal every interesting line of an export file contains.
 _EXPORT_FILTER = {"ACTOR": '"DEAD"', "NODE": '"DEAD"', "TASK": "TASK_EXECUTION_EXCEPTION"}
-
-
-_JSON_EVENT_SCHEMA = {"time": pl.Datetime("ms"), "kind": pl.String, "severity": pl.String, "line": pl.Int64, "message": pl.String, "worker_id": pl.String}
-_MARKER_SCHEMA = {"line": pl.Int64, "text": pl.String}
 
 
 def _read_json_events(path: Path, kind: str, fmt: LogFormat, offset: timedelta) -> RayLog:

@@ -88,3 +88,18 @@ def keys_kept(frame: pl.DataFrame, regex: str | None) -> list[str] | None:
     names = frame["key"].unique().drop_nulls().cast(pl.String).to_list()
     kept = [name for name in names if pattern.search(name)]
     return None if len(kept) == len(names) else kept
+
+
+def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
+    """Metric rows (with ``line``) where each key of a ``repeated`` step (one logged on more than
+    one line: a restarted run appending) keeps only its latest line's value; in line order, or as
+    given when no step was repeated.
+
+    Only those steps' rows are deduplicated: a unique over every row of a long run costs gigabytes.
+    """
+    if repeated.is_empty():
+        return values
+    twice = pl.col("step").is_in(repeated.implode())
+    latest = values.filter(twice).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
+    return pl.concat([values.filter(~twice), latest]).sort("line", maintain_order=True)
+

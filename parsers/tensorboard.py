@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from parsers._wire import fields, varint
 from parsers.schema import METRIC_SCHEMA, conform, empty, with_keys
 
 __all__ = ["TensorboardRun", "find_event_files", "read_tensorboard"]
@@ -154,10 +155,11 @@ def _read_file(
     common one (a single ``simple_value``) is decoded by Polars, the others here."""
     frames, firsts, read, skipped = [], [], 0, 0
     for records in _record_windows(file, notes):
-        ok, fields = _simple_scalar(pl.col("body"))
-        fast = _named(records.filter(ok).select("line", *fields))
+        ok, decoded = _simple_scalar(pl.col("body"))
+        records = records.with_columns(ok.alias("ok"))
+        fast = _named(records.filter("ok").select("line", *decoded))
         rows = []
-        for line, body in records.join(fast.select("line"), on="line", how="anti").iter_rows():
+        for line, body in records.filter(~pl.col("ok")).select("line", "body").iter_rows():
             try:
                 wall, step, values = _event(memoryview(body))
                 found = list(_scalars(values, plugins))
@@ -266,13 +268,13 @@ def _simple_scalar(body: pl.Expr) -> tuple[pl.Expr, list[pl.Expr]]:
 
 def _event(record: memoryview) -> tuple[float, int, list[memoryview]]:
     wall, step, values = 0.0, 0, []
-    for number, _, value in _fields(record):
+    for number, _, value in fields(record):
         if number == 1:
             wall = _F64.unpack(value)[0]
         elif number == 2:
             step = value - (1 << 64) if value >= 1 << 63 else value
         elif number == 5:
-            values = [v for n, _, v in _fields(value) if n == 1]
+            values = [v for n, _, v in fields(value) if n == 1]
     return wall, step, values
 
 
@@ -280,7 +282,7 @@ def _scalars(values: list[memoryview], plugins: dict[str, str]) -> Iterator[tupl
     """``(tag, value)`` of each scalar summary value; ``plugins`` remembers each tag's plugin."""
     for raw in values:
         tag, simple, tensor = "", None, None
-        for number, _, value in _fields(raw):
+        for number, _, value in fields(raw):
             if number == 1:
                 tag = bytes(value).decode("utf-8", "replace")
             elif number == 2:
@@ -301,23 +303,23 @@ def _scalars(values: list[memoryview], plugins: dict[str, str]) -> Iterator[tupl
 
 def _tensor_scalar(tensor: memoryview) -> float | None:
     """The value of a one-element float/int TensorProto, else None (strings, histograms…)."""
-    fields: dict[int, Any] = {}
-    for number, _, value in _fields(tensor):
-        fields.setdefault(number, value)
-    dtype = fields.get(1, 0)
-    shape = fields.get(2)
-    if shape is not None and any(_first(dim, 1) not in (None, 1) for n, _, dim in _fields(shape) if n == 2):
+    found: dict[int, Any] = {}
+    for number, _, value in fields(tensor):
+        found.setdefault(number, value)
+    dtype = found.get(1, 0)
+    shape = found.get(2)
+    if shape is not None and any(_first(dim, 1) not in (None, 1) for n, _, dim in fields(shape) if n == 2):
         return None
-    if 4 in fields:
+    if 4 in found:
         size, fmt = _DTYPES.get(dtype, (0, ""))
-        return float(struct.unpack(fmt, fields[4])[0]) if size and len(fields[4]) == size else None
+        return float(struct.unpack(fmt, found[4])[0]) if size and len(found[4]) == size else None
     for number, unpack in ((5, _F32), (6, _F64)):  # float_val, double_val: packed or not, bytes either way
-        if number in fields:
-            return float(unpack.unpack_from(fields[number])[0])
+        if number in found:
+            return float(unpack.unpack_from(found[number])[0])
     for number in (7, 10):  # int_val, int64_val: packed varints or one varint
-        if number in fields:
-            raw = fields[number]
-            value = _varint(raw, 0)[0] if isinstance(raw, memoryview) else raw
+        if number in found:
+            raw = found[number]
+            value = varint(raw, 0)[0] if isinstance(raw, memoryview) else raw
             return float(value - (1 << 64) if value >= 1 << 63 else value)
     return None
 
@@ -325,42 +327,7 @@ def _tensor_scalar(tensor: memoryview) -> float | None:
 def _first(message: memoryview | None, number: int) -> Any:
     if message is None:
         return None
-    return next((value for n, _, value in _fields(message) if n == number), None)
-
-
-def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
-    """``(field number, wire type, value)``: ints for varints, memoryviews for the rest."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        tag, pos = _varint(buf, pos)
-        wire = tag & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos : pos + 8], pos + 8
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            value, pos = buf[pos : pos + size], pos + size
-        elif wire == 5:
-            value, pos = buf[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > end:
-            raise ValueError("field runs past the end of its message")
-        yield tag >> 3, wire, value
+    return next((value for n, _, value in fields(message) if n == number), None)
 
 
 def _crc32c_table() -> list[int]:

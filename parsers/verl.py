@@ -35,7 +35,7 @@ import polars as pl
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, collect_lines, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
-from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform, with_keys
+from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform, later_lines_win, with_keys
 
 __all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
 
@@ -362,14 +362,8 @@ def _read_jsonl(path: Path, keys: str | None) -> VerlLog:
     counts = parts["counts"]
     nulls, skipped, broken = (int(counts[name].sum() or 0) for name in ("nulls", "skipped", "broken"))
     last = int(counts["last"].max() or 0)
-    # A step logged again (a restarted run appending) keeps each key's later value. Only the rows of
-    # such steps are deduplicated: a unique over every row of a long run costs gigabytes.
-    values = parts.pop("values")
     again = parts["steps"].filter(pl.col("step").is_duplicated())["step"].unique()
-    if again.len():
-        twice = pl.col("step").is_in(again.implode())
-        latest = values.filter(twice).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
-        values = pl.concat([values.filter(~twice), latest])
+    values = later_lines_win(parts.pop("values"), again)
     # In step order, each line's values by key (the order a line lists them is not kept by Polars' decoder).
     metrics = values.sort("step", "line", pl.col("key").cast(pl.String)).with_columns(
         pl.lit(str(path)).alias("file"), pl.lit("verl").alias("source")

@@ -34,7 +34,8 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from parsers.schema import METRIC_SCHEMA, conform, empty, with_keys
+from parsers._wire import fields
+from parsers.schema import METRIC_SCHEMA, conform, empty, later_lines_win, with_keys
 
 __all__ = [
     "WandbRun",
@@ -380,38 +381,10 @@ def _wanted_fields(pb: Any, with_summary: bool) -> frozenset[int]:
 def _record_field(payload: bytes, kinds: frozenset[int]) -> int | None:
     """The kind (field number) of a serialized ``Record``, read without decoding it: fields are
     skipped (``num``, ``control``, …) until one of ``kinds``. None when the bytes do not say."""
-    pos, size = 0, len(payload)
-    while pos < size:
-        tag, pos = _varint(payload, pos)
-        if tag is None:
-            return None
-        number, wire = tag >> 3, tag & 7
-        if number in kinds:
-            return number
-        if wire == 0:
-            value, pos = _varint(payload, pos)
-        elif wire == 2:
-            value, pos = _varint(payload, pos)
-            pos += value if value is not None else size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            return None
-        if wire in (0, 2) and value is None:
-            return None
-    return None
-
-
-def _varint(data: bytes, pos: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    return None, pos
+    try:
+        return next((number for number, _, _ in fields(memoryview(payload)) if number in kinds), None)
+    except (IndexError, ValueError):
+        return None
 
 
 class _History:
@@ -486,19 +459,12 @@ class _History:
         self.frames.append(frame.with_columns(pl.col("key").cast(pl.Categorical)))
 
     def metrics(self, path: str) -> pl.DataFrame:
-        """Every value gathered, as metric rows; a key logged twice for a step keeps its later value.
-
-        Only the rows of steps that more than one record logged are deduplicated: a unique over
-        every row of a long run costs gigabytes."""
+        """Every value gathered, as metric rows; a key logged twice for a step keeps its later value."""
         self._flush()
         if not self.frames:
             return empty(METRIC_SCHEMA)
-        frame = pl.concat(self.frames)
-        again = pl.Series(self.steps, dtype=pl.Int64).filter(pl.Series(self.steps).is_duplicated()).unique()
-        if again.len():
-            twice = pl.col("step").is_in(again.implode())
-            latest = frame.filter(twice).unique(["step", "key"], keep="last", maintain_order=True)
-            frame = pl.concat([frame.filter(~twice), latest]).sort("line", maintain_order=True)
+        steps = pl.Series(self.steps, dtype=pl.Int64)
+        frame = later_lines_win(pl.concat(self.frames), steps.filter(steps.is_duplicated()).unique())
         return conform(frame.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
 
 
