@@ -113,13 +113,21 @@ def read_tensorboard(path_or_dir: Path | str, *, keys: str | None = None) -> Ten
 
 
 def _later_wins(frames: list[pl.DataFrame], notes: list[str]) -> pl.DataFrame:
+    """Every file's scalars in step order; a step and key written twice keeps its later value
+    (a later file's: a restart). Only steps holding such a pair are deduplicated: a ``unique``
+    over every scalar of a long run costs gigabytes."""
     if not frames:
         return empty(METRIC_SCHEMA)
-    stacked = pl.concat([f.with_columns(pl.lit(i).alias("order")) for i, f in enumerate(frames)])
-    repeated = stacked.filter(pl.col("order").n_unique().over("step", "key") > 1).select("step").n_unique()
-    if repeated:
-        notes.append(f"{repeated} steps were written again by a later file (a restart); the later values are kept")
-    kept = stacked.unique(["step", "key"], keep="last", maintain_order=True).sort("step", "order", "line")
+    stacked = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("order")) for i, f in enumerate(frames)])
+    per_step = stacked.group_by("step").agg(pl.len().alias("rows"), pl.col("key").n_unique().alias("keys"))
+    repeated = per_step.filter(pl.col("rows") > pl.col("keys"))["step"].implode()
+    twice = pl.col("step").is_in(repeated)
+    again = stacked.filter(twice)
+    restarted = again.filter(pl.col("order").n_unique().over("step", "key") > 1)["step"].n_unique()
+    if restarted:
+        notes.append(f"{restarted} steps were written again by a later file (a restart); the later values are kept")
+    latest = again.unique(["step", "key"], keep="last", maintain_order=True)
+    kept = pl.concat([stacked.filter(~twice), latest]).sort("step", "order", "line")
     return conform(kept.with_columns(_local(pl.col("wall")).alias("time")), METRIC_SCHEMA)
 
 

@@ -90,10 +90,27 @@ def test_scalars_of_both_encodings_read_back(logdir: Path) -> None:
     assert rewards[COLLAPSE - 1] > 0 and rewards[COLLAPSE] == 0.0
     # the restart repeated steps 30–39: its values win
     assert all(rewards[s] == 0.75 for s in range(30, 45))
-    assert any("later file" in n for n in run.notes)
+    assert [n for n in run.notes if "later file" in n] == [
+        "10 steps were written again by a later file (a restart); the later values are kept"
+    ]
 
     assert run.metrics["time"].null_count() == 0 and run.metrics["line"].min() >= 2
     assert run.metrics.select("step", "key").is_duplicated().sum() == 0
+
+
+def test_a_step_written_twice_in_one_file_keeps_its_later_value(tmp_path: Path) -> None:
+    writer = tensorboardX.SummaryWriter(str(tmp_path))
+    for step in range(4):
+        writer.add_scalar("reward", step, step)
+        writer.add_scalar("loss", -step, step)
+    writer.add_scalar("reward", 9.0, 2)  # step 2 again, in the same file
+    writer.close()
+    run = read_tensorboard(tmp_path)
+    assert run.metrics.select("step", "key", "value").rows() == [
+        (0, "reward", 0.0), (0, "loss", 0.0), (1, "reward", 1.0), (1, "loss", -1.0),
+        (2, "loss", -2.0), (2, "reward", 9.0), (3, "reward", 3.0), (3, "loss", -3.0),
+    ]
+    assert not any("later file" in n for n in run.notes)
 
 
 def test_find_event_files_and_read_one_file(logdir: Path) -> None:
