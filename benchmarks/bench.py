@@ -40,10 +40,10 @@ Then what bounds the throughput: each parser alone on its own files in a fresh p
 CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal
 search, two threads), the least Polars parse (``LEAST``: what any Polars parser must do for what
 the analysis reads, with none of the tool's care for evidence and damaged input), and the CPU
-budget that 50 % of grep's throughput leaves on this machine's cores; and, as one more row, the
-W&B reader on a copy of the run's metrics (``WANDB_KEYS`` a step, written by ``wandb`` offline;
-not part of the set the other tools read). The targets table says what
-the least parse alone would reach.
+budget that 50 % of grep's throughput leaves on this machine's cores; and, as three more rows, the
+W&B, TensorBoard and verl JSONL readers, each on a copy of the run's metrics (``COPY_KEYS`` a step,
+written by ``wandb`` offline, tensorboardX and verl's file-logger format; not part of the set the
+other tools read). The targets table says what the least parse alone would reach.
 
 And how cold ``analyze`` grows with the input, three ways: a longer run (``--scaling``: more
 blocks, so more steps, days and server traffic, as above), a busier server (``--busy-scaling``:
@@ -704,10 +704,11 @@ def bounds(info: dict) -> tuple[dict[str, dict], dict, dict]:
     return parsed, floor["floor"] | {"rss": floor["rss"]}, least
 
 
-#: What a W&B copy of the run logs each step: the analysis keys AReaL logs, and as many more as
+#: What each copy of the run's metrics logs a step: the analysis keys AReaL logs, and as many more as
 #: make a hundred (AReaL's StatsLogger table has about that many).
-WANDB_KEYS = ["grpo_actor/task_reward/avg", "grpo_actor/final_reward/avg", "grpo_actor/actor_loss/avg", "grpo_actor/grad_norm",
-              *(f"grpo_actor/stat{i}/avg" for i in range(96))]
+COPY_KEYS = ["grpo_actor/task_reward/avg", "grpo_actor/final_reward/avg", "grpo_actor/actor_loss/avg", "grpo_actor/grad_norm",
+             *(f"grpo_actor/stat{i}/avg" for i in range(96))]
+#: Each writer gets the folder, the keys (JSON) and the number of steps.
 WANDB_WRITER = r"""
 import json, random, sys, wandb
 keys, steps = json.loads(sys.argv[2]), int(sys.argv[3])
@@ -717,25 +718,70 @@ for step in range(1, steps + 1):
     run.log({k: rng.random() for k in keys}, step=step)
 run.finish()
 """
+TENSORBOARD_WRITER = r"""
+import json, random, sys, tensorboardX
+keys, steps = json.loads(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+writer = tensorboardX.SummaryWriter(sys.argv[1])
+for step in range(1, steps + 1):
+    for k in keys:
+        writer.add_scalar(k, rng.random(), step)
+writer.close()
+"""
+# verl's FileLogger: one ``{"step": N, "data": {...}}`` JSON object a line.
+VERL_JSONL_WRITER = r"""
+import json, random, sys
+keys, steps = json.loads(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+with open(sys.argv[1] + "/bench-grpo.jsonl", "w") as fh:
+    for step in range(1, steps + 1):
+        fh.write(json.dumps({"step": step, "data": {k: rng.random() for k in keys}}) + "\n")
+"""
 
 
-def wandb_copy(base: Path, steps: int, reuse: bool) -> tuple[Path, int]:
-    """A W&B offline run of ``steps`` steps of ``WANDB_KEYS``, written by the real ``wandb``
-    (a throwaway HOME, offline): the folder to read and the ``.wandb`` file's size."""
-    root = base / f"wandb-{steps}"
-    found = sorted(root.rglob("run-*.wandb"))
+@dataclass(frozen=True)
+class MetricCopy:
+    """A copy of the run's metrics in another format, written by that format's own writer."""
+
+    reader: str
+    title: str
+    written_by: str
+    pattern: str
+    writer: str
+    #: At most this many steps (tensorboardX writes ~16,000 scalars a second).
+    max_steps: int | None = None
+    #: The reader takes the folder (a W&B run), not the file.
+    folder: bool = False
+
+
+COPIES = (
+    MetricCopy("wandb", "W&B reader", "`run-*.wandb` written by `wandb` offline", "run-*.wandb", WANDB_WRITER,
+               folder=True),
+    MetricCopy("tensorboard", "TensorBoard reader", "an event file written by tensorboardX", "*tfevents*",
+               TENSORBOARD_WRITER, 10_000),
+    MetricCopy("verl_jsonl", "verl JSONL reader", "verl's file-logger lines", "*.jsonl", VERL_JSONL_WRITER),
+)
+
+
+def metric_copy(base: Path, copy: MetricCopy, steps: int, reuse: bool) -> tuple[Path, int, int]:
+    """``copy`` of ``steps`` steps (at most its ``max_steps``) of ``COPY_KEYS``, its writer run with a
+    throwaway HOME (offline): the folder, what its reader reads, its steps and the written file's size."""
+    steps = min(steps, copy.max_steps or steps)
+    root = base / f"{copy.reader}-{steps}"
+    found = sorted(root.rglob(copy.pattern))
     if not (reuse and found):
         shutil.rmtree(root, ignore_errors=True)
         home = root / "home"
+        home.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
         env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
                    WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", WANDB_WRITER, str(root), json.dumps(WANDB_KEYS), str(steps)], env=env, check=True)
-        found = sorted(root.rglob("run-*.wandb"))
-        print(f"wrote a W&B copy of {steps:,} steps ({found[0].stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f} s",
-              flush=True)
-    return root, found[0].stat().st_size
+        subprocess.run([sys.executable, "-c", copy.writer, str(root), json.dumps(COPY_KEYS), str(steps)], env=env, check=True)
+        found = sorted(root.rglob(copy.pattern))
+        print(f"wrote a {copy.reader} copy of {steps:,} steps ({found[0].stat().st_size / 1e9:.2f} GB) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return root, root if copy.folder else found[0], steps, found[0].stat().st_size
 
 
 def python_loop(info: dict, limit_mb: float) -> tuple[float, float, dict]:
@@ -912,10 +958,12 @@ def main() -> None:
     print(f"python loop: {loop_s:.2f} s (extrapolated)", flush=True)
     loads.append(load_avg())
     parsed, floor, least = bounds(info)
-    wandb_root, wandb_bytes = wandb_copy(args.dir, info["steps"], args.reuse)
-    wandb_parse = _child(PARSE, "wandb", str(wandb_root)) | {"bytes": wandb_bytes}
-    if not args.keep:
-        shutil.rmtree(wandb_root, ignore_errors=True)
+    copies = []
+    for copy in COPIES:
+        root, target, steps, size = metric_copy(args.dir, copy, info["steps"], args.reuse)
+        copies.append((copy, steps, _child(PARSE, copy.reader, str(target)) | {"bytes": size}))
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     start_s, _ = best(lambda i: timed(STARTUP), 3)
     print(f"parsers alone: {sum(p['seconds'] for p in parsed.values()):.2f} s; Polars floor: {floor['seconds']:.2f} s; "
           f"least parse: {least['seconds']:.2f} s", flush=True)
@@ -977,10 +1025,10 @@ def main() -> None:
         what = names.get(group, "Polars floor: every file's lines as strings + one literal search (2 threads)")
         say(f"| {what} | {p['bytes'] / 1e9:.2f} | {p['seconds']:.2f} | {p['cpu']:.2f} | {p['cpu'] / (p['bytes'] / 1e9):.2f} | "
             f"{p['bytes'] / 1e6 / p['seconds']:,.0f} | {p['rss']:,.0f} MB |")
-    w = wandb_parse
-    say(f"| W&B reader on a copy of the run's metrics (not in the set): `run-*.wandb`, {info['steps']:,} steps × "
-        f"{len(WANDB_KEYS)} keys, written by `wandb` offline | {w['bytes'] / 1e9:.2f} | {w['seconds']:.2f} | {w['cpu']:.2f} | "
-        f"{w['cpu'] / (w['bytes'] / 1e9):.2f} | {w['bytes'] / 1e6 / w['seconds']:,.0f} | {w['rss']:,.0f} MB |")
+    for copy, steps, w in copies:
+        say(f"| {copy.title} on a copy of the run's metrics (not in the set): {copy.written_by}, {steps:,} steps × "
+            f"{len(COPY_KEYS)} keys | {w['bytes'] / 1e9:.2f} | {w['seconds']:.2f} | {w['cpu']:.2f} | "
+            f"{w['cpu'] / (w['bytes'] / 1e9):.2f} | {w['bytes'] / 1e6 / w['seconds']:,.0f} | {w['rss']:,.0f} MB |")
     cores = os.cpu_count() or 1
     budget = 2 * grep_s
     spent = sum(p["cpu"] for p in parsed.values())

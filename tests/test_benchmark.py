@@ -36,7 +36,7 @@ def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None
     # The analysis found the incident the set was built with.
     assert "incidents: reward_collapse@1400→1500 (inference_server_unresponsive)" in text
     for row in ("AReaL parser, trainer.log", "SGLang parser, llm_server.log", "Ray parser, session folder", "Polars floor",
-                "W&B reader on a copy of the run's metrics"):
+                "W&B reader on a copy of the run's metrics", "TensorBoard reader on a copy", "verl JSONL reader on a copy"):
         assert f"| {row}" in text, row
     assert "The least Polars parse (`LEAST`" in text and "every run pays to start Python" in text
     # The three growth tables, each with its verdicts on time and memory.
