@@ -92,43 +92,54 @@ def read_tensorboard(path_or_dir: Path | str, *, keys: str | None = None) -> Ten
     # bare tags whichever parent was given, add_scalars sub-folders and sibling runs a prefix.
     base = Path(os.path.commonpath([f.parent for f in files])) if files else root
     notes: list[str] = []
-    frames: list[tuple[float, pl.DataFrame]] = []
+    frames: list[tuple[float, pl.DataFrame, pl.DataFrame]] = []
     read = skipped = 0
     plugins: dict[str, dict[str, str]] = {}
     for file in files:
         prefix = file.parent.relative_to(base).as_posix()
         prefix = "" if prefix == "." else prefix + "/"
         try:
-            frame, first_wall, done, bad = _read_file(file, prefix, plugins.setdefault(prefix, {}), notes, keys)
+            frame, steps, first_wall, done, bad = _read_file(file, prefix, plugins.setdefault(prefix, {}), notes, keys)
         except OSError as exc:
             notes.append(f"{file.name}: cannot read: {exc.strerror}")
             continue
         read, skipped = read + done, skipped + bad
-        frames.append((first_wall if first_wall is not None else float("inf"), frame.with_columns(pl.lit(str(file)).alias("file"))))
+        first = first_wall if first_wall is not None else float("inf")
+        frames.append((first, frame.with_columns(pl.lit(str(file), pl.Categorical).alias("file")), steps))
     if not files:
         notes.append("no event files")
     frames.sort(key=lambda item: item[0])
-    metrics = _later_wins([f for _, f in frames], notes)
+    metrics = _later_wins([f for _, f, _ in frames], [s for _, _, s in frames], notes)
     return TensorboardRun(str(root), tuple(str(f) for f in files), metrics, tuple(notes), read, skipped)
 
 
-def _later_wins(frames: list[pl.DataFrame], notes: list[str]) -> pl.DataFrame:
+def _later_wins(frames: list[pl.DataFrame], windows: list[pl.DataFrame], notes: list[str]) -> pl.DataFrame:
     """Every file's scalars in step order; a step and key written twice keeps its later value
-    (a later file's: a restart). Only steps holding such a pair are deduplicated: a ``unique``
-    over every scalar of a long run costs gigabytes."""
+    (a later file's: a restart). ``windows``: per file, each window's scalars and keys per step.
+
+    Only steps that may hold such a pair are looked at (a step in two windows, or with more
+    scalars than keys in one): hashing every scalar of a long run costs hundreds of MB.
+    """
     if not frames:
         return empty(METRIC_SCHEMA)
     stacked = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("order")) for i, f in enumerate(frames)])
-    per_step = stacked.group_by("step").agg(pl.len().alias("rows"), pl.col("key").n_unique().alias("keys"))
-    repeated = per_step.filter(pl.col("rows") > pl.col("keys"))["step"].implode()
-    twice = pl.col("step").is_in(repeated)
-    again = stacked.filter(twice)
+    per_window = pl.concat(windows)
+    suspect = per_window.group_by("step").agg(pl.len().alias("windows"), (pl.col("rows") > pl.col("keys")).any().alias("twice"))
+    suspect = suspect.filter((pl.col("windows") > 1) | pl.col("twice"))["step"]
+    again = stacked.filter(pl.col("step").is_in(suspect.implode()))
+    counted = again.group_by("step").agg(pl.len().alias("rows"), pl.col("key").n_unique().alias("keys"))
+    repeated = counted.filter(pl.col("rows") > pl.col("keys"))["step"]
+    if repeated.is_empty():
+        # Files come in order, and records within them: steps that never go back need no sort.
+        return conform(stacked if stacked["step"].is_sorted() else stacked.sort("step", "order", "line"), METRIC_SCHEMA)
+    twice = pl.col("step").is_in(repeated.implode())
+    again = again.filter(twice)
     restarted = again.filter(pl.col("order").n_unique().over("step", "key") > 1)["step"].n_unique()
     if restarted:
         notes.append(f"{restarted} steps were written again by a later file (a restart); the later values are kept")
     latest = again.unique(["step", "key"], keep="last", maintain_order=True)
     kept = pl.concat([stacked.filter(~twice), latest]).sort("step", "order", "line")
-    return conform(kept.with_columns(_local(pl.col("wall")).alias("time")), METRIC_SCHEMA)
+    return conform(kept, METRIC_SCHEMA)
 
 
 def _local(wall: pl.Expr) -> pl.Expr:
@@ -157,10 +168,11 @@ def _offsets(minutes: pl.Series) -> pl.Series:
 
 def _read_file(
     file: Path, prefix: str, plugins: dict[str, str], notes: list[str], keys: str | None
-) -> tuple[pl.DataFrame, float | None, int, int]:
-    """One event file's scalars (``step``, ``wall``, ``key``, ``value``, ``line``), the wall time
-    of its first record read, and its records read and skipped. In each window of records the
-    common one (a single ``simple_value``) is decoded by Polars, the others here."""
+) -> tuple[pl.DataFrame, pl.DataFrame, float | None, int, int]:
+    """One event file's scalars (``step``, ``time``, ``key``, ``value``, ``line``), each window's
+    scalars and keys per step (``step``, ``rows``, ``keys``), the wall time of its first record
+    read, and its records read and skipped. In each window of records the common one (a single
+    ``simple_value``) is decoded by Polars, the others here."""
     frames, firsts, read, skipped = [], [], 0, 0
     for records in _record_windows(file, notes):
         ok, decoded = _simple_scalar(pl.col("body"))
@@ -183,9 +195,18 @@ def _read_file(
         slow = pl.DataFrame(rows, schema=_FILE_SCHEMA, orient="row")
         scalars = pl.concat([fast.select(list(_FILE_SCHEMA)), slow]).sort("line")
         scalars = with_keys(scalars.with_columns(pl.concat_str(pl.lit(prefix), pl.col("key")).alias("key")), keys)
-        frames.append(scalars.with_columns(pl.col("key").cast(pl.Categorical)))
-    frame = pl.concat(frames) if frames else pl.DataFrame(schema=_FILE_SCHEMA).with_columns(pl.col("key").cast(pl.Categorical))
-    return frame, min(firsts)[1] if firsts else None, read, skipped
+        frames.append(_kept(scalars))
+    if not frames:
+        frames = [_kept(pl.DataFrame(schema=_FILE_SCHEMA))]
+    steps = pl.concat(f.group_by("step").agg(pl.len().alias("rows"), pl.col("key").n_unique().alias("keys")) for f in frames)
+    return pl.concat(frames), steps, min(firsts)[1] if firsts else None, read, skipped
+
+
+def _kept(scalars: pl.DataFrame) -> pl.DataFrame:
+    """A window's scalars as kept: wall times made local times here, window by window, so the
+    conversion's temporaries never span a whole run's scalars."""
+    time = _local(pl.col("wall")).cast(METRIC_SCHEMA["time"])
+    return scalars.select("step", time.alias("time"), pl.col("key").cast(pl.Categorical), "value", "line")
 
 
 def _record_windows(file: Path, notes: list[str]) -> Iterator[pl.DataFrame]:

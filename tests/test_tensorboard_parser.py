@@ -98,7 +98,12 @@ def test_scalars_of_both_encodings_read_back(logdir: Path) -> None:
     assert run.metrics.select("step", "key").is_duplicated().sum() == 0
 
 
-def test_a_step_written_twice_in_one_file_keeps_its_later_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("window", [64, 1 << 20])
+def test_a_step_written_twice_in_one_file_keeps_its_later_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    """Also when the two copies are in different windows of the file (64 bytes: a record each)."""
+    import parsers.tensorboard as reader
+
+    monkeypatch.setattr(reader, "_WINDOW", window)
     writer = tensorboardX.SummaryWriter(str(tmp_path))
     for step in range(4):
         writer.add_scalar("reward", step, step)
