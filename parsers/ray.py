@@ -171,9 +171,21 @@ def source_of(kind: pl.Expr, default: str) -> pl.Expr:
 # The lazy, line-local pass
 
 
+#: Any line a clean-up would change, when the file has no console prefixes: colours (or what is
+#: left of them), carriage returns, Ray's dedup suffixes, structured (JSON) records.
+_UNCLEAN = r'\x1b|\r$|^\[[0-9;]+m|\[repeated |"asctime"'
+
+
 def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyFrame:
-    """Colours, console prefixes and dedup suffixes removed; ``stream`` is the prefix, if any."""
+    """Colours, console prefixes and dedup suffixes removed; ``stream`` is the prefix, if any.
+
+    A batch of a file without prefixes whose lines need none of it (most of a raylet.out or a
+    worker's .err) skips it: one test a line instead of the clean-up's dozen (Polars evaluates
+    every branch of a ``when`` on every line).
+    """
     text = pl.col("text")
+    if not prefixed and not lines.select(text.str.contains(_UNCLEAN).any()).collect().item():
+        return lines.with_columns(pl.lit("").alias("stream"), pl.lit(1, pl.Int64).alias("count"))
     # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
     residue = text.str.contains(r"^\[[0-9;]+m")
     cleaned = (
