@@ -172,8 +172,9 @@ def source_of(kind: pl.Expr, default: str) -> pl.Expr:
 
 
 #: Any line a clean-up would change, when the file has no console prefixes: colours (or what is
-#: left of them), carriage returns, Ray's dedup suffixes, structured (JSON) records.
-_UNCLEAN = r'\x1b|\r$|^\[[0-9;]+m|\[repeated |"asctime"'
+#: left of them), carriage returns, Ray's dedup suffixes, structured (JSON) records. Two tests:
+#: with the anchored one in the alternation, it costs lines that open with ``[`` 4× as much.
+_UNCLEAN = (r'\x1b|\r$|\[repeated |"asctime"', r"^\[[0-9;]+m")
 
 
 def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyFrame:
@@ -184,7 +185,7 @@ def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyF
     every branch of a ``when`` on every line).
     """
     text = pl.col("text")
-    if not prefixed and not lines.select(text.str.contains(_UNCLEAN).any()).collect().item():
+    if not prefixed and not lines.select(pl.any_horizontal(text.str.contains(r).any() for r in _UNCLEAN)).collect().item():
         return lines.with_columns(pl.lit("").alias("stream"), pl.lit(1, pl.Int64).alias("count"))
     # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
     residue = text.str.contains(r"^\[[0-9;]+m")
