@@ -252,27 +252,25 @@ def scan_parts(
     text = pl.col("text")
     is_start = text.str.contains(fmt.traceback_start)
     is_exc = text.str.contains(fmt.traceback_exception)
-    tbish = (
-        text.str.starts_with(" ")
-        | text.str.starts_with("\t")
-        | text.str.contains(r"^\s*$")
-        | is_start
-        | is_exc
-        | text.str.contains(_CHAIN)
-    )
+    # Each test once, as a column: later expressions read the columns (Polars does not share a
+    # subexpression between contexts, and the blank-line regex would run three times).
     tagged = norm.with_columns(
         is_start.alias("is_start"),
         is_exc.alias("is_exc"),
-        tbish.alias("tbish"),
+        (text.str.starts_with(" ") | text.str.starts_with("\t")).alias("indented"),
+        text.str.contains(r"^\s*$").alias("blank"),
+        text.str.contains(_CHAIN).alias("chain"),
         text.str.contains(_HEADER_START).alias("header"),
         (text.str.starts_with(":") & text.str.contains(_MARKER)).alias("marker"),
         (text.str.contains(fmt.any_event) | is_start | text.str.contains(_ERROR_LEVEL)).alias("candidate"),
+    ).with_columns(
+        pl.any_horizontal("indented", "blank", "is_start", "is_exc", "chain").alias("tbish"),
     ).with_columns(
         per_stream((~pl.col("tbish")).cast(pl.Int64).cum_sum()).alias("run"),
         # The last dated line of the stream so far: where an undated event borrows its time.
         per_stream(pl.when(pl.col("header")).then(pl.col("line")).forward_fill()).alias("dated_line"),
         # A record: a line and the indented or blank lines after it.
-        per_stream((~(text.str.starts_with(" ") | text.str.starts_with("\t") | text.str.contains(r"^\s*$"))).cast(pl.Int64).cum_sum()).alias("record"),
+        per_stream((~(pl.col("indented") | pl.col("blank"))).cast(pl.Int64).cum_sum()).alias("record"),
     )
     candidates = tagged.filter(pl.col("candidate")).select("line", "stream", "count", "dated_line", "record", text.str.head(_MESSAGE_CHARS))
     # Where each stream stands at the batch's end: what the next batch counts on from (see stitch_parts).
@@ -307,7 +305,7 @@ def scan_parts(
             pl.col("line").max().alias("lines"),
             # Text after a dated line continues that record (state dumps, OOM reports); only lines
             # before the first dated line belong to none.
-            (~pl.col("header") & (pl.col("header").cast(pl.Int8).cum_max() == 0) & ~text.str.contains(r"^\s*$") & ~pl.col("marker"))
+            (~pl.col("header") & (pl.col("header").cast(pl.Int8).cum_max() == 0) & ~pl.col("blank") & ~pl.col("marker"))
             .sum()
             .alias("unparsed"),
             (pl.col("stream") != "").sum().alias("prefixed"),
