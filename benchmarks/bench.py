@@ -763,7 +763,7 @@ COPIES = (
 )
 
 
-def metric_copy(base: Path, copy: MetricCopy, steps: int, reuse: bool) -> tuple[Path, int, int]:
+def metric_copy(base: Path, copy: MetricCopy, steps: int, reuse: bool) -> tuple[Path, Path, int, int]:
     """``copy`` of ``steps`` steps (at most its ``max_steps``) of ``COPY_KEYS``, its writer run with a
     throwaway HOME (offline): the folder, what its reader reads, its steps and the written file's size."""
     steps = min(steps, copy.max_steps or steps)

@@ -181,7 +181,7 @@ def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyF
     """Colours, console prefixes and dedup suffixes removed; ``stream`` is the prefix, if any.
 
     A batch of a file without prefixes whose lines need none of it (most of a raylet.out or a
-    worker's .err) skips it: one test a line instead of the clean-up's dozen (Polars evaluates
+    worker's .err) skips it: two tests a line instead of the clean-up's dozen (Polars evaluates
     every branch of a ``when`` on every line).
     """
     text = pl.col("text")
