@@ -171,64 +171,55 @@ def source_of(kind: pl.Expr, default: str) -> pl.Expr:
 # The lazy, line-local pass
 
 
-#: Any line a clean-up would change, when the file has no console prefixes: colours (or what is
-#: left of them), carriage returns, Ray's dedup suffixes, structured (JSON) records. Two tests:
-#: with the anchored one in the alternation, it costs lines that open with ``[`` 4× as much.
+#: Any line the clean-up would change: colours (or what is left of them), carriage returns, Ray's
+#: dedup suffixes, structured (JSON) records. Two tests: with the anchored one in the alternation,
+#: lines that open with ``[`` cost 4× as much.
 _UNCLEAN = (r'\x1b|\r$|\[repeated |"asctime"', r"^\[[0-9;]+m")
 
 
 def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyFrame:
     """Colours, console prefixes and dedup suffixes removed; ``stream`` is the prefix, if any.
 
-    A batch of a file without prefixes whose lines need none of it (most of a raylet.out or a
-    worker's .err) skips it: two tests a line instead of the clean-up's dozen (Polars evaluates
-    every branch of a ``when`` on every line).
+    A batch whose lines need no clean-up (most of a raylet.out or a worker's .err, many consoles)
+    skips it: two tests a line instead of a dozen (Polars evaluates every branch of a ``when`` on
+    every line). Console prefixes are looked for only in files that have them.
     """
     text = pl.col("text")
-    if not prefixed and not lines.select(pl.any_horizontal(text.str.contains(r).any() for r in _UNCLEAN)).collect().item():
-        return lines.with_columns(pl.lit("").alias("stream"), pl.lit(1, pl.Int64).alias("count"))
-    # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
-    residue = text.str.contains(r"^\[[0-9;]+m")
-    cleaned = (
-        pl.when(text.str.contains("\x1b", literal=True))
-        .then(text.str.replace_all(ANSI, ""))
-        .when(residue)
-        .then(text.str.replace_all(r"\[[0-9;]+m", ""))
-        .otherwise(text)
-    )
-    structured = text.str.starts_with("{") & text.str.contains('"asctime"', literal=True)
-    as_header = pl.format(
-        "[{} {} 0 0] {}",
-        text.str.extract(r'"asctime":\s*"([^"]+)"', 1),
-        text.str.extract(r'"levelname":\s*"(\w)', 1),
-        text.str.extract(r'"message":\s*"((?:[^"\\]|\\.)*)"', 1).str.replace_all(r'\\"', '"'),
-    )
-    prefix_regex = "^(?:" + "|".join(f"(?:{p.lstrip('^')})" for p in fmt.prefixes.values()) + ")"
-    prefix = pl.when(pl.col("text").str.starts_with("(")).then(pl.col("text").str.extract(f"({prefix_regex})", 1))
-    if not prefixed:
-        prefix = pl.lit(None, pl.String)
-    repeated = pl.when(pl.col("text").str.contains("[repeated ", literal=True)).then(
-        pl.col("text").str.extract(_REPEATED, 1).cast(pl.Int64, strict=False)
-    )
-    return (
-        lines.with_columns(pl.col("text").str.strip_suffix("\r"))
-        .with_columns(pl.when(structured).then(as_header).otherwise(cleaned).alias("text"))
-        .with_columns(prefix.alias("stream"))
-        .with_columns(
-            pl.when(pl.col("stream").is_not_null())
-            .then(pl.col("text").str.slice(pl.col("stream").str.len_chars()))
-            .otherwise(pl.col("text"))
-            .alias("text"),
-            pl.col("stream").str.strip_chars().fill_null(""),
-            repeated.alias("count"),
+    unclean = lines.select(pl.any_horizontal(text.str.contains(r).any() for r in _UNCLEAN)).collect().item()
+    if unclean:
+        # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
+        residue = text.str.contains(r"^\[[0-9;]+m")
+        cleaned = (
+            pl.when(text.str.contains("\x1b", literal=True))
+            .then(text.str.replace_all(ANSI, ""))
+            .when(residue)
+            .then(text.str.replace_all(r"\[[0-9;]+m", ""))
+            .otherwise(text)
         )
-        .with_columns(
-            pl.when(pl.col("count").is_not_null())
-            .then(pl.col("text").str.replace(r" \[repeated \d+x across cluster\].*$", ""))
-            .otherwise(pl.col("text"))
-            .alias("text"),
-            pl.col("count").fill_null(1),
+        structured = text.str.starts_with("{") & text.str.contains('"asctime"', literal=True)
+        as_header = pl.format(
+            "[{} {} 0 0] {}",
+            text.str.extract(r'"asctime":\s*"([^"]+)"', 1),
+            text.str.extract(r'"levelname":\s*"(\w)', 1),
+            text.str.extract(r'"message":\s*"((?:[^"\\]|\\.)*)"', 1).str.replace_all(r'\\"', '"'),
         )
+        lines = lines.with_columns(text.str.strip_suffix("\r")).with_columns(
+            pl.when(structured).then(as_header).otherwise(cleaned).alias("text")
+        )
+    stream = pl.lit("")
+    if prefixed:
+        prefix_regex = "^(?:" + "|".join(f"(?:{p.lstrip('^')})" for p in fmt.prefixes.values()) + ")"
+        prefix = pl.when(text.str.starts_with("(")).then(text.str.extract(f"({prefix_regex})", 1))
+        lines = lines.with_columns(prefix.alias("stream")).with_columns(
+            pl.when(pl.col("stream").is_not_null()).then(text.str.slice(pl.col("stream").str.len_chars())).otherwise(text).alias("text"),
+        )
+        stream = pl.col("stream").str.strip_chars().fill_null("")
+    if not unclean:
+        return lines.with_columns(stream.alias("stream"), pl.lit(1, pl.Int64).alias("count"))
+    repeated = pl.when(text.str.contains("[repeated ", literal=True)).then(text.str.extract(_REPEATED, 1).cast(pl.Int64, strict=False))
+    return lines.with_columns(stream.alias("stream"), repeated.alias("count")).with_columns(
+        pl.when(pl.col("count").is_not_null()).then(text.str.replace(r" \[repeated \d+x across cluster\].*$", "")).otherwise(text).alias("text"),
+        pl.col("count").fill_null(1),
     )
 
 
