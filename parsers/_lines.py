@@ -155,7 +155,9 @@ def line_batch_pieces(
             after.set_exception(exc)
             raise
         after.set_result(first + texts.height)
-        lines = _numbered(texts.lazy(), first)
+        return reduced(_numbered(texts.lazy(), first))
+
+    def reduced(lines: pl.LazyFrame) -> dict[str, pl.DataFrame]:
         parts = extract(lines)
         done = dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
         return finish(done) if finish is not None else done
@@ -176,9 +178,7 @@ def line_batch_pieces(
         for done in in_flight:
             keep(done)
     if not pieces:  # an empty file: no batch at all, but the extract's (empty) frames still
-        parts = extract(pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String}))
-        done = dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
-        return {name: [frame] for name, frame in (finish(done) if finish is not None else done).items()}
+        return {name: [frame] for name, frame in reduced(pl.LazyFrame(schema={"line": pl.Int64, "text": pl.String})).items()}
     return pieces
 
 

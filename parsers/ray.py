@@ -171,10 +171,12 @@ def source_of(kind: pl.Expr, default: str) -> pl.Expr:
 # The lazy, line-local pass
 
 
-#: Any line the clean-up would change: colours (or what is left of them), carriage returns, Ray's
-#: dedup suffixes, structured (JSON) records. Two tests: with the anchored one in the alternation,
-#: lines that open with ``[`` cost 4× as much.
-_UNCLEAN = (r'\x1b|\r$|\[repeated |"asctime"', r"^\[[0-9;]+m")
+#: What is left of a colour code when a copy lost its ESC byte: "[36m(TaskRunner pid=…)[0m …".
+_RESIDUE = r"^\[[0-9;]+m"
+#: Any line the clean-up would change: colours (or their residue), carriage returns, Ray's dedup
+#: suffixes, structured (JSON) records. Two tests: with the anchored one in the alternation, lines
+#: that open with ``[`` cost 4× as much.
+_UNCLEAN = (r'\x1b|\r$|\[repeated |"asctime"', _RESIDUE)
 
 
 def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyFrame:
@@ -187,12 +189,10 @@ def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyF
     text = pl.col("text")
     unclean = lines.select(pl.any_horizontal(text.str.contains(r).any() for r in _UNCLEAN)).collect().item()
     if unclean:
-        # Copies that lost the ESC byte keep the rest of the code: "[36m(TaskRunner pid=…)[0m …".
-        residue = text.str.contains(r"^\[[0-9;]+m")
         cleaned = (
             pl.when(text.str.contains("\x1b", literal=True))
             .then(text.str.replace_all(ANSI, ""))
-            .when(residue)
+            .when(text.str.contains(_RESIDUE))
             .then(text.str.replace_all(r"\[[0-9;]+m", ""))
             .otherwise(text)
         )
