@@ -289,10 +289,10 @@ def _file_logger_values(parts: dict[str, pl.DataFrame], keys: str | None) -> dic
     JSON or a value that is not a number or a boolean — are read line by line here.
     """
     rows = parts["rows"]
-    text = pl.col("text")
-    careful = rows.filter(text.str.contains("null", literal=True))
+    has_null = rows["text"].str.contains("null", literal=True)
+    careful = rows.filter(has_null)
     try:
-        values = _decoded(rows.filter(~text.str.contains("null", literal=True)))
+        values = _decoded(rows.filter(~has_null))
     except (pl.exceptions.PolarsError, _Mixed):
         values, careful = pl.DataFrame(schema=_VALUES), rows
     records, nulls, skipped, broken = _line_by_line(careful)
