@@ -87,8 +87,10 @@ def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
         return {**parts, "cells": parts["cells"].filter(pl.col("key").is_in(kept) | pl.col("value").is_null())}
 
     pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs), finish=kept_cells if keys else None)
-    cells = pieces.pop("cells")  # most of the rows: turned into metrics batch by batch
-    log = _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, fmt, pairs)
+    # Most of the rows (table cells, memory lines) are turned into metrics batch by batch.
+    cells = pieces.pop("cells")
+    lined = [pieces.pop(f"metric{i}") for i in range(len(fmt.metrics))]
+    log = _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, lined, fmt, pairs)
     return replace(log, metrics=with_keys(log.metrics, keys))
 
 
@@ -216,7 +218,9 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     return parts
 
 
-def _assemble(path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], fmt: LogFormat, pairs: int) -> AReaLLog:
+def _assemble(
+    path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], lined: list[list[pl.DataFrame]], fmt: LogFormat, pairs: int
+) -> AReaLLog:
     rows, logged, untimed, counts = parts["rows"], parts["timed"], parts["untimed"], parts["counts"]
     # Blank lines and table rules are never read; a file ending in them is counted to its last text.
     total_lines = max(int(rows["line"].max() or 0), int(counts["last"].max() or 0))
@@ -226,7 +230,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFram
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     complete = rows.filter(pl.col("complete"))
     metrics, orphans, bad_values = _table_metrics(path, complete, cells, tops, logged, headers)
-    memory = _line_metrics(path, [parts[f"metric{i}"] for i in range(len(fmt.metrics))], fmt)
+    memory = _line_metrics(path, lined, fmt)
     events = _events(path, untimed, logged, fmt)
 
     broken = rows.height - complete.height
@@ -330,24 +334,39 @@ def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: 
         (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
     )
     metrics, bad_frame = pl.collect_all([query, bad])
-    return metrics, int(bad_frame.item())
+    return _aligned(metrics), int(bad_frame.item())
 
 
-def _line_metrics(path: str, found: list[pl.DataFrame], fmt: LogFormat) -> pl.DataFrame:
-    """Metrics carried by ordinary log lines (memory), one row per value, step left to alignment."""
-    frames = []
-    for pattern, lines in zip(fmt.metrics, found, strict=True):
-        for group, key in pattern.keys.items():
-            frames.append(
-                lines.select(
-                    "time", "line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value")
-                )
-            )
-    if not frames:
-        return pl.DataFrame(schema=METRIC_SCHEMA)
-    # In line order (each line's values in turn), as the table cells are.
-    values = pl.concat(frames).sort("line", maintain_order=True)
-    return conform(values.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
+def _line_metrics(path: str, found: list[list[pl.DataFrame]], fmt: LogFormat) -> pl.DataFrame:
+    """Metrics carried by ordinary log lines (memory), one row per value, step left to alignment.
+
+    ``found`` holds each pattern's matches, one frame per batch; a batch's matches are let go as
+    they are turned into rows, so the wide and the long form of all of them never coexist.
+    """
+    out = []
+    while found and found[0]:
+        frames = []
+        for pattern, batches in zip(fmt.metrics, found, strict=True):
+            lines = batches.pop(0)
+            frames += [
+                lines.select("time", "line", pl.lit(key).alias("key"), pl.col(group).cast(pl.Float64, strict=False).alias("value"))
+                for group, key in pattern.keys.items()
+            ]
+        # In line order (each line's values in turn), as the table cells are.
+        values = pl.concat(frames).sort("line", maintain_order=True)
+        # Steps are null until alignment: a column of nulls, not a constant, which would span all
+        # batches while the other columns are cut per batch (see :func:`_aligned`).
+        nulls = pl.Series("step", dtype=pl.Int64).extend_constant(None, values.height)
+        out.append(_aligned(conform(values.with_columns(nulls, pl.lit(path).alias("file")), METRIC_SCHEMA)))
+    # (An empty frame first would turn the constant ``file`` and ``source`` into full columns.)
+    return pl.concat(out, rechunk=False) if out else pl.DataFrame(schema=METRIC_SCHEMA)
+
+
+def _aligned(piece: pl.DataFrame) -> pl.DataFrame:
+    """One batch's metric rows with every column in one piece. Concatenated, the run's columns
+    are then cut alike: Polars copies a frame whose columns are cut differently whole, at the
+    next ``select`` or ``with_columns`` (the run loader's), and a long run's metrics are ~100 MB."""
+    return piece.rechunk()
 
 
 def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:

@@ -219,3 +219,8 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
             assert got.equals(want), (path.name, frame)
         assert (log.lines, log.unparsed_lines, log.notes, log.facts) == (
             expected.lines, expected.unparsed_lines, expected.notes, expected.facts)
+        # Table and memory rows, batch by batch, have their columns cut alike: the run loader's
+        # next column (``source``) is added without the frame being copied whole.
+        chunks = log.metrics["time"].n_chunks()
+        assert chunks > 1 and log.metrics.filter(pl.col("key") == "mem/device_used_gb").height > 0
+        assert log.metrics.with_columns(pl.lit("areal").alias("source"))["time"].n_chunks() == chunks
