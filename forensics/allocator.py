@@ -10,12 +10,13 @@ Polars allocates its frames with its own jemalloc, which Polars sets to hand fre
 after half a second, lazily (``MADV_FREE``: they stay in the process's resident memory until the
 kernel is short of it), so the leftovers of one source's parse still count while the next one's
 parse peaks. Handed back for good (``MADV_DONTNEED``) after the same half second, the peak of the
-benchmark's 3 GB run falls by about a seventh at the same speed; handed back by the threads that
-allocate rather than by jemalloc's background thread (Polars' build starts one), by another ~10 %
-(the parses keep both cores busy, the background thread falls behind, and a parse's resident
-memory climbs with its length although what it holds does not) for ~3 % more time
-(:func:`return_freed_memory_promptly`). jemalloc reads its settings once, when Polars is imported:
-this must happen before.
+benchmark's 3 GB run falls by about a seventh at the same speed. Handed back by the threads that
+allocate rather than by jemalloc's background thread (Polars' build starts one), by another
+10-20 %, for 5-10 % more time: the parses keep both cores busy, the background thread falls
+behind, and a parse's resident memory then climbs with its length (and its peak with how the
+threads happen to be scheduled) although what it holds does not
+(:func:`return_freed_memory_promptly`). jemalloc reads its settings once, when Polars is
+imported: this must happen before.
 
 The library leaves process-wide settings to whoever owns the process: the command line
 (``forensics.entry``) and the fleet's worker processes call these.
