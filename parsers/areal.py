@@ -203,12 +203,29 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         pl.col("line").max().alias("last"),
         (untimed & ~pl.col("start") & ~pl.col("exc") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
     )
+    # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
+    # is all that counting the rows before the first owned table needs; cut-off rows as counts.
+    tops = base.filter(first == "╒").select(pl.col("line").alias("top"))
+    runs = (
+        whole.select("line")
+        .join_asof(tops, left_on="line", right_on="top", strategy="backward")
+        .group_by("top", maintain_order=True)
+        .agg(pl.col("line").first().alias("first"), pl.len().alias("rows"))
+        .select("first", "rows")
+    )
+    row_counts = split.select(
+        pl.len().alias("rows"),
+        pl.col("complete").sum().alias("whole"),
+        (pl.col("complete") & pl.col("overflow")).sum().alias("overflow"),
+        pl.col("line").max().alias("last"),
+    )
     parts = {
-        "rows": split.select("line", "complete", "overflow"),
+        "runs": runs,
+        "row_counts": row_counts,
         "cells": cells,
         "timed": timed,
         "untimed": untimed_rows,
-        "tops": base.filter(first == "╒").select("line"),
+        "tops": tops.select(pl.col("top").alias("line")),
         "counts": counts,
     }
     for i, pattern in enumerate(fmt.metrics):
@@ -221,26 +238,25 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
 def _assemble(
     path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], lined: list[list[pl.DataFrame]], fmt: LogFormat, pairs: int
 ) -> AReaLLog:
-    rows, logged, untimed, counts = parts["rows"], parts["timed"], parts["untimed"], parts["counts"]
+    runs, row_counts, logged, untimed, counts = parts["runs"], parts["row_counts"], parts["timed"], parts["untimed"], parts["counts"]
     # Blank lines and table rules are never read; a file ending in them is counted to its last text.
-    total_lines = max(int(rows["line"].max() or 0), int(counts["last"].max() or 0))
+    total_lines = max(int(row_counts["last"].max() or 0), int(counts["last"].max() or 0))
     tops = parts["tops"]
 
     headers = _headers(logged)
     steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
-    complete = rows.filter(pl.col("complete"))
-    metrics, orphans, bad_values = _table_metrics(path, complete, cells, tops, logged, headers)
+    metrics, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
     events = _events(path, untimed, logged, fmt)
 
-    broken = rows.height - complete.height
+    broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
     notes = [
         f"{count} {what}"
         for count, what in (
             (orphans, "table rows belong to no step header (pasted or cut-off tables)"),
             (broken, "table rows cut off mid-row were skipped"),
             (bad_values, "table values were not numbers"),
-            (int(complete["overflow"].sum() or 0), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
+            (int(row_counts["overflow"].sum()), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
         )
         if count
     ]
@@ -271,14 +287,14 @@ def _headers(logged: pl.DataFrame) -> pl.DataFrame:
 
 
 def _table_metrics(
-    path: str, rows: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
+    path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
     → (step, key, value); the later copy of a re-logged step wins.
 
     Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
     """
-    if rows.is_empty():
+    if runs.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("line").with_columns(pl.col("line").alias("top"))
     anchors = logged.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
@@ -300,7 +316,9 @@ def _table_metrics(
         .with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
     )
     owners = owned.select("top", "header", "step", "time", "latest")
-    orphans = rows.select("line").join_asof(owners, left_on="line", right_on="top").filter(pl.col("step").is_null()).height
+    # A row has an owner when an owned table starts above it: the runs before the first one have none.
+    first_owned = owners["top"].min()
+    orphans = int(runs.filter(pl.col("first") < first_owned)["rows"].sum()) if first_owned is not None else int(runs["rows"].sum())
     several = (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1
     if several:  # a step's tables may straddle two batches: their cells are averaged together
         cells[:] = [pl.concat(cells)]
