@@ -225,7 +225,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         "cells": cells,
         "timed": timed,
         "untimed": untimed_rows,
-        "tops": tops.select(pl.col("top").alias("line")),
+        "tops": tops,
         "counts": counts,
     }
     for i, pattern in enumerate(fmt.metrics):
@@ -290,13 +290,14 @@ def _table_metrics(
     path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
-    → (step, key, value); the later copy of a re-logged step wins.
+    → (step, key, value); the later copy of a re-logged step wins. ``runs``: the whole rows, one
+    run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``).
 
     Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
     """
     if runs.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
-    tops = tops.sort("line").with_columns(pl.col("line").alias("top"))
+    tops = tops.sort("top")
     anchors = logged.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
     # A table belongs to the stats anchor just above its top border (a few lines at most);
     # AReaL-lite prints tables after their step header, realhf before it.
