@@ -24,17 +24,20 @@ def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
     """
     if frame.is_empty() or clock.is_empty():
         return frame
-    last = int(clock["step"].max())
-    # Only the step-less rows are placed; their steps are scattered back in place, so the
-    # (large) frame is neither re-sorted nor copied column by column.
-    where = frame.select(pl.arg_where(pl.col("step").is_null() & pl.col("time").is_not_null()).alias("__row"))
-    if where.is_empty():
-        return frame
-    timed = where.with_columns(frame["time"].gather(where["__row"]).alias("time")).sort("time")
-    placed = timed.join_asof(
-        clock.rename({"time": "__header_time"}), left_on="time", right_on="__header_time", strategy="forward"
-    ).with_columns(pl.col("step").fill_null(last + 1))
-    return frame.with_columns(frame["step"].scatter(placed["__row"], placed["step"]))
+    headers = clock["time"]
+    # The step of index len(clock): a time after the last header.
+    steps = pl.concat([clock["step"], pl.Series([int(clock["step"].max()) + 1], dtype=clock["step"].dtype)])
+    pieces, start = [], 0
+    # Chunk by chunk, each like the frame's other columns: a column chunked unlike the rest makes
+    # Polars copy the whole (large) frame at its next ``select``. Chunks with every step are kept.
+    for chunk in frame["step"].get_chunks():
+        if chunk.null_count():
+            times = frame["time"].slice(start, chunk.len())
+            placed = steps.gather(headers.search_sorted(times, "left"))
+            chunk = chunk.zip_with(chunk.is_not_null() | times.is_null(), placed)
+        pieces.append(chunk)
+        start += chunk.len()
+    return frame.with_columns(pl.concat(pieces, rechunk=False))
 
 
 def step_durations(steps: pl.DataFrame) -> pl.DataFrame:

@@ -23,7 +23,16 @@ from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.ray import read_ray_session
-from parsers.schema import CHECKPOINT_SCHEMA, EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, empty, with_keys
+from parsers.schema import (
+    CHECKPOINT_SCHEMA,
+    EVENT_SCHEMA,
+    METRIC_SCHEMA,
+    STEP_SCHEMA,
+    conform,
+    cut_alike,
+    empty,
+    with_keys,
+)
 from parsers.tensorboard import read_tensorboard
 from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import read_verl_checkpoints
@@ -95,7 +104,7 @@ def load_run(
         if all_steps["time"].null_count() < all_steps.height:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
     clock = step_clock(all_steps)
-    metrics_frame = merged.metrics if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
+    metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
     if location.checkpoint_dir is None:
         checkpoints = empty(CHECKPOINT_SCHEMA)

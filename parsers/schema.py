@@ -7,6 +7,7 @@ These schemas are the seam between ``parsers`` (files → frames) and ``forensic
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 import polars as pl
 
@@ -103,3 +104,20 @@ def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
     latest = values.filter(twice).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
     return pl.concat([values.filter(~twice), latest]).sort("line", maintain_order=True)
 
+
+
+def cut_alike(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with every column cut into chunks at the same rows, without copying a value.
+
+    Polars copies a frame whose columns are cut differently whole at its next eager ``filter``,
+    ``select`` or ``with_columns``; concatenated sources leave them so (a constant column, such as
+    ``file``, in one chunk per source). Each column is re-cut at every column's boundaries: slices.
+    """
+    columns = frame.get_columns()
+    if len({tuple(column.chunk_lengths()) for column in columns}) <= 1:
+        return frame
+    ends = sorted({end for column in columns for end in accumulate(column.chunk_lengths())})
+    starts = [0, *ends[:-1]]
+    return pl.DataFrame(
+        [pl.concat([column.slice(a, b - a) for a, b in zip(starts, ends)], rechunk=False) for column in columns]
+    )

@@ -1,0 +1,69 @@
+"""One step axis: records placed in the step they fell in, without copying a long run's frame."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from forensics.align import assign_steps
+from forensics.discover import find_runs
+from forensics.run import load_run
+from parsers.schema import cut_alike
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T0 = datetime(2025, 11, 20, 16, 0, 0)
+
+
+def _placed(step: int | None, time: datetime | None, clock: list[tuple[datetime, int]]) -> int | None:
+    """The step a record belongs to, row by row: its own, else the first header at or after it."""
+    if step is not None or time is None:
+        return step
+    at = bisect.bisect_left([t for t, _ in clock], time)
+    return clock[at][1] if at < len(clock) else max(s for _, s in clock) + 1
+
+
+def _cut(frame: pl.DataFrame) -> list[list[int]]:
+    return [column.chunk_lengths() for column in frame.get_columns()]
+
+
+def test_step_less_records_take_the_step_in_progress_chunk_by_chunk() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        # Header times may repeat (two copies of a step): the first one at or after a record wins.
+        clock = sorted((T0 + timedelta(seconds=rng.randint(0, 20)), rng.randint(1, 9)) for _ in range(rng.randint(1, 6)))
+        pieces = []
+        for _ in range(rng.randint(1, 4)):
+            rows = [
+                (rng.choice([None, None, rng.randint(1, 9)]), rng.choice([None, T0 + timedelta(seconds=rng.randint(-3, 25))]), float(i))
+                for i in range(rng.randint(0, 6))
+            ]
+            pieces.append(pl.DataFrame(rows, schema={"step": pl.Int64, "time": pl.Datetime("ms"), "value": pl.Float64}, orient="row"))
+        frame = pl.concat(pieces, rechunk=False)
+        given = frame.clone()
+        got = assign_steps(frame, pl.DataFrame(clock, schema={"time": pl.Datetime("ms"), "step": pl.Int64}, orient="row"))
+        assert got["step"].to_list() == [_placed(s, t, clock) for s, t in zip(frame["step"], frame["time"])]
+        assert got.drop("step").equals(frame.drop("step")) and frame.equals(given)
+        # The filled column is cut like the others: Polars would copy the whole frame otherwise.
+        assert len(set(map(tuple, _cut(got)))) == 1 or len(set(map(tuple, _cut(frame)))) > 1
+
+
+def test_columns_cut_differently_are_recut_alike_without_changing_a_value() -> None:
+    a = pl.DataFrame({"x": [1, 2, 3], "y": ["a", "b", "c"]}).with_columns(pl.lit("one").alias("file"))
+    b = pl.DataFrame({"x": [4, 5], "y": ["d", "e"]}).with_columns(pl.lit("two").alias("file"))
+    frame = pl.concat([a, pl.concat([b, b], rechunk=False)], rechunk=False)
+    assert len(set(map(tuple, _cut(frame)))) > 1  # `file`: one chunk per constant
+    alike = cut_alike(frame)
+    assert alike.equals(frame) and alike.schema == frame.schema
+    assert len(set(map(tuple, _cut(alike)))) == 1
+    assert cut_alike(alike) is alike
+
+
+def test_a_run_with_a_trainer_and_a_server_log_has_its_metric_columns_cut_alike() -> None:
+    [location] = find_runs([FIXTURES / "sglang_hang" / "outputs"])
+    run = load_run(location)
+    assert {"areal", "sglang"} <= set(run.metrics["source"].cast(pl.String).unique())
+    assert len(set(map(tuple, _cut(run.metrics)))) == 1
