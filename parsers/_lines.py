@@ -159,7 +159,9 @@ def line_batch_pieces(
 
     def reduced(lines: pl.LazyFrame) -> dict[str, pl.DataFrame]:
         parts = extract(lines)
-        done = dict(zip(parts, pl.collect_all(list(parts.values())), strict=True))
+        # Each result in one chunk: concatenated, a result's columns are then cut alike, which
+        # spares every later eager filter a copy of the whole (Polars' threads cut them apart).
+        done = {name: frame.rechunk() for name, frame in zip(parts, pl.collect_all(list(parts.values())), strict=True)}
         return finish(done) if finish is not None else done
 
     def keep(done: Future[dict[str, pl.DataFrame]]) -> None:

@@ -68,3 +68,17 @@ def test_a_file_growing_while_read_is_read_as_far_as_it_is_written(tmp_path: Pat
     with open(log, "ab") as fh:
         fh.write(data[1000:])
     assert first + b"".join(blocks) == data
+
+
+def test_each_batch_result_comes_in_one_chunk_per_column(tmp_path: Path) -> None:
+    """Concatenated, the batches' results then have their columns cut alike: Polars would copy
+    a frame whose columns are cut differently whole at each later eager filter."""
+    import polars as pl
+
+    log = tmp_path / "trainer.log"
+    log.write_bytes(CONTENTS["plain"])
+    pieces = lines.line_batch_pieces(log, lambda batch: {"ends": pl.concat([batch.head(2), batch.tail(2)])}, batch_bytes=300)
+    assert len(pieces["ends"]) > 3
+    assert all(column.n_chunks() == 1 for frame in pieces["ends"] for column in frame.get_columns())
+    ends = pl.concat(pieces["ends"])
+    assert ends["text"].to_list() == [f"line {n - 1}" for n in ends["line"]] and ends["line"][0] == 1
