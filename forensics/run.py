@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from forensics.align import assign_steps, reconstruct_times, step_clock
+from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
 from forensics.discover import LogSource, RunLocation
@@ -89,6 +90,7 @@ def load_run(
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
+    hand_back_heap()
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged

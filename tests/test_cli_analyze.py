@@ -202,6 +202,27 @@ def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
     assert done.stdout.strip() == "True"
 
 
+HEAP_RETURN = """
+import os
+from forensics.allocator import hand_back_heap, reuse_block_memory
+reuse_block_memory()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+blocks = [b"x" * (8 << 20) for _ in range(12)]  # read blocks (written): kept in the heap once freed
+keep = b"y" * (1 << 20)  # a live object above them, so the heap's top cannot shrink on its own
+del blocks
+held = rss()
+print(hand_back_heap(), held - rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the heap is glibc's")
+def test_the_heap_kept_for_read_blocks_is_given_back_once_reading_is_done() -> None:
+    done = subprocess.run([sys.executable, "-c", HEAP_RETURN], capture_output=True, text=True, check=True)
+    took, returned = done.stdout.split()
+    assert took == "True" and int(returned) >= 80  # of 96 MB freed
+
+
 PROMPT_RETURN = """
 import os, sys, time
 from forensics.allocator import return_freed_memory_promptly
