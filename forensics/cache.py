@@ -252,10 +252,11 @@ def _cut_line(parsed: Parsed) -> int:
     """
     if parsed.steps.height:
         return int(parsed.steps["line"].max())
-    timed = parsed.metrics.filter(pl.col("time").is_not_null())
-    if timed.height:
-        last_minute = timed["time"].max().replace(second=0, microsecond=0)
-        return int(timed.filter(pl.col("time") >= last_minute)["line"].min())
+    last = parsed.metrics["time"].max()
+    if last is not None:
+        # Lazy: a long server log's rows are millions; only the last minute's lines are read.
+        last_minute = last.replace(second=0, microsecond=0)
+        return int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
     return max(1, parsed.lines)
 
 

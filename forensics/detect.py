@@ -107,10 +107,12 @@ def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
 def series(metrics: pl.DataFrame, key: str) -> pl.DataFrame:
     """``(step, value)`` of one table metric, one row per step."""
     return (
-        metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null())
+        metrics.lazy()  # lazy: only the columns read are gathered, not all seven of every row kept
+        .filter((pl.col("key") == key) & pl.col("step").is_not_null())
         .group_by("step")
         .agg(pl.col("value").last())
         .sort("step")
+        .collect()
     )
 
 
@@ -207,11 +209,13 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
     if not (loss and signals):
         return []
     wide = (
-        metrics.filter(pl.col("key").is_in([loss, *signals]) & pl.col("step").is_not_null())
+        metrics.lazy()
+        .filter(pl.col("key").is_in([loss, *signals]) & pl.col("step").is_not_null())
         .group_by("step")
         .agg((pl.col("value") == 0).all().alias("dead"), pl.col("key").n_unique().alias("n"))
         .filter(pl.col("n") == 1 + len(signals))
         .sort("step")
+        .collect()
     )
     flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
     dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
@@ -243,10 +247,12 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
     if not keys:
         return []
     flags_frame = (
-        metrics.filter(pl.col("key").is_in(keys) & pl.col("step").is_not_null())
+        metrics.lazy()
+        .filter(pl.col("key").is_in(keys) & pl.col("step").is_not_null())
         .group_by("step")
         .agg((~pl.col("value").is_finite()).any().alias("bad"))
         .sort("step")
+        .collect()
     )
     flags = [1.0 if b else 0.0 for b in flags_frame["bad"].to_list()]
     steps = flags_frame["step"].to_list()

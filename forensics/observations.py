@@ -37,7 +37,7 @@ def slow_start(metrics: pl.DataFrame, steps: pl.DataFrame, *, factor: float = 1.
 
 def _durations(metrics: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     for key, scale in _DURATION_KEYS.items():
-        rows = metrics.filter((pl.col("key") == key) & pl.col("step").is_not_null())
+        rows = metrics.lazy().filter((pl.col("key") == key) & pl.col("step").is_not_null()).select("step", "value").collect()
         if rows.height:
             return rows.group_by("step").agg((pl.col("value").last() * scale).alias("seconds")).sort("step")
     return step_durations(steps)
@@ -45,8 +45,8 @@ def _durations(metrics: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _grown_phase(metrics: pl.DataFrame, base: int, slow: int, slow_seconds: float) -> str:
     """The phase that grew most between two steps (a phase as long as the whole step is a total)."""
-    phases = metrics.filter(pl.col("key").is_in(keys_matching(metrics, "^(?:" + "|".join(_PHASE_PREFIXES) + ")")))
-    at = phases.filter(pl.col("step").is_in([base, slow])).pivot("step", index="key", values="value", aggregate_function="last")
+    phase = pl.col("key").is_in(keys_matching(metrics, "^(?:" + "|".join(_PHASE_PREFIXES) + ")"))
+    at = metrics.filter(phase & pl.col("step").is_in([base, slow])).pivot("step", index="key", values="value", aggregate_function="last")
     if str(base) not in at.columns or str(slow) not in at.columns:
         return ""
     grown = (

@@ -238,8 +238,9 @@ def _read_sglang(path: Path, keys: str | None) -> Parsed:
     notes = server.notes
     if server.servers.height > 1:
         notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
-    # In time order, as the run's frames are kept (the values have no step yet).
-    metrics = pl.concat([server.metrics, conform(http, METRIC_SCHEMA)]).sort("time", nulls_last=True, maintain_order=True)
+    # In time order, as the run's frames are kept (the values have no step yet); the counts of
+    # endpoints no analysis reads are dropped first (a long log has one or more a minute).
+    metrics = pl.concat([server.metrics, with_keys(conform(http, METRIC_SCHEMA), keys)]).sort("time", nulls_last=True, maintain_order=True)
     return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
 
 
