@@ -105,7 +105,6 @@ def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
     return pl.concat([values.filter(~twice), latest]).sort("line", maintain_order=True)
 
 
-
 def cut_alike(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with every column cut into chunks at the same rows, without copying a value.
 
