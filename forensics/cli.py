@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import sys
 import tempfile
 import traceback
@@ -259,6 +260,11 @@ def metrics(
     paths: OptionalPaths = None,
     fmt: Annotated[str, typer.Option("--format", help="csv, jsonl or parquet.")] = "csv",
     output: Annotated[Path | None, typer.Option("--output", help="Write to FILE instead of stdout (required for parquet).")] = None,
+    keys: Annotated[
+        str | None,
+        typer.Option("--keys", metavar="REGEX", help="Only the keys this regex finds something in (e.g. 'reward|loss'); "
+                     "the others are dropped as they are read, so a long run's export needs memory only for these."),
+    ] = None,
     log_format: LogFormat = None,
     wandb: Wandb = None,
     cache_dir: CacheDir = None,
@@ -278,8 +284,13 @@ def metrics(
             raise UnusableInput("--format parquet needs --output FILE")
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
+        if keys is not None:
+            try:
+                re.compile(keys)
+            except re.error as exc:
+                raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
         cache = _cache(cache_dir, no_cache, paths or [])
-        result = analyze_paths(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=None)
+        result = analyze_paths(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         frame = pl.concat(
             [
                 r.metrics.select(

@@ -193,6 +193,20 @@ def test_metrics_in_every_format(fixture_run, tmp_path: Path, fmt: str) -> None:
     assert reward.height == 300
 
 
+def test_metrics_of_some_keys_are_those_rows_of_the_whole_export(fixture_run, tmp_path: Path) -> None:
+    run = str(fixture_run("sglang_hang"))
+    every, some = tmp_path / "every.parquet", tmp_path / "some.parquet"
+    for out, extra in ((every, []), (some, ["--keys", "task_reward|^sglang/token"])):
+        result = runner.invoke(app, ["metrics", run, "--format", "parquet", "--output", str(out), *extra])
+        assert result.exit_code == 0, result.output
+    whole, kept = pl.read_parquet(every), pl.read_parquet(some)
+    wanted = whole.filter(pl.col("key").str.contains("task_reward|^sglang/token"))
+    assert {"grpo_actor/task_reward/avg", "sglang/token_usage"} <= set(kept["key"]) < set(whole["key"])
+    assert kept.sort(pl.all()).equals(wanted.sort(pl.all()))
+    bad = runner.invoke(app, ["metrics", run, "--keys", "reward(", "--output", str(tmp_path / "x.csv")])
+    assert bad.exit_code == 2 and "--keys" in bad.output
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
 def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
     """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:
