@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Callable
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -34,15 +35,23 @@ _MMAP_THRESHOLD = 32 << 20  # glibc's ceiling for this setting on 64-bit systems
 _TRIM_THRESHOLD = 64 << 20
 
 
+def _glibc(name: str, *argtypes: type) -> Callable[..., int] | None:
+    """glibc's function ``name`` (returning an int), or ``None`` where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes, function.restype = list(argtypes), ctypes.c_int
+    return function
+
+
 def reuse_block_memory() -> bool:
     """Keep freed read blocks in the heap (glibc only); whether the settings took."""
-    if not sys.platform.startswith("linux"):
+    mallopt = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+    if mallopt is None:
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
 
 
@@ -52,14 +61,8 @@ def hand_back_heap() -> bool:
 
     Called once the reading is done, so an analysis' peak does not carry the reading's leftovers.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        malloc_trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return bool(malloc_trim(0))
+    malloc_trim = _glibc("malloc_trim", ctypes.c_size_t)
+    return malloc_trim is not None and bool(malloc_trim(0))
 
 
 #: Polars' jemalloc settings: freed pages are handed back for good after 500 ms by the threads
