@@ -13,6 +13,7 @@ import polars as pl
 
 from forensics.detect import keys_matching
 from forensics.model import Evidence
+from parsers.schema import in_order
 
 #: The server's stats series read around an onset (and drawn on the report's timeline).
 SERVER_STATS = ("sglang/gen_throughput", "sglang/running_req", "sglang/queue_req", "sglang/token_usage")
@@ -113,17 +114,12 @@ def _index_of(metrics: pl.DataFrame) -> _Index:
     read = key.is_in(["sglang/token_usage", "sglang/gen_throughput"]) | key.is_in(keys_matching(metrics, ANSWERED))
     stat = key.is_in(SERVER_STATS) & pl.col("time").is_not_null()
     read_rows, stats_rows = (metrics.select(pl.arg_where(server & wanted).alias("row")).to_series() for wanted in (read, stat))
-    steps = _by(pl.DataFrame([read_rows, metrics["step"].gather(read_rows)]), "step")
-    stats = _by(pl.DataFrame([stats_rows, metrics["time"].gather(stats_rows)]), "time")
+    # Positions ascend, so a stable sort by step or time orders ties by position.
+    steps = in_order(pl.DataFrame([read_rows, metrics["step"].gather(read_rows)]), "step")
+    stats = in_order(pl.DataFrame([stats_rows, metrics["time"].gather(stats_rows)]), "time")
     index = _Index(bool(metrics.select(server.any()).item()), steps, stats)
     _indexed = (weakref.ref(metrics), metrics.height, index)
     return index
-
-
-def _by(rows: pl.DataFrame, column: str) -> pl.DataFrame:
-    """Positions (ascending) with their ``column``, ordered by it then by position. The server's
-    rows are kept in time order, so they usually are already: no sort, nor its copy, then."""
-    return rows if rows[column].is_sorted() else rows.sort(column, "row")
 
 
 def _gather(metrics: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:

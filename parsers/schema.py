@@ -105,6 +105,12 @@ def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
     return pl.concat([values.filter(~twice), latest]).sort("line", maintain_order=True)
 
 
+def in_order(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+    """``frame`` sorted by ``column``, ties in their order; frames kept in file or time order
+    usually are already, and are then neither sorted nor copied."""
+    return frame if frame[column].is_sorted() else frame.sort(column, maintain_order=True)
+
+
 def cut_alike(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with every column cut into chunks at the same rows, without copying a value.
 

@@ -45,7 +45,7 @@ import polars as pl
 from parsers._fold import last_and_peak_per_minute
 from parsers._formats import LogFormat, MetricPattern, load_format
 from parsers._lines import ANSI, _is_gzip, iter_line_chunks, line_frames, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, with_keys
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, in_order, with_keys
 
 __all__ = ["HTTP_SCHEMA", "SERVER_SCHEMA", "SGLangLog", "looks_like_sglang", "read_sglang_log"]
 
@@ -992,7 +992,7 @@ def _time_at(frame: pl.DataFrame, timeline: pl.DataFrame, exact: bool = False) -
     (after it for lines above the first timed line)."""
     if "time" in frame.columns:
         frame = frame.drop("time")
-    frame, tl = (_by_line(f.with_columns(pl.col("line").cast(pl.Int64))) for f in (frame, timeline))
+    frame, tl = (in_order(f.with_columns(pl.col("line").cast(pl.Int64)), "line") for f in (frame, timeline))
     if exact:
         return frame.join(tl, on="line", how="left")
     back = frame.join_asof(tl, on="line", strategy="backward")
@@ -1000,11 +1000,6 @@ def _time_at(frame: pl.DataFrame, timeline: pl.DataFrame, exact: bool = False) -
         return back
     fwd = frame.join_asof(tl, on="line", strategy="forward").select(pl.col("time").alias("_fwd"))
     return back.with_columns(pl.coalesce("time", fwd["_fwd"]).alias("time"))
-
-
-def _by_line(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` in line order; as kept (in file order) it usually is, and is then not copied."""
-    return frame if frame["line"].is_sorted() else frame.sort("line")
 
 
 # ---------------------------------------------------------------------------------------------
