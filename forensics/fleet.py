@@ -387,11 +387,15 @@ def _on_processes(tasks: list[_Task], workers: int) -> Iterator[dict[str, Any]]:
         with _ctrl_c_ignored():  # the workers start with Ctrl-C ignored, until they can end quietly on it
             futures = {pool.submit(_analyze_one, task): task for task in tasks}
         for future in as_completed(futures):
-            task = futures[future]
+            # Let go of each future as its result is taken: a done future holds its run's rendered
+            # report, and a fleet of hundreds would otherwise keep them all to the end.
+            task = futures.pop(future)
             try:
-                yield future.result()
+                outcome = future.result()
             except Exception as exc:  # the worker process died (killed, out of memory)
-                yield _failure(task, exc)
+                outcome = _failure(task, exc)
+            del future
+            yield outcome
 
 
 def _worker_setup() -> None:

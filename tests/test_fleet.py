@@ -366,3 +366,26 @@ def test_default_workers_are_one_per_cpu_within_the_available_memory() -> None:
     assert default_workers(cpus=64, available=10 * WORKER_BYTES + 5) == 10  # a big box shared with training
     assert default_workers(cpus=4, available=WORKER_BYTES // 2) == 1  # always at least one
     assert 1 <= default_workers() <= (os.cpu_count() or 1)  # this machine, as the CLI would see it
+
+
+def test_the_caller_lets_go_of_each_runs_report_once_it_is_written(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from forensics.fleet import analyze_fleet
+
+    # A team's hundreds of runs: the calling process must not keep every rendered report to the end
+    # (it held all the workers' results, ~3 MB a run, until the last one was in).
+    paths = []
+    for k in range(8):
+        shutil.copytree(FIXTURES / "areal_healthy_sparse" / "outputs", tmp_path / f"r{k}" / "outputs")
+        paths.append(tmp_path / f"r{k}" / "outputs")
+    held: list[int] = []
+    tracemalloc.start()
+    try:
+        result = analyze_fleet(paths, tmp_path / "out", workers=1,
+                               progress=lambda run, done, total: held.append(tracemalloc.get_traced_memory()[0]))
+    finally:
+        tracemalloc.stop()
+    report = max(p.stat().st_size for p in (tmp_path / "out" / "runs").glob("*/report.html"))
+    assert len(result.runs) == len(held) == 8 and report > 1_000_000
+    assert held[-1] - held[1] < 2 * report, (held, report)
