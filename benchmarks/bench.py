@@ -3,7 +3,7 @@
 One command (not part of the tests)::
 
     python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3] [--worker-scaling 0.3,1,3]
-                               [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
+                               [--fleet-scaling 25,100,400] [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
                                [--report FILE] [--repeat N] [--loop-mb 300]
 
 It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
@@ -50,7 +50,10 @@ blocks, so more steps, days and server traffic, as above), a busier server (``--
 always the same two-day run, one incident block of 1870 steps, each ``/generate`` access line of
 its server log written k times and its Ray logs longer) and one huge file (``--worker-scaling``:
 the same two-day run, one Ray worker's ``.err`` filled with warning spam — worker output never
-rotates). Seconds per GB and peak RSS at each size.
+rotates). Seconds per GB and peak RSS at each size. And how a fleet grows with its number of runs
+(``--fleet-scaling``): ``analyze RUN…`` over N copies of the repository's ``sglang_hang`` run (a
+real incident, 0.5 MB), on local processes with the HTML reports: the calling process's peak RSS
+(``VmHWM``, polled) and its largest worker's.
 The tables are printed as Markdown (and written to ``--report``).
 """
 
@@ -815,6 +818,46 @@ def python_loop(info: dict, limit_mb: float) -> tuple[float, float, dict]:
     return seconds, rss, out
 
 
+def fleet_copies(base: Path, count: int) -> list[Path]:
+    """``count`` copies of the ``sglang_hang`` fixture run, each with its own files (kept for ``--reuse``)."""
+    root = base / "fleet"
+    root.mkdir(exist_ok=True)
+    runs = [root / f"run-{k:04d}" for k in range(count)]
+    for run in runs:
+        if not run.exists():
+            shutil.copytree(FIXTURES / "sglang_hang", run)
+    return [run / "outputs" for run in runs]
+
+
+def timed_fleet(command: list[str], env: dict) -> tuple[float, float, float]:
+    """Wall seconds, the calling process's peak RSS and its largest worker's (MB), from ``VmHWM``
+    polled every 20 ms (a fleet's workers are its children)."""
+    def hwm(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                return next((int(line.split()[1]) for line in fh if line.startswith("VmHWM")), 0)
+        except (OSError, StopIteration):
+            return 0
+
+    def children(pid: int) -> list[int]:
+        try:
+            return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    t0 = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
+    caller = worker = 0
+    while child.poll() is None:
+        caller = max(caller, hwm(child.pid))
+        worker = max([worker, *map(hwm, children(child.pid))])
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t0
+    if child.returncode not in (0, 1):
+        raise SystemExit(f"fleet analyze failed ({child.returncode}): {child.stderr.read().decode(errors='replace')[-2000:]}")
+    return seconds, caller / 1024, worker / 1024
+
+
 def warm(files: list[str]) -> float:
     t0 = time.perf_counter()
     for f in files:
@@ -883,6 +926,8 @@ def main() -> None:
                         help="sizes in GB for the growth with the server's traffic, the run's length fixed ('' to skip)")
     parser.add_argument("--worker-scaling", default="0.3,1,3",
                         help="sizes in GB for the growth with one Ray worker's .err, the run fixed ('' to skip)")
+    parser.add_argument("--fleet-scaling", default="25,100,400",
+                        help="numbers of runs for the growth of a fleet (copies of a small fixture run; '' to skip)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
@@ -1100,6 +1145,30 @@ def main() -> None:
     sizes = [float(x) for x in args.worker_scaling.split(",") if x.strip()]
     if sizes:
         growth(f"Growth with one file: the same two-day run ({BLOCK_STEPS:,} steps), one Ray worker's `.err` growing", sizes, "worker")
+
+    counts = [int(x) for x in args.fleet_scaling.split(",") if x.strip()]
+    if counts:
+        say()
+        say("### Growth with a fleet's number of runs (`analyze RUN…` on local processes, HTML reports, empty cache)")
+        say()
+        say("| runs | seconds | s/run | calling process peak RSS | largest worker peak RSS |")
+        say("|---:|---:|---:|---:|---:|")
+        points = []
+        for count in counts:
+            runs = fleet_copies(args.dir, count)
+            seconds, caller, worker = timed_fleet(
+                [sys.executable, "-m", "forensics", "analyze", *map(str, runs), "--out", str(work / f"fleet-{count}")],
+                {"GRPO_FORENSICS_CACHE": str(work / f"cache-fleet-{count}")})
+            shutil.rmtree(work / f"fleet-{count}", ignore_errors=True)
+            points.append((count, caller))
+            say(f"| {count:,} | {seconds:.1f} | {seconds / count:.2f} | {fmt_rss(caller)} | {fmt_rss(worker)} |")
+        if len(points) >= 2:
+            (n0, r0), (n1, r1) = points[0], points[-1]
+            say()
+            say(f"Calling process: ×{r1 / r0:.2f} for ×{n1 / n0:.0f} the runs, {(r1 - r0) * 1024 / (n1 - n0):,.0f} KB more a run — "
+                f"{'flat' if r1 / r0 <= 1.5 and r1 < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB).")
+        if not args.keep:
+            shutil.rmtree(args.dir / "fleet", ignore_errors=True)
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")
