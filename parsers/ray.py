@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, sniff
+from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_small_files, sniff
 from parsers.schema import EVENT_SCHEMA
 
 __all__ = [
@@ -223,6 +223,37 @@ def _normalized(lines: pl.LazyFrame, fmt: LogFormat, prefixed: bool) -> pl.LazyF
     )
 
 
+def _tags(fmt: LogFormat) -> list[pl.Expr]:
+    """What each line is, one column a test (Polars does not share a subexpression between
+    contexts: as columns, later expressions read each test's result instead of running it again)."""
+    text = pl.col("text")
+    is_start = text.str.contains(fmt.traceback_start)
+    return [
+        is_start.alias("is_start"),
+        text.str.contains(fmt.traceback_exception).alias("is_exc"),
+        (text.str.starts_with(" ") | text.str.starts_with("\t")).alias("indented"),
+        text.str.contains(r"^\s*$").alias("blank"),
+        text.str.contains(_CHAIN).alias("chain"),
+        text.str.contains(_HEADER_START).alias("header"),
+        (text.str.starts_with(":") & text.str.contains(_MARKER)).alias("marker"),
+        # A line that may become an event: a file without one has none.
+        (text.str.contains(fmt.any_event) | is_start | text.str.contains(_ERROR_LEVEL)).alias("candidate"),
+    ]
+
+
+#: A file's (or a batch's) counts from its tagged lines (see :func:`_tags`).
+_STATS = [
+    pl.col("line").max().alias("lines"),
+    # Text after a dated line continues that record (state dumps, OOM reports); only lines
+    # before the first dated line belong to none.
+    (~pl.col("header") & (pl.col("header").cast(pl.Int8).cum_max() == 0) & ~pl.col("blank") & ~pl.col("marker"))
+    .sum()
+    .alias("unparsed"),
+    (pl.col("stream") != "").sum().alias("prefixed"),
+    pl.col("text").filter(pl.col("header")).first().str.head(64).alias("first_dated"),
+]
+
+
 def scan_parts(
     lines: pl.LazyFrame,
     fmt: LogFormat,
@@ -241,20 +272,7 @@ def scan_parts(
     norm = _normalized(lines, fmt, prefixed)
     per_stream = (lambda e: e.over("stream")) if prefixed else (lambda e: e)  # noqa: E731
     text = pl.col("text")
-    is_start = text.str.contains(fmt.traceback_start)
-    is_exc = text.str.contains(fmt.traceback_exception)
-    # Each test once, as a column: later expressions read the columns (Polars does not share a
-    # subexpression between contexts, and the blank-line regex would run three times).
-    tagged = norm.with_columns(
-        is_start.alias("is_start"),
-        is_exc.alias("is_exc"),
-        (text.str.starts_with(" ") | text.str.starts_with("\t")).alias("indented"),
-        text.str.contains(r"^\s*$").alias("blank"),
-        text.str.contains(_CHAIN).alias("chain"),
-        text.str.contains(_HEADER_START).alias("header"),
-        (text.str.starts_with(":") & text.str.contains(_MARKER)).alias("marker"),
-        (text.str.contains(fmt.any_event) | is_start | text.str.contains(_ERROR_LEVEL)).alias("candidate"),
-    ).with_columns(
+    tagged = norm.with_columns(_tags(fmt)).with_columns(
         pl.any_horizontal("indented", "blank", "is_start", "is_exc", "chain").alias("tbish"),
     ).with_columns(
         per_stream((~pl.col("tbish")).cast(pl.Int64).cum_sum()).alias("run"),
@@ -292,16 +310,7 @@ def scan_parts(
         "tail": tail,
         "markers": tagged.filter(pl.col("marker")).select("line", "text"),
         "dated": tagged.filter(pl.col("header") & borrowed).select("line", text.str.head(64)),
-        "stats": tagged.select(
-            pl.col("line").max().alias("lines"),
-            # Text after a dated line continues that record (state dumps, OOM reports); only lines
-            # before the first dated line belong to none.
-            (~pl.col("header") & (pl.col("header").cast(pl.Int8).cum_max() == 0) & ~pl.col("blank") & ~pl.col("marker"))
-            .sum()
-            .alias("unparsed"),
-            (pl.col("stream") != "").sum().alias("prefixed"),
-            text.filter(pl.col("header")).first().str.head(64).alias("first_dated"),
-        ),
+        "stats": tagged.select(_STATS),
     }
     if extra is not None:
         parts.update(extra(norm))
@@ -423,14 +432,8 @@ def assemble_events(
     line lends its year, else those times stay null.
     """
     year = since.year if since is not None and year is None else year
-    stats = parts["stats"]
-    total = int(stats["lines"].max() or 0)
+    total, unparsed, notes, year = _tally(parts["stats"], kind, year)
     free_form = kind in _FREE_FORM
-    unparsed = 0 if free_form else int(stats["unparsed"].sum() or 0)
-    notes = []
-    year = year if year is not None else _year_of(stats)
-    if year is None and stats["first_dated"].drop_nulls().len():
-        notes.append("glog lines without a year and no dated line to borrow one from: their times are null")
 
     lines = _parsed_head(parts["candidates"], fmt, year, since)
     classified = lines.with_columns(fmt.classify(pl.col("message")).alias("kind"))
@@ -466,8 +469,6 @@ def assemble_events(
         pl.coalesce(named_worker, prefix_worker).alias("worker"),
         pl.coalesce(pl.col("pid"), prefix_pid).alias("pid"),
     )
-    if free_form and int(stats["prefixed"].sum() or 0):
-        notes.append("console lines carry no time of their own: times are null unless a dated line of the same stream precedes them")
     return RayLog(
         path=path,
         kind=kind,
@@ -477,6 +478,21 @@ def assemble_events(
         markers=parts["markers"],
         notes=tuple(notes),
     )
+
+
+def _tally(stats: pl.DataFrame, kind: str, year: int | None) -> tuple[int, int, list[str], int | None]:
+    """A file's line count, unparsed lines, notes and the year its glog lines are dated in, from
+    its batches' stats (see :func:`scan_parts`)."""
+    total = int(stats["lines"].max() or 0)
+    free_form = kind in _FREE_FORM
+    unparsed = 0 if free_form else int(stats["unparsed"].sum() or 0)
+    notes = []
+    year = year if year is not None else _year_of(stats)
+    if year is None and stats["first_dated"].drop_nulls().len():
+        notes.append("glog lines without a year and no dated line to borrow one from: their times are null")
+    if free_form and int(stats["prefixed"].sum() or 0):
+        notes.append("console lines carry no time of their own: times are null unless a dated line of the same stream precedes them")
+    return total, unparsed, notes, year
 
 
 def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: datetime | None) -> pl.DataFrame:
@@ -783,9 +799,12 @@ def read_ray_session(session_dir: Path) -> RaySession:
     # would hold four batches.
     large = [size > HEAVY_BATCH_BYTES for size in sizes]
     read_alone = {i: read(i) for i in range(len(text_files)) if large[i]}
+    small = [i for i in range(len(text_files)) if not large[i] and sizes[i]]
+    quiet = _quiet_files({i: text_files[i] for i in small}, sizes, fmt, started)
     with ThreadPoolExecutor(2) as pool:
-        small = iter(pool.map(read, [i for i in range(len(text_files)) if not large[i]]))
-        texts = [read_alone[i] if large[i] else next(small) for i in range(len(text_files))]
+        rest = [i for i in range(len(text_files)) if not large[i] and i not in quiet]
+        read_now = dict(zip(rest, pool.map(read, rest), strict=True))
+    texts = [read_alone.get(i) or quiet.get(i) or read_now[i] for i in range(len(text_files))]
     workers = _workers(texts)
     text_events = _attribute(texts, workers)
     text_events = _drop_unconfirmed_deaths(text_events, [t for t in texts if t.kind == "ray_gcs" and t.lines])
@@ -817,33 +836,86 @@ def read_ray_session(session_dir: Path) -> RaySession:
     )
 
 
+def _quiet_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
+    """Of the small ``files``, those without a single line that could be an event, read a group
+    at a time: their line counts, markers and notes, as :func:`_read_text` would give them.
+
+    A long session leaves thousands of worker logs, most of them without an event, and each read
+    on its own costs milliseconds of fixed work. A group's lines go through one pass that cleans
+    and tags them as :func:`scan_parts` does (with the file as the stream); a file with an event
+    candidate is left out, to be read on its own.
+    """
+    found: dict[int, RayLog] = {}
+    groups: list[tuple[bool, list[int]]] = []
+    filling: dict[bool, tuple[list[int], int]] = {}
+    for i, (path, _) in files.items():  # cleaned as the file's own batch would be: console prefixes or not
+        prefixed = has_prefixes(path, fmt)
+        group, size = filling.get(prefixed, ([], 0))
+        if group and size + sizes[i] > HEAVY_BATCH_BYTES:
+            groups.append((prefixed, group))
+            group, size = [], 0
+        group.append(i)
+        filling[prefixed] = (group, size + sizes[i])
+    groups += [(prefixed, group) for prefixed, (group, _) in filling.items()]
+    with ThreadPoolExecutor(2) as pool:
+        for logs in pool.map(lambda job: _quiet_group(job[1], files, fmt, since, job[0]), groups):
+            found.update(logs)
+    return found
+
+
+def _quiet_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
+                 prefixed: bool) -> dict[int, RayLog]:
+    # A gzipped file that inflates past one batch is left out: read on its own.
+    lines, _ = lines_of_small_files([files[i][0] for i in group], HEAVY_BATCH_BYTES)
+    if lines.is_empty():
+        return {}
+    lines = lines.with_columns(pl.col("file").replace_strict(dict(enumerate(group)), return_dtype=pl.Int64))
+    tagged = _normalized(lines.lazy(), fmt, prefixed).with_columns(_tags(fmt))
+    stats, markers = pl.collect_all([
+        tagged.group_by("file").agg(pl.col("candidate").any().alias("eventful"), *_STATS).filter(~pl.col("eventful")),
+        tagged.filter(pl.col("marker")).select("file", "line", "text"),
+    ])
+    markers = markers.partition_by("file", as_dict=True, include_key=False)
+    year = since.year if since is not None else None
+    no_events, no_markers = _empty_events(), pl.DataFrame(schema=_MARKER_SCHEMA)  # shared: thousands of files
+    found = {}
+    for (i,), own in stats.drop("eventful").partition_by("file", as_dict=True, include_key=False).items():
+        path, kind = files[i]
+        total, unparsed, notes, _ = _tally(own, kind, year)
+        found[i] = RayLog(str(path), kind, no_events, total, unparsed, markers.get((i,), no_markers), tuple(notes))
+    return found
+
+
 def _empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema={**RAY_EVENT_SCHEMA, "worker_id": pl.String()})
 
 
 def _workers(texts: list[RayLog]) -> pl.DataFrame:
     """Worker files → worker id, job, pid, and the actor/task names Ray wrote into them."""
+    owned = [(k, match) for k, log in enumerate(texts) if (match := _WORKER_FILE.fullmatch(Path(log.path).name))]
+    # Every worker file's markers read at once: a long session has thousands of worker files.
+    marked = [texts[k].markers.with_columns(pl.lit(k).alias("k")) for k, _ in owned if texts[k].markers.height]
+    said: dict[int, list[tuple[str | None, str | None]]] = {}
+    if marked:
+        found = pl.concat(marked).select("k", pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
+        for k, what, value in found.iter_rows():
+            said.setdefault(k, []).append((what, value))
     rows = []
-    for log in texts:
-        match = _WORKER_FILE.fullmatch(Path(log.path).name)
-        if not match:
-            continue
-        found = log.markers.with_columns(pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
-        names = found.filter(pl.col("1").is_in(["actor_name", "task_name"]))
-        kinds = names["1"].to_list()
-        values = [v.strip() for v in names["2"].to_list()]
-        job = found.filter(pl.col("1") == "job_id")["2"].to_list()
+    for k, match in owned:
+        names = [(what, value.strip()) for what, value in said.get(k, []) if what in ("actor_name", "task_name") and value is not None]
+        job = [value for what, value in said.get(k, []) if what == "job_id"]
+        values = [value for _, value in names]
         rows.append(
             {
-                "file": log.path,
+                "file": texts[k].path,
                 "stream": match[4],
                 "worker_id": match[1],
                 "job_id": match[2] or (job[0] if job else None),
                 "pid": int(match[3]),
                 "name": values[0] if values else None,
-                "name_kind": kinds[0].split("_")[0] if kinds else None,
+                "name_kind": names[0][0].split("_")[0] if names else None,
                 "names": list(dict.fromkeys(values)),
-                "lines": log.lines,
+                "lines": texts[k].lines,
             }
         )
     return pl.DataFrame(rows, schema=WORKER_SCHEMA)

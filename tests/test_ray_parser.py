@@ -456,3 +456,47 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         got = read_ray_session(path)
         assert got.events.equals(want.events) and got.workers.equals(want.workers), path.name
         assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
+
+
+@needs_samples
+def test_small_files_without_an_event_read_together_give_what_each_read_alone_gives(tmp_path: Path, monkeypatch) -> None:
+    """A long session leaves thousands of worker logs, most without an event: those are read a
+    group at a time. Every file's counts, notes and markers, the workers and the events are what
+    reading each file on its own gives; only the files with an event are read on their own."""
+    import parsers.ray as ray
+
+    session = tmp_path / _session("a_actor_exit").name
+    shutil.copytree(_session("a_actor_exit"), session)
+    logs = session / "logs"
+    worker = lambda k, ext: logs / f"worker-{k:056x}-01000000-{1000 + k}.{ext}"  # noqa: E731
+    quiet = []
+    for k in range(1, 41):
+        out, err = worker(k, "out"), worker(k, "err")
+        out.write_text(f":job_id:01000000\n:actor_name:Rollout{k % 3}\nstep {k} done\n\nplain print\n")
+        err.write_text(f":task_name:score_{k}\n" if k % 2 else "")
+        quiet += [out, err] if k % 2 else [out]
+    core = logs / f"python-core-worker-{7:056x}_1007.log"
+    core.write_text("preamble without a date\n[2026-11-22 03:12:00,000 I 1007 1007] core_worker.cc:1: Constructing\n")
+    prefixed = worker(41, "out")
+    prefixed.write_text(":actor_name:Console\n(Rollout pid=1041) hello\n(Rollout pid=1041) again\n")
+    with gzip.open(logs / f"worker-{42:056x}-01000000-1042.out.1.gz", "wt") as fh:
+        fh.write(":actor_name:Rotated\nold output\n")
+    worker(43, "out").write_bytes(b":actor_name:Bytes\n\xff\xfe not UTF-8\n")
+    loud = worker(44, "err")
+    loud.write_text(":actor_name:Loud\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: boom\n")
+    quiet += [core, prefixed, logs / f"worker-{42:056x}-01000000-1042.out.1.gz", worker(43, "out")]
+
+    read_alone = []
+    real = ray._read_text
+    monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
+    got = read_ray_session(session)
+    assert loud in read_alone and not set(quiet) & set(read_alone)
+    monkeypatch.setattr(ray, "_quiet_files", lambda *a: {})  # every file read on its own
+    want = read_ray_session(session)
+    assert got.events.equals(want.events) and got.workers.equals(want.workers)
+    assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
+    sources = {Path(s.path).name: s for s in got.sources}
+    assert sources[core.name].unparsed_lines == 1 and sources[prefixed.name].notes  # counted as alone
+    assert {"Rollout1", "Console", "Rotated", "Bytes", "Loud"} <= set(got.workers["name"].drop_nulls())
+    assert "ValueError: boom" in " ".join(got.events["message"])
+
