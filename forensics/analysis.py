@@ -110,7 +110,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root),
+        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, judged=not run.steps.is_empty()),
         metrics=run.metrics,
         events=events,
         steps=run.steps,

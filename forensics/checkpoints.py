@@ -36,17 +36,21 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
     ]
 
 
-def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path) -> Recommendation:
-    """The checkpoint to resume from, or ``None`` with the reason."""
+def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
+              *, judged: bool = True) -> Recommendation:
+    """The checkpoint to resume from, or ``None`` with the reason. ``judged``: the run logged
+    training steps (without any, no incident says the run is healthy)."""
     complete = [c for c in checkpoints if c.complete]
     skipped = [c for c in checkpoints if not c.complete]
     warnings = [f"skipped incomplete checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
     if not incidents:
+        unjudged = "No training step was logged, so no metric could be judged"
         if not complete:
-            reason = "The run looks healthy, but no complete checkpoint was found."
+            reason = "The run looks healthy, but no complete checkpoint was found." if judged else f"{unjudged}; no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))
         best = max(complete, key=lambda c: (c.step, c.resumable))
-        reason = f"No incident found; step {best.step} is the newest complete checkpoint."
+        found = "No incident found" if judged else unjudged
+        reason = f"{found}; step {best.step} is the newest complete checkpoint."
         return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
 
     first = min(incidents, key=lambda i: i.onset_step)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from parsers.schema import METRIC_SCHEMA, empty
+
 _OFFSETS = range(-2, 3)
 #: On a tie, text logs win: their rows point at a file and line a reader can open.
 _PREFERENCE = {"areal": 0, "verl": 1, "custom": 2, "verl_jsonl": 3, "tensorboard": 4, "wandb": 5}
@@ -46,7 +48,7 @@ def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
     frames = {name: frame for name, frame in frames.items() if not frame.is_empty()}
     if len(frames) <= 1:
         only = next(iter(frames.values()), None)
-        return Merged(only if only is not None else pl.DataFrame(), {}, ())
+        return Merged(only if only is not None else empty(METRIC_SCHEMA), {}, ())
     stepped_keys = pl.collect_all(
         [
             frame.lazy().group_by("key").agg(pl.col("step").is_not_null().any().alias("stepped")).filter("stepped")

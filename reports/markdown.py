@@ -64,7 +64,7 @@ def _run(run: RunAnalysis) -> list[str]:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']}" if rng["count"] else "no steps logged"
     n = len(run.incidents)
-    head = f"{n} incident{'s' if n != 1 else ''}" if n else "healthy, no incident"
+    head = f"{n} incident{'s' if n != 1 else ''}" if n else "healthy, no incident" if rng["count"] else "no incident, nothing judged"
     out = [f"#### grpo-forensics: {text(run.run_id)} — {head}", "",
            f"{text(run.framework)}, {steps}, primary metric {code(run.primary_metric or 'none')}", ""]
     for inc in run.incidents:

@@ -60,7 +60,10 @@ def _run(run: RunAnalysis, console: Console) -> None:
     if len(run.sources) > MAX_SOURCES:
         console.print(Text(f"  ... and {len(run.sources) - MAX_SOURCES} more", style="dim"), highlight=False)
 
-    if not run.incidents:
+    if not run.incidents and not run.step_range()["count"]:
+        console.print(Text("No incident found, but no training step was logged: no metric could be judged.", style="bold yellow"),
+                      highlight=False)
+    elif not run.incidents:
         console.print(Text("No incident found: the run looks healthy.", style="bold green"), highlight=False)
     for inc in run.incidents:
         console.print(_incident(run, inc))

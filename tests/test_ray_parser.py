@@ -500,3 +500,25 @@ def test_small_files_without_an_event_read_together_give_what_each_read_alone_gi
     assert {"Rollout1", "Console", "Rotated", "Bytes", "Loud"} <= set(got.workers["name"].drop_nulls())
     assert "ValueError: boom" in " ".join(got.events["message"])
 
+
+@needs_samples
+def test_a_ray_session_alone_is_read_and_not_called_healthy(tmp_path: Path) -> None:
+    """A session folder with no trainer log: no metric, no step. Its events are read, and the
+    verdict says nothing was judged (it was an internal error before, with no metric frame at all)."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    shutil.copytree(_session("a_actor_exit"), tmp_path / "bare" / _session("a_actor_exit").name)
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "bare"), "--out", str(tmp_path / "out"), "--no-cache",
+                                      "--json", str(tmp_path / "doc.json"), "--markdown", str(tmp_path / "summary.md")],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "no training step was logged: no metric could be judged" in result.output and "looks healthy" not in result.output
+    [run] = json.loads((tmp_path / "doc.json").read_text())["runs"]
+    assert run["incidents"] == [] and run["steps"]["count"] == 0
+    assert run["recommendation"]["reason"].startswith("No training step was logged")
+    assert "nothing judged" in (tmp_path / "summary.md").read_text()
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "no metric could be judged" in page and "looks healthy" not in page
+    assert len(run["sources"]) > 30 and all(s["kind"].startswith("ray_") for s in run["sources"])
