@@ -3,7 +3,7 @@
 One command (not part of the tests)::
 
     python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3] [--worker-scaling 0.3,1,3]
-                               [--fleet-scaling 25,100,400] [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
+                               [--fleet-scaling 25,100,400] [--files-scaling 250,1000,4000] [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
                                [--report FILE] [--repeat N] [--loop-mb 300]
 
 It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
@@ -53,7 +53,10 @@ the same two-day run, one Ray worker's ``.err`` filled with warning spam — wor
 rotates). Seconds per GB and peak RSS at each size. And how a fleet grows with its number of runs
 (``--fleet-scaling``): ``analyze RUN…`` over N copies of the repository's ``sglang_hang`` run (a
 real incident, 0.5 MB), on local processes with the HTML reports: the calling process's peak RSS
-(``VmHWM``, polled) and its largest worker's.
+(``VmHWM``, polled) and its largest worker's. And how a Ray session grows with its number of files
+(``--files-scaling``): the real session in ``a_actor_exit`` with N more worker logs, copies of its
+own under new worker ids (a long session leaves one ``.out``, ``.err`` and core log per worker
+process).
 The tables are printed as Markdown (and written to ``--report``).
 """
 
@@ -829,6 +832,24 @@ def fleet_copies(base: Path, count: int) -> list[Path]:
     return [run / "outputs" for run in runs]
 
 
+def session_with_files(base: Path, count: int) -> Path:
+    """The ``a_actor_exit`` session with ``count`` more worker logs: its own worker files copied
+    under new worker ids, in turn (kept for ``--reuse``)."""
+    root = base / f"files-{count}"
+    session = root / next(RAY_SAMPLE.glob("session_*")).name
+    if session.exists():
+        return root
+    shutil.copytree(next(RAY_SAMPLE.glob("session_*")), session)
+    logs = session / "logs"
+    own = sorted(logs.glob("worker-*")) + sorted(logs.glob("python-core-worker-*"))
+    ids = random.Random(count)
+    for k in range(count):
+        source = own[k % len(own)]
+        old = re.search(r"[0-9a-f]{56}", source.name)[0]
+        shutil.copyfile(source, logs / source.name.replace(old, f"{ids.getrandbits(224):056x}"))
+    return root
+
+
 def timed_fleet(command: list[str], env: dict) -> tuple[float, float, float]:
     """Wall seconds, the calling process's peak RSS and its largest worker's (MB), from ``VmHWM``
     polled every 20 ms (a fleet's workers are its children)."""
@@ -928,6 +949,8 @@ def main() -> None:
                         help="sizes in GB for the growth with one Ray worker's .err, the run fixed ('' to skip)")
     parser.add_argument("--fleet-scaling", default="25,100,400",
                         help="numbers of runs for the growth of a fleet (copies of a small fixture run; '' to skip)")
+    parser.add_argument("--files-scaling", default="250,1000,4000",
+                        help="numbers of added worker logs for the growth of a Ray session's files ('' to skip)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
@@ -1169,6 +1192,34 @@ def main() -> None:
                 f"{'flat' if r1 / r0 <= 1.5 and r1 < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB).")
         if not args.keep:
             shutil.rmtree(args.dir / "fleet", ignore_errors=True)
+
+    counts = [int(x) for x in args.files_scaling.split(",") if x.strip()]
+    if counts and RAY_SAMPLE.is_dir():
+        say()
+        say("### Growth with a Ray session's number of files (cold `analyze --no-html` of the session folder)")
+        say()
+        say("| files | MB | seconds | ms/file | peak RSS |")
+        say("|---:|---:|---:|---:|---:|")
+        points = []
+        for count in counts:
+            root = session_with_files(args.dir, count)
+            paths = [p for p in root.rglob("*") if p.is_file()]
+            size = sum(p.stat().st_size for p in paths) / 1e6
+            seconds, rss = best(lambda i, root=root, count=count: timed(
+                [sys.executable, "-m", "forensics", "analyze", str(root), "--no-html", "--json", str(work / f"files-{count}.json")],
+                env={"GRPO_FORENSICS_CACHE": str(work / f"cache-files-{count}-{i}")}))
+            points.append((len(paths), seconds, rss))
+            say(f"| {len(paths):,} | {size:,.1f} | {seconds:.2f} | {seconds * 1e3 / len(paths):.2f} | {fmt_rss(rss)} |")
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
+        if len(points) >= 2:
+            (n0, s0, r0), (n1, s1, r1) = points[0], points[-1]
+            spread = (s1 / n1) / (s0 / n0)
+            say()
+            say(f"Time: {s0 * 1e3 / n0:.2f} ms a file at {n0:,} files, {s1 * 1e3 / n1:.2f} at {n1:,} (×{spread:.2f}) — "
+                f"{'at most linear' if spread <= 1.35 else 'NOT linear'}. Peak RSS ×{r1 / r0:.2f} for ×{n1 / n0:.1f} "
+                f"the files, {(r1 - r0) * 1024 / (n1 - n0):,.1f} KB more a file — "
+                f"{'flat' if r1 / r0 <= 1.5 and r1 < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB).")
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")
