@@ -795,8 +795,8 @@ def read_ray_session(session_dir: Path) -> RaySession:
         return _read_text(path, kind, None, started)
 
     # A file of more than one batch keeps both cores busy on its own (two batches in flight); the
-    # many smaller ones are read two at a time (Polars releases the GIL). Never both at once: that
-    # would hold four batches.
+    # many smaller ones are sorted out a group at a time, and those with an event read two at a
+    # time (Polars releases the GIL). Never both at once: that would hold four batches.
     large = [size > HEAVY_BATCH_BYTES for size in sizes]
     read_alone = {i: read(i) for i in range(len(text_files)) if large[i]}
     small = [i for i in range(len(text_files)) if not large[i] and sizes[i]]
@@ -841,9 +841,10 @@ def _quiet_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogF
     at a time: their line counts, markers and notes, as :func:`_read_text` would give them.
 
     A long session leaves thousands of worker logs, most of them without an event, and each read
-    on its own costs milliseconds of fixed work. A group's lines go through one pass that cleans
-    and tags them as :func:`scan_parts` does (with the file as the stream); a file with an event
-    candidate is left out, to be read on its own.
+    on its own costs milliseconds of fixed work. A group's lines (files cleaned alike: all with
+    console prefixes, or none) go through one pass that cleans and tags them as :func:`scan_parts`
+    does and counts them file by file; a file with an event candidate is left out, to be read on
+    its own.
     """
     found: dict[int, RayLog] = {}
     groups: list[tuple[bool, list[int]]] = []
@@ -865,6 +866,7 @@ def _quiet_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogF
 
 def _quiet_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
                  prefixed: bool) -> dict[int, RayLog]:
+    """The files of one group (see :func:`_quiet_files`) without an event candidate."""
     # A gzipped file that inflates past one batch is left out: read on its own.
     lines, _ = lines_of_small_files([files[i][0] for i in group], HEAVY_BATCH_BYTES)
     if lines.is_empty():
