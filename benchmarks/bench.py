@@ -867,15 +867,17 @@ def timed_fleet(command: list[str], env: dict) -> tuple[float, float, float]:
             return []
 
     t0 = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env})
-    caller = worker = 0
-    while child.poll() is None:
-        caller = max(caller, hwm(child.pid))
-        worker = max([worker, *map(hwm, children(child.pid))])
-        time.sleep(0.02)
-    seconds = time.perf_counter() - t0
-    if child.returncode not in (0, 1):
-        raise SystemExit(f"fleet analyze failed ({child.returncode}): {child.stderr.read().decode(errors='replace')[-2000:]}")
+    with tempfile.TemporaryFile() as err:  # a line a run on stderr: a pipe would fill and stall a large fleet
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **env})
+        caller = worker = 0
+        while child.poll() is None:
+            caller = max(caller, hwm(child.pid))
+            worker = max([worker, *map(hwm, children(child.pid))])
+            time.sleep(0.02)
+        seconds = time.perf_counter() - t0
+        if child.returncode not in (0, 1):
+            err.seek(0)
+            raise SystemExit(f"fleet analyze failed ({child.returncode}): {err.read().decode(errors='replace')[-2000:]}")
     return seconds, caller / 1024, worker / 1024
 
 
