@@ -79,7 +79,7 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
         )
         status = f'<div class="status bad">{len(run.incidents)} incident(s) found<ul>{items}</ul></div>'
     elif not run.step_range()["count"]:
-        status = '<div class="status">No incident found, but no training step was logged: no metric could be judged.</div>'
+        status = '<div class="status neutral">No incident found, but no training step was logged: no metric could be judged.</div>'
     else:
         status = '<div class="status ok">No incident found — the run looks healthy.</div>'
     cards = "".join(_incident_card(run, inc, prefix) for inc in run.incidents)
