@@ -1121,13 +1121,25 @@ def main() -> None:
         f"on Polars could take less than {floor_s:.2f} s here, analysis and report aside, against the {budget:.2f} s of "
         f"the target: {reach}.")
 
+    def table(title: str, columns: list[str], text: tuple[str, ...] = ()) -> None:
+        """A growth table's heading and header: numbers right-aligned, the ``text`` columns not."""
+        say()
+        say(f"### {title}")
+        say()
+        say("| " + " | ".join(columns) + " |")
+        say("|" + "|".join("---" if c in text else "---:" for c in columns) + "|")
+
+    def flat(growth: float, peaks: list[float]) -> str:
+        """The memory verdict of every growth table: ≤ ×1.5 and always under 1.5 GB."""
+        return f"{'flat' if growth <= 1.5 and max(peaks) < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB)"
+
+    def numbers(text: str, kind: type) -> list:
+        return [kind(x) for x in text.split(",") if x.strip()]
+
     def growth(title: str, sizes: list[float], kind: str) -> None:
         """Cold ``analyze`` at each size: the table and the verdicts on time and memory."""
-        say()
-        say(f"### {title} (cold `analyze --no-html`)")
-        say()
-        say("| input | steps | seconds | s/GB | MB/s | peak RSS | load avg |")
-        say("|---:|---:|---:|---:|---:|---:|---|")
+        table(f"{title} (cold `analyze --no-html`)", ["input", "steps", "seconds", "s/GB", "MB/s", "peak RSS", "load avg"],
+              text=("load avg",))
         points = []
         for size in sizes:
             if kind == "run" and abs(size - args.size_gb) < 1e-9:
@@ -1158,26 +1170,22 @@ def main() -> None:
             say(f"Time: s/GB {per_gb[0]:.2f} at {points[0][0]:.2f} GB, {per_gb[-1]:.2f} at {points[-1][0]:.2f} GB (×{spread:.2f}) — "
                 f"{'at most linear' if spread <= 1.35 else 'NOT linear'} (s/GB may fall, rise at most ×1.35). "
                 f"Memory: peak RSS ×{rss_growth:.2f} for ×{size_growth:.1f} the input, {slope:,.0f} MB more per GB — "
-                f"{'flat' if rss_growth <= 1.5 and max(r for *_, r in points) < 1536 else 'NOT flat'} "
-                f"(flat: ≤ ×1.5 and always < 1.5 GB).")
+                f"{flat(rss_growth, [r for *_, r in points])}.")
 
-    sizes = [float(x) for x in args.scaling.split(",") if x.strip()]
+    sizes = numbers(args.scaling, float)
     if sizes:
         growth("Growth with the run's length: more steps, days and server traffic", sizes, "run")
-    sizes = [float(x) for x in args.busy_scaling.split(",") if x.strip()]
+    sizes = numbers(args.busy_scaling, float)
     if sizes:
         growth(f"Growth with the server's traffic: the same two-day run ({BLOCK_STEPS:,} steps), a busier server", sizes, "busy")
-    sizes = [float(x) for x in args.worker_scaling.split(",") if x.strip()]
+    sizes = numbers(args.worker_scaling, float)
     if sizes:
         growth(f"Growth with one file: the same two-day run ({BLOCK_STEPS:,} steps), one Ray worker's `.err` growing", sizes, "worker")
 
-    counts = [int(x) for x in args.fleet_scaling.split(",") if x.strip()]
+    counts = numbers(args.fleet_scaling, int)
     if counts:
-        say()
-        say("### Growth with a fleet's number of runs (`analyze RUN…` on local processes, HTML reports, empty cache)")
-        say()
-        say("| runs | seconds | s/run | calling process peak RSS | largest worker peak RSS |")
-        say("|---:|---:|---:|---:|---:|")
+        table("Growth with a fleet's number of runs (`analyze RUN…` on local processes, HTML reports, empty cache)",
+              ["runs", "seconds", "s/run", "calling process peak RSS", "largest worker peak RSS"])
         points = []
         for count in counts:
             runs = fleet_copies(args.dir, count)
@@ -1191,17 +1199,14 @@ def main() -> None:
             (n0, r0), (n1, r1) = points[0], points[-1]
             say()
             say(f"Calling process: ×{r1 / r0:.2f} for ×{n1 / n0:.0f} the runs, {(r1 - r0) * 1024 / (n1 - n0):,.0f} KB more a run — "
-                f"{'flat' if r1 / r0 <= 1.5 and r1 < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB).")
+                f"{flat(r1 / r0, [r for _, r in points])}.")
         if not args.keep:
             shutil.rmtree(args.dir / "fleet", ignore_errors=True)
 
-    counts = [int(x) for x in args.files_scaling.split(",") if x.strip()]
+    counts = numbers(args.files_scaling, int)
     if counts and RAY_SAMPLE.is_dir():
-        say()
-        say("### Growth with a Ray session's number of files (cold `analyze --no-html` of the session folder)")
-        say()
-        say("| files | MB | seconds | ms/file | peak RSS |")
-        say("|---:|---:|---:|---:|---:|")
+        table("Growth with a Ray session's number of files (cold `analyze --no-html` of the session folder)",
+              ["files", "MB", "seconds", "ms/file", "peak RSS"])
         points = []
         for count in counts:
             root = session_with_files(args.dir, count)
@@ -1221,7 +1226,7 @@ def main() -> None:
             say(f"Time: {s0 * 1e3 / n0:.2f} ms a file at {n0:,} files, {s1 * 1e3 / n1:.2f} at {n1:,} (×{spread:.2f}) — "
                 f"{'at most linear' if spread <= 1.35 else 'NOT linear'}. Peak RSS ×{r1 / r0:.2f} for ×{n1 / n0:.1f} "
                 f"the files, {(r1 - r0) * 1024 / (n1 - n0):,.1f} KB more a file — "
-                f"{'flat' if r1 / r0 <= 1.5 and r1 < 1536 else 'NOT flat'} (flat: ≤ ×1.5 and always < 1.5 GB).")
+                f"{flat(r1 / r0, [r for *_, r in points])}.")
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")
