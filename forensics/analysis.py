@@ -104,7 +104,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         notes.append("no training steps found: events are reported, no metric could be judged")
     return RunAnalysis(
         run_id=run.location.run_id,
-        framework=_framework(run),  # type: ignore[arg-type]
+        framework=framework_of(run),  # type: ignore[arg-type]
         root=str(run.location.root),
         sources=run.sources,
         primary_metric=primary,
@@ -121,7 +121,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     )
 
 
-def _framework(run: RunData) -> str:
+def framework_of(run: RunData) -> str:
     """The discovered framework, or one recognised from the metric names of a copy-only run."""
     if run.location.framework != "unknown" or run.metrics.is_empty():
         return run.location.framework

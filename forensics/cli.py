@@ -7,6 +7,7 @@ library's errors to CONTRACT exit codes (2: unusable input, 3/4: no checkpoint).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import pickle
 import re
@@ -26,6 +27,7 @@ from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import locate
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
+from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
@@ -275,10 +277,9 @@ def metrics(
 
     Example: grpo-forensics metrics outputs/ --format parquet --output metrics.parquet
     """
-    import polars as pl
 
     def work() -> None:
-        if fmt not in ("csv", "jsonl", "parquet"):
+        if fmt not in FORMATS:
             raise UnusableInput(f"--format must be csv, jsonl or parquet, not {fmt!r}")
         if fmt == "parquet" and output is None:
             raise UnusableInput("--format parquet needs --output FILE")
@@ -290,27 +291,9 @@ def metrics(
             except re.error as exc:
                 raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
         cache = _cache(cache_dir, no_cache, paths or [])
-        result = analyze_paths(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
-        frame = pl.concat(
-            [
-                r.metrics.select(
-                    pl.lit(r.run_id).alias("run_id"),
-                    pl.col("source").cast(pl.String).fill_null(r.framework),
-                    "step",
-                    "time",
-                    pl.col("key").cast(pl.String),  # categorical inside, plain strings outside
-                    "value",
-                )
-                for r in result.runs
-            ]
-        )
-        target: Any = output if output is not None else sys.stdout
-        if fmt == "csv":
-            frame.write_csv(target)
-        elif fmt == "jsonl":
-            frame.write_ndjson(target)
-        else:
-            frame.write_parquet(output)  # type: ignore[arg-type]
+        rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
+        first = next(rows, None)  # runs are found (or refused) before an output file is made
+        write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout)
 
     _guard(debug, work)
 

@@ -1,0 +1,102 @@
+"""The ``metrics`` export: every run's metric frame in long form, written one run at a time.
+
+Each run is loaded, written a slice at a time and let go before the next is read: a team's
+hundreds of runs need the memory of their largest, and keys become strings a slice at a time.
+
+Example:
+    >>> from pathlib import Path
+    >>> rows = write_metrics(metric_rows([Path("outputs/")]), "csv", Path("metrics.csv"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from forensics.analysis import framework_of, read_log_format
+from forensics.cache import ParseCache
+from forensics.discover import find_runs
+from forensics.run import RunData, load_online_wandb, load_run
+
+#: The exported columns (CONTRACT's metric frame) and their types.
+EXPORT_SCHEMA: dict[str, pl.DataType] = {
+    "run_id": pl.String(),
+    "source": pl.String(),
+    "step": pl.Int64(),
+    "time": pl.Datetime("ms"),
+    "key": pl.String(),
+    "value": pl.Float64(),
+}
+FORMATS = ("csv", "jsonl", "parquet")
+#: Rows converted and written at once: the strings of a slice, not of a run, are held.
+SLICE_ROWS = 1 << 18
+
+
+def metric_rows(
+    paths: Sequence[Path],
+    *,
+    custom_format: Path | None = None,
+    wandb_runs: Sequence[str] = (),
+    cache: ParseCache | None = None,
+    keys: str | None = None,
+) -> Iterator[pl.DataFrame]:
+    """Every run's metrics in export form (:data:`EXPORT_SCHEMA`), in slices of at most
+    :data:`SLICE_ROWS` rows, the runs in ``analyze``'s order.
+
+    A run is read only when the previous one's slices are consumed. Arguments as for
+    :func:`forensics.analyze`; nothing is judged.
+    """
+    fmt = read_log_format(custom_format)
+    locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
+    for location in locations:
+        yield from _export_form(load_run(location, custom_format=fmt, cache=cache, keys=keys))
+    for name in wandb_runs:
+        yield from _export_form(load_online_wandb(name, keys=keys))
+
+
+def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | Path) -> int:
+    """Write ``frames`` (export form, as :func:`metric_rows` yields them) to ``target`` as one CSV,
+    JSONL or Parquet file, and return the number of rows written.
+
+    An empty export is still a valid file: a CSV header, an empty JSONL, a Parquet file with the schema.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if isinstance(target, Path):  # one handle for every slice (a path would be written over each time)
+        with open(target, "wb") as handle:
+            return write_metrics(frames, fmt, handle)
+    written = 0
+    if fmt == "parquet":
+        with pq.ParquetWriter(target, pl.DataFrame(schema=EXPORT_SCHEMA).to_arrow().schema) as writer:
+            for part in frames:
+                writer.write_table(part.to_arrow())
+                written += part.height
+        return written
+    first = True
+    for part in frames:
+        if fmt == "csv":
+            part.write_csv(target, include_header=first)
+        else:
+            part.write_ndjson(target)
+        first, written = False, written + part.height
+    if first and fmt == "csv":
+        pl.DataFrame(schema=EXPORT_SCHEMA).write_csv(target)
+    return written
+
+
+def _export_form(run: RunData) -> Iterator[pl.DataFrame]:
+    """The run's rows with its id and plain strings (categorical inside the tool, strings outside)."""
+    framework = framework_of(run)
+    for part in run.metrics.iter_slices(SLICE_ROWS):
+        yield part.select(
+            pl.lit(run.location.run_id, pl.String).alias("run_id"),
+            pl.col("source").cast(pl.String).fill_null(framework),
+            "step",
+            "time",
+            pl.col("key").cast(pl.String),
+            "value",
+        )

@@ -1,0 +1,74 @@
+"""The ``metrics`` export as a library: each run's metric frame in turn, in slices, one file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from forensics import export
+from forensics.analysis import analyze
+from forensics.export import EXPORT_SCHEMA, metric_rows, write_metrics
+
+READ = {
+    "csv": lambda p: pl.read_csv(p, schema=EXPORT_SCHEMA),
+    "jsonl": lambda p: pl.read_ndjson(p, schema=EXPORT_SCHEMA),
+    "parquet": pl.read_parquet,
+}
+
+
+def exported(path: Path, fmt: str, frames) -> pl.DataFrame:
+    written = write_metrics(frames, fmt, path)
+    frame = READ[fmt](path)
+    assert frame.height == written
+    return frame
+
+
+def test_several_runs_are_exported_in_turn_whatever_the_slices(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    runs = [fixture_run("areal_healthy_sparse"), fixture_run("sglang_hang")]
+    whole = {fmt: exported(tmp_path / f"whole.{fmt}", fmt, metric_rows(runs)) for fmt in READ}
+    monkeypatch.setattr(export, "SLICE_ROWS", 4_096)  # each run in several slices
+    sliced = list(metric_rows(runs))
+    assert len(sliced) > 2 and max(s.height for s in sliced) == 4_096
+    for fmt in READ:
+        assert exported(tmp_path / f"sliced.{fmt}", fmt, iter(sliced)).equals(whole[fmt])
+    assert (tmp_path / "sliced.csv").read_text().count("run_id,") == 1  # one header
+
+    # The same rows as each run's own metric frame, in analyze's order of runs.
+    expected = pl.concat(
+        r.metrics.select(
+            pl.lit(r.run_id).alias("run_id"), pl.col("source").cast(pl.String), "step", "time",
+            pl.col("key").cast(pl.String), "value",
+        )
+        for r in analyze(runs).runs
+    )
+    assert whole["parquet"].equals(expected)
+    assert whole["parquet"].schema == pl.Schema(EXPORT_SCHEMA)
+    assert expected.height > 50_000
+
+
+@pytest.mark.parametrize("fmt", sorted(READ))
+def test_an_empty_export_is_still_a_readable_file(tmp_path: Path, fmt: str) -> None:
+    frame = exported(tmp_path / f"empty.{fmt}", fmt, iter([]))
+    assert frame.is_empty() and frame.columns == list(EXPORT_SCHEMA)
+
+
+def test_a_run_is_read_only_once_the_one_before_is_written(fixture_run, tmp_path: Path) -> None:
+    """The export holds one run at a time: the second run is read after the first is consumed
+    (here it is gone by then, so it gives no rows)."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(fixture_run("areal_healthy_sparse"), first)
+    shutil.copytree(fixture_run("sglang_hang"), second)
+    rows = metric_rows([first, second])
+    head = next(rows)
+    shutil.rmtree(second)
+    rest = list(rows)
+    ids = pl.concat([head, *rest])["run_id"].unique().to_list()
+    assert len(ids) == 1 and head.height > 0
+
+
+def test_a_bad_format_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="csv, jsonl, parquet"):
+        write_metrics(iter([]), "xlsx", tmp_path / "x")
