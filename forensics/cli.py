@@ -6,9 +6,12 @@ library's errors to CONTRACT exit codes (2: unusable input, 3/4: no checkpoint).
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import itertools
 import json
+import os
 import pickle
 import re
 import sys
@@ -85,6 +88,9 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
         typer.echo(f"grpo-forensics: {exc}", err=True)
         raise typer.Exit(EXIT_NONE_BEFORE) from None
     except (ForensicsError, OSError) as exc:
+        if isinstance(exc, OSError) and _reader_gone(exc):  # `... | head`: the reader had enough
+            _stdout_to_devnull()
+            raise typer.Exit(0) from None
         if debug:
             traceback.print_exc()
         typer.echo(f"grpo-forensics: {exc}", err=True)
@@ -94,6 +100,19 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
             traceback.print_exc()
         typer.echo(f"grpo-forensics: internal error ({type(exc).__name__}: {exc}); rerun with --debug", err=True)
         raise typer.Exit(EXIT_BUG) from None
+
+
+def _reader_gone(exc: OSError) -> bool:
+    """Whether ``exc`` says stdout's reader closed the pipe (Polars' writers raise a bare OSError)."""
+    return isinstance(exc, BrokenPipeError) or str(exc).endswith(f"(os error {errno.EPIPE})")
+
+
+def _stdout_to_devnull() -> None:
+    """Whatever is still buffered for a closed pipe goes nowhere, not into a traceback at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
 
 
 @app.command()

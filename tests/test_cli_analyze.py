@@ -207,6 +207,18 @@ def test_metrics_of_some_keys_are_those_rows_of_the_whole_export(fixture_run, tm
     assert bad.exit_code == 2 and "--keys" in bad.output
 
 
+@pytest.mark.parametrize("command", ["metrics", "events"])
+def test_a_reader_that_stops_early_is_not_an_error(fixture_run, command: str) -> None:
+    """``grpo-forensics metrics run/ | head``: the closed pipe ends the command quietly, exit 0."""
+    child = subprocess.Popen([sys.executable, "-m", "forensics", command, str(fixture_run("areal_seed000"))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.readline()
+    child.stdout.close()  # far more than a pipe's buffer is still to come
+    assert child.wait(timeout=120) == 0
+    assert child.stderr.read() == b""
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
 def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
     """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:
