@@ -13,7 +13,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from forensics.analysis import analyze, analyze_run
+    from forensics.analysis import analyze, analyze_each, analyze_run
     from forensics.cache import ParseCache, default_cache_dir
     from forensics.detect import Thresholds
     from forensics.errors import (
@@ -28,7 +28,7 @@ if _typing.TYPE_CHECKING:
     from forensics.model import Analysis, Checkpoint, Evidence, Incident, Recommendation, RunAnalysis
 
 _HOMES = {
-    "analysis": ("analyze", "analyze_run"),
+    "analysis": ("analyze", "analyze_each", "analyze_run"),
     "cache": ("ParseCache", "default_cache_dir"),
     "detect": ("Thresholds",),
     "errors": ("ForensicsError", "NoCheckpoint", "NoCheckpointBeforeIncident", "NoCheckpointSaved", "NoRunsFound",
@@ -54,6 +54,7 @@ __all__ = [
     "Thresholds",
     "UnusableInput",
     "analyze",
+    "analyze_each",
     "analyze_run",
     "default_cache_dir",
 ]

@@ -9,7 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -64,12 +64,31 @@ def analyze(
         UnusableInput: a W&B run cannot be fetched (no package, key or network), or
             ``custom_format`` is malformed.
     """
+    return Analysis(list(analyze_each(paths, thresholds=thresholds, custom_format=custom_format, wandb_runs=wandb_runs,
+                                      cache=cache, keys=keys)))
+
+
+def analyze_each(
+    paths: Sequence[Path],
+    *,
+    thresholds: Thresholds | None = None,
+    custom_format: Path | None = None,
+    wandb_runs: Sequence[str] = (),
+    cache: ParseCache | None = None,
+    keys: str | None = None,
+) -> Iterator[RunAnalysis]:
+    """:func:`analyze`, a run at a time: each run is read and judged only once the one before is
+    consumed, so a caller that lets each go holds one run's frames, not every run's.
+
+    Arguments and errors as for :func:`analyze`; the runs are found (or refused) at the first ``next``.
+    """
     t = thresholds or Thresholds()
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
-    runs = [load_run(location, custom_format=fmt, cache=cache, keys=keys) for location in locations]
-    runs += [load_online_wandb(name, keys=keys) for name in wandb_runs]
-    return Analysis([analyze_run(run, t) for run in runs])
+    for location in locations:
+        yield analyze_run(load_run(location, custom_format=fmt, cache=cache, keys=keys), t)
+    for name in wandb_runs:
+        yield analyze_run(load_online_wandb(name, keys=keys), t)
 
 
 def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
-from forensics.analysis import locate
+from forensics.analysis import analyze_each, locate
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
@@ -265,7 +265,8 @@ def events(
     """
 
     def work() -> None:
-        for run in run_analysis(paths, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths)).runs:
+        # A run at a time: each run's events are written and its frames let go before the next is read.
+        for run in analyze_each(paths, keys=ANALYSIS_KEYS, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths)):
             frame = run.events
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))

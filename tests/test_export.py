@@ -1,4 +1,5 @@
-"""The ``metrics`` export as a library: each run's metric frame in turn, in slices, one file."""
+"""A run at a time: the ``metrics`` export (each run's metric frame in turn, in slices, one file)
+and ``analyze_each`` (each run's analysis in turn), which ``events`` writes as it goes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import polars as pl
 import pytest
 
 from forensics import export
-from forensics.analysis import analyze
+from forensics.analysis import analyze, analyze_each
 from forensics.export import EXPORT_SCHEMA, metric_rows, write_metrics
 
 READ = {
@@ -72,3 +73,19 @@ def test_a_run_is_read_only_once_the_one_before_is_written(fixture_run, tmp_path
 def test_a_bad_format_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="csv, jsonl, parquet"):
         write_metrics(iter([]), "xlsx", tmp_path / "x")
+
+
+def test_analyze_each_judges_a_run_once_the_one_before_is_consumed(fixture_run, tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(fixture_run("sglang_hang"), first)
+    shutil.copytree(fixture_run("areal_healthy_sparse"), second)
+    whole = analyze([first, second])
+    each = list(analyze_each([first, second]))
+    assert [r.to_dict() for r in each] == [r.to_dict() for r in whole.runs]
+    assert [bool(r.incidents) for r in each] == [True, False]
+
+    runs = analyze_each([first, second])
+    assert next(runs).incidents
+    shutil.rmtree(second)
+    [gone] = list(runs)  # found before, read only now: nothing left to read
+    assert gone.steps.is_empty() and all(s.lines == 0 for s in gone.sources)
