@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -58,7 +59,7 @@ def metric_rows(
         yield from _export_form(load_online_wandb(name, keys=keys))
 
 
-def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | Path) -> int:
+def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | str | os.PathLike[str]) -> int:
     """Write ``frames`` (export form, as :func:`metric_rows` yields them) to ``target`` as one CSV,
     JSONL or Parquet file, and return the number of rows written.
 
@@ -66,7 +67,7 @@ def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | Pa
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    if isinstance(target, Path):  # one handle for every slice (a path would be written over each time)
+    if isinstance(target, str | os.PathLike):  # one handle for every slice (a path would be written over each time)
         with open(target, "wb") as handle:
             return write_metrics(frames, fmt, handle)
     written = 0

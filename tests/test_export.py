@@ -21,7 +21,7 @@ READ = {
 
 
 def exported(path: Path, fmt: str, frames) -> pl.DataFrame:
-    written = write_metrics(frames, fmt, path)
+    written = write_metrics(frames, fmt, str(path) if fmt == "csv" else path)  # a name or a path
     frame = READ[fmt](path)
     assert frame.height == written
     return frame
