@@ -260,6 +260,7 @@ def scan_parts(
     extra: Callable[[pl.LazyFrame], dict[str, pl.LazyFrame]] | None = None,
     *,
     prefixed: bool = True,
+    apart: bool = False,
 ) -> dict[str, pl.LazyFrame]:
     """The lazy queries over one batch of lines whose results, joined by :func:`stitch_parts`,
     :func:`assemble_events` reads (``extra`` adds more over the same lines).
@@ -267,10 +268,14 @@ def scan_parts(
     Every line is tagged with cheap anchored checks; only event candidates, traceback runs, the
     dated lines they borrow a time from, Ray's markers and where each stream stands at the end
     leave the pass. ``prefixed=False`` (see :func:`has_prefixes`) skips console prefixes, so
-    running state is kept per file rather than per prefix.
+    running state is kept per file rather than per prefix. ``apart``: the lines of several files,
+    told apart by a ``file`` column and numbered on from one to the next; each file's streams are
+    its own (the file's index follows the prefix in ``stream``, after a NUL).
     """
     norm = _normalized(lines, fmt, prefixed)
-    per_stream = (lambda e: e.over("stream")) if prefixed else (lambda e: e)  # noqa: E731
+    if apart:
+        norm = norm.with_columns(pl.concat_str(pl.col("stream"), pl.lit("\x00"), pl.col("file").cast(pl.String)).alias("stream"))
+    per_stream = (lambda e: e.over("stream")) if prefixed or apart else (lambda e: e)  # noqa: E731
     text = pl.col("text")
     tagged = norm.with_columns(_tags(fmt)).with_columns(
         pl.any_horizontal("indented", "blank", "is_start", "is_exc", "chain").alias("tbish"),
@@ -658,9 +663,9 @@ def _collapse_dumps(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("detail").drop_nulls().first(),
     )
     rest = events.filter(~in_dump)
-    # Frame lines far from any crash line stay what they were.
-    stray = dumps.filter(~pl.col("dump").is_in(merged.filter(pl.col("kind").is_not_null())["dump"].implode())).drop("dump")
     merged = merged.filter(pl.col("kind").is_not_null())
+    # Frame lines far from any crash line stay what they were (dumps are counted per stream).
+    stray = dumps.join(merged.select("stream", "dump"), on=["stream", "dump"], how="anti", maintain_order="left").drop("dump")
     return pl.concat([rest, stray.select(rest.columns), merged.select(rest.columns)], how="vertical_relaxed").sort("line")
 
 
@@ -795,16 +800,16 @@ def read_ray_session(session_dir: Path) -> RaySession:
         return _read_text(path, kind, None, started)
 
     # A file of more than one batch keeps both cores busy on its own (two batches in flight); the
-    # many smaller ones are sorted out a group at a time, and those with an event read two at a
-    # time (Polars releases the GIL). Never both at once: that would hold four batches.
+    # many smaller ones are read a group at a time, and any left out two at a time (Polars
+    # releases the GIL). Never both at once: that would hold four batches.
     large = [size > HEAVY_BATCH_BYTES for size in sizes]
     read_alone = {i: read(i) for i in range(len(text_files)) if large[i]}
     small = [i for i in range(len(text_files)) if not large[i] and sizes[i]]
-    quiet = _quiet_files({i: text_files[i] for i in small}, sizes, fmt, started)
+    grouped = _small_files({i: text_files[i] for i in small}, sizes, fmt, started)
     with ThreadPoolExecutor(2) as pool:
-        rest = [i for i in range(len(text_files)) if not large[i] and i not in quiet]
+        rest = [i for i in range(len(text_files)) if not large[i] and i not in grouped]
         read_now = dict(zip(rest, pool.map(read, rest), strict=True))
-    texts = [read_alone.get(i) or quiet.get(i) or read_now[i] for i in range(len(text_files))]
+    texts = [read_alone.get(i) or grouped.get(i) or read_now[i] for i in range(len(text_files))]
     workers = _workers(texts)
     text_events = _attribute(texts, workers)
     text_events = _drop_unconfirmed_deaths(text_events, [t for t in texts if t.kind == "ray_gcs" and t.lines])
@@ -836,15 +841,16 @@ def read_ray_session(session_dir: Path) -> RaySession:
     )
 
 
-def _quiet_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
-    """Of the small ``files``, those without a single line that could be an event, read a group
-    at a time: their line counts, markers and notes, as :func:`_read_text` would give them.
+def _small_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
+    """The small ``files`` read a group at a time, as :func:`_read_text` would read each: those
+    left out (a gzipped file that inflates past a batch; with no session start, a file with an
+    event) are to be read on their own.
 
-    A long session leaves thousands of worker logs, most of them without an event, and each read
-    on its own costs milliseconds of fixed work. A group's lines (files cleaned alike: all with
-    console prefixes, or none) go through one pass that cleans and tags them as :func:`scan_parts`
-    does and counts them file by file; a file with an event candidate is left out, to be read on
-    its own.
+    A long session leaves thousands of worker logs, and each read on its own costs milliseconds of
+    fixed work. A group's lines (files cleaned alike: all with console prefixes, or none) go through
+    one pass that cleans and tags them as :func:`scan_parts` does and counts them file by file; the
+    files with an event candidate then go through :func:`scan_parts` and :func:`assemble_events`
+    together, a pass per kind of file, each file's streams its own.
     """
     found: dict[int, RayLog] = {}
     groups: list[tuple[bool, list[int]]] = []
@@ -859,14 +865,14 @@ def _quiet_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogF
         filling[prefixed] = (group, size + sizes[i])
     groups += [(prefixed, group) for prefixed, (group, _) in filling.items()]
     with ThreadPoolExecutor(2) as pool:
-        for logs in pool.map(lambda job: _quiet_group(job[1], files, fmt, since, job[0]), groups):
+        for logs in pool.map(lambda job: _small_group(job[1], files, fmt, since, job[0]), groups):
             found.update(logs)
     return found
 
 
-def _quiet_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
+def _small_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
                  prefixed: bool) -> dict[int, RayLog]:
-    """The files of one group (see :func:`_quiet_files`) without an event candidate."""
+    """The files of one group (see :func:`_small_files`)."""
     # A gzipped file that inflates past one batch is left out: read on its own.
     lines, _ = lines_of_small_files([files[i][0] for i in group], HEAVY_BATCH_BYTES)
     if lines.is_empty():
@@ -874,18 +880,49 @@ def _quiet_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogF
     lines = lines.with_columns(pl.col("file").replace_strict(dict(enumerate(group)), return_dtype=pl.Int64))
     tagged = _normalized(lines.lazy(), fmt, prefixed).with_columns(_tags(fmt))
     stats, markers = pl.collect_all([
-        tagged.group_by("file").agg(pl.col("candidate").any().alias("eventful"), *_STATS).filter(~pl.col("eventful")),
+        tagged.group_by("file").agg(pl.col("candidate").any().alias("eventful"), *_STATS),
         tagged.filter(pl.col("marker")).select("file", "line", "text"),
     ])
     markers = markers.partition_by("file", as_dict=True, include_key=False)
     year = since.year if since is not None else None
     no_events, no_markers = _empty_events(), pl.DataFrame(schema=_MARKER_SCHEMA)  # shared: thousands of files
+    events: dict[int, pl.DataFrame] = {}
+    # Without the session's start, each file would date its glog lines by its own first dated line.
+    eventful = stats.filter("eventful")["file"].to_list() if since is not None else []
+    for kind in sorted({files[i][1] for i in eventful}):
+        members = [i for i in eventful if files[i][1] == kind]
+        events |= _events_apart(lines.filter(pl.col("file").is_in(members)), kind, {i: str(files[i][0]) for i in members},
+                                fmt, since, prefixed)
     found = {}
-    for (i,), own in stats.drop("eventful").partition_by("file", as_dict=True, include_key=False).items():
+    for (i,), own in stats.filter(~pl.col("eventful") | pl.col("file").is_in(eventful)).drop("eventful").partition_by(
+        "file", as_dict=True, include_key=False
+    ).items():
         path, kind = files[i]
         total, unparsed, notes, _ = _tally(own, kind, year)
-        found[i] = RayLog(str(path), kind, no_events, total, unparsed, markers.get((i,), no_markers), tuple(notes))
+        found[i] = RayLog(str(path), kind, events.get(i, no_events), total, unparsed, markers.get((i,), no_markers), tuple(notes))
     return found
+
+
+def _events_apart(lines: pl.DataFrame, kind: str, paths: dict[int, str], fmt: LogFormat, since: datetime,
+                  prefixed: bool) -> dict[int, pl.DataFrame]:
+    """The events of several files of one ``kind`` (``file``/``line``/``text`` rows, each file's
+    lines in order) from one pass, as :func:`assemble_events` gives each file's: the lines are
+    numbered on from file to file, each file's streams kept apart, then numbered back."""
+    numbered = lines.with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("at"))
+    # Lines before each file's first: its line n is line offset + n of the pass.
+    offsets = numbered.group_by("file").agg((pl.col("at") - pl.col("line")).first().alias("offset")).sort("offset")
+    queries = scan_parts(numbered.lazy().select("file", pl.col("at").alias("line"), "text"), fmt, prefixed=prefixed, apart=True)
+    parts = stitch_parts({name: [frame] for name, frame in zip(queries, pl.collect_all(list(queries.values())), strict=True)})
+    found = assemble_events("", kind, parts, fmt, since=since).events
+    if found.is_empty():
+        return {}
+    owned = (
+        found.sort("line", maintain_order=True)
+        .with_columns((pl.col("line") - 1).alias("before"))
+        .join_asof(offsets.rename({"file": "index"}), left_on="before", right_on="offset", strategy="backward")
+        .with_columns((pl.col("line") - pl.col("offset")).alias("line"), pl.col("index").replace_strict(paths, return_dtype=pl.String).alias("file"))
+    )
+    return {i: frame.select(found.columns) for (i,), frame in owned.partition_by("index", as_dict=True).items()}
 
 
 def _empty_events() -> pl.DataFrame:

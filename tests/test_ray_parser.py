@@ -458,47 +458,87 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
 
 
-@needs_samples
-def test_small_files_without_an_event_read_together_give_what_each_read_alone_gives(tmp_path: Path, monkeypatch) -> None:
-    """A long session leaves thousands of worker logs, most without an event: those are read a
-    group at a time. Every file's counts, notes and markers, the workers and the events are what
-    reading each file on its own gives; only the files with an event are read on their own."""
-    import parsers.ray as ray
-
-    session = tmp_path / _session("a_actor_exit").name
-    shutil.copytree(_session("a_actor_exit"), session)
+def _with_small_files(session: Path) -> tuple[list[Path], list[Path]]:
+    """Worker and core logs added to a copied session: files without an event (a group's usual
+    lot), and files with one, built so that files read as one would run into each other: a
+    traceback cut at a file's end and its rest in the next file (plain and console-prefixed, the
+    same prefix in both), a crash dump and, in the next core log, a stray frame line."""
     logs = session / "logs"
     worker = lambda k, ext: logs / f"worker-{k:056x}-01000000-{1000 + k}.{ext}"  # noqa: E731
+    core = lambda k: logs / f"python-core-worker-{k:056x}_{1000 + k}.log"  # noqa: E731
     quiet = []
     for k in range(1, 41):
         out, err = worker(k, "out"), worker(k, "err")
         out.write_text(f":job_id:01000000\n:actor_name:Rollout{k % 3}\nstep {k} done\n\nplain print\n")
         err.write_text(f":task_name:score_{k}\n" if k % 2 else "")
         quiet += [out, err] if k % 2 else [out]
-    core = logs / f"python-core-worker-{7:056x}_1007.log"
-    core.write_text("preamble without a date\n[2026-11-22 03:12:00,000 I 1007 1007] core_worker.cc:1: Constructing\n")
-    prefixed = worker(41, "out")
-    prefixed.write_text(":actor_name:Console\n(Rollout pid=1041) hello\n(Rollout pid=1041) again\n")
+    core(7).write_text("preamble without a date\n[2026-11-22 03:12:00,000 I 1007 1007] core_worker.cc:1: Constructing\n")
+    worker(41, "out").write_text(":actor_name:Console\n(Rollout pid=1041) hello\n(Rollout pid=1041) again\n")
     with gzip.open(logs / f"worker-{42:056x}-01000000-1042.out.1.gz", "wt") as fh:
         fh.write(":actor_name:Rotated\nold output\n")
     worker(43, "out").write_bytes(b":actor_name:Bytes\n\xff\xfe not UTF-8\n")
-    loud = worker(44, "err")
-    loud.write_text(":actor_name:Loud\nTraceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: boom\n")
-    quiet += [core, prefixed, logs / f"worker-{42:056x}-01000000-1042.out.1.gz", worker(43, "out")]
+    quiet += [core(7), worker(41, "out"), logs / f"worker-{42:056x}-01000000-1042.out.1.gz", worker(43, "out")]
 
+    worker(44, "err").write_text(':actor_name:Loud\nTraceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: boom\n')
+    worker(45, "err").write_text(':actor_name:Cut\nTraceback (most recent call last):\n  File "a.py", line 1, in <module>\n')
+    worker(46, "err").write_text(':actor_name:Rest\n  File "b.py", line 2, in f\nKeyError: \'x\'\nTraceback (most recent call last):\n')
+    prefix = "(Rollout pid=9) "
+    worker(47, "out").write_text(f"{prefix}Traceback (most recent call last):\n{prefix}  File \"c.py\", line 3, in g\n")
+    worker(48, "out").write_text(f"{prefix}  File \"d.py\", line 4, in h\n{prefix}RuntimeError: bad\n{prefix}ERROR: oops\n")
+    stamp = "[2026-11-22 03:12:12,265 E 1050 1050] logging.cc:474: "
+    core(50).write_text(f"{stamp}*** SIGSEGV received at time=1795317132 on cpu 1 ***\n{stamp}PC: @     0x7f2828f74219  (unknown)\n"
+                        f"{stamp}    @     0x7f2828e5a050  (unknown)\n")
+    core(51).write_text("[2026-11-22 03:12:30,000 E 1051 1051] logging.cc:474:     @     0x7f2828e5a050  (unknown)\n")
+    return quiet, [worker(k, ext) for k, ext in ((44, "err"), (45, "err"), (46, "err"), (47, "out"), (48, "out"))] + [core(50), core(51)]
+
+
+@needs_samples
+def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Path, monkeypatch) -> None:
+    """A long session leaves thousands of small worker logs: they are read a group at a time,
+    those with an event too (a pass per kind of file, each file's streams its own). Every file's
+    events, counts, notes and markers, and the workers, are what reading each file alone gives."""
+    import parsers.ray as ray
+
+    session = tmp_path / _session("a_actor_exit").name
+    shutil.copytree(_session("a_actor_exit"), session)
+    _, eventful = _with_small_files(session)
     read_alone = []
     real = ray._read_text
     monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
     got = read_ray_session(session)
-    assert loud in read_alone and not set(quiet) & set(read_alone)
-    monkeypatch.setattr(ray, "_quiet_files", lambda *a: {})  # every file read on its own
+    assert read_alone == []  # the session's own files are small too
+    monkeypatch.setattr(ray, "_small_files", lambda *a: {})  # every file read on its own
     want = read_ray_session(session)
     assert got.events.equals(want.events) and got.workers.equals(want.workers)
     assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
     sources = {Path(s.path).name: s for s in got.sources}
-    assert sources[core.name].unparsed_lines == 1 and sources[prefixed.name].notes  # counted as alone
+    assert sources[f"python-core-worker-{7:056x}_1007.log"].unparsed_lines == 1  # counted as alone
     assert {"Rollout1", "Console", "Rotated", "Bytes", "Loud"} <= set(got.workers["name"].drop_nulls())
-    assert "ValueError: boom" in " ".join(got.events["message"])
+    of = {name: got.events.filter(pl.col("file").str.ends_with(name)) for name in (p.name for p in eventful)}
+    assert "ValueError: boom" in " ".join(of[eventful[0].name]["message"])
+    assert "(no exception line)" in " ".join(of[eventful[1].name]["message"])  # not finished by the next file
+    assert of[eventful[6].name]["kind"].to_list() == ["log_error"]  # a stray frame line, not part of the dump before
+    assert of[eventful[5].name]["kind"].to_list() == ["segfault"]
+    assert all(of[name].height for name in of if name != eventful[4].name)
+
+
+@needs_samples
+def test_without_the_session_start_small_files_with_an_event_are_read_alone(tmp_path: Path, monkeypatch) -> None:
+    """Each file then dates its glog lines by its own first dated line, so only files without an
+    event are read together."""
+    import parsers.ray as ray
+
+    session = tmp_path / "copied"
+    shutil.copytree(_session("a_actor_exit"), session)
+    _, eventful = _with_small_files(session)
+    read_alone = []
+    real = ray._read_text
+    monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
+    got = read_ray_session(session)
+    assert got.started is None and set(eventful[:2]) <= set(read_alone)
+    monkeypatch.setattr(ray, "_small_files", lambda *a: {})
+    want = read_ray_session(session)
+    assert got.events.equals(want.events) and got.sources == want.sources
 
 
 @needs_samples
