@@ -194,38 +194,36 @@ def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataF
         first += texts.height
 
 
-def lines_of_small_files(paths: list[Path], size: int) -> tuple[pl.DataFrame, list[int]]:
-    """``file`` (the index in ``paths``), ``line`` and ``text`` of those of ``paths`` that are one
-    block of at most ``size`` bytes, read as a batch of :func:`line_batch_pieces` is but split into
-    lines in one call; and the indices of the others (larger once inflated, or empty).
+def only_block(path: Path, size: int) -> bytes | None:
+    """All of ``path`` (decompressed) when it is one block of at most ``size`` bytes, as
+    :func:`line_batch_pieces` would read it; ``None`` when it is more (or nothing)."""
+    found = _line_blocks(path, size)
+    block = next(found, None)
+    return None if block is None or next(found, None) is not None else block
+
+
+def lines_of_blocks(blocks: dict[int, bytes]) -> pl.DataFrame:
+    """``file`` (the key), ``line`` and ``text`` of whole files' blocks (see :func:`only_block`),
+    split as a batch of :func:`line_batch_pieces` is but in one call.
 
     Thousands of small files (a long Ray session's worker logs) then cost a read each, not a
     frame each.
     """
-    blocks, counts, taken, others = [], [], [], []
-    for i, path in enumerate(paths):
-        found = _line_blocks(path, size)
-        block = next(found, None)
-        if block is None or next(found, None) is not None:
-            others.append(i)
-            continue
-        block = block if block.endswith(b"\n") else block + b"\n"  # lines split as the file's own would be
-        blocks.append(block)
-        counts.append(block.count(b"\n"))
-        taken.append(i)
     if not blocks:
-        return pl.DataFrame(schema={"file": pl.Int64, "line": pl.Int64, "text": pl.String}), others
+        return pl.DataFrame(schema={"file": pl.Int64, "line": pl.Int64, "text": pl.String})
+    ended = [block if block.endswith(b"\n") else block + b"\n" for block in blocks.values()]  # split as the file's own
     try:
-        texts = pl.read_lines(b"".join(blocks), name="text")
+        texts = pl.read_lines(b"".join(ended), name="text")
     except pl.exceptions.ComputeError as exc:  # some file is not UTF-8: each decoded on its own
         if "utf" not in str(exc).lower():
             raise
-        texts = pl.concat([_texts(block) for block in blocks])
-    owner = pl.DataFrame({"file": taken, "n": counts}, schema={"file": pl.Int64, "n": pl.UInt32})
+        texts = pl.concat([_texts(block) for block in ended])
+    owner = pl.DataFrame({"file": list(blocks), "n": [block.count(b"\n") for block in ended]},
+                         schema={"file": pl.Int64, "n": pl.UInt32})
     owner = owner.select(pl.col("file").repeat_by("n")).explode("file")
     return pl.concat([owner, texts], how="horizontal").select(
         "file", pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("file").alias("line"), "text"
-    ), others
+    )
 
 
 def _numbered(texts: FrameT, first: int) -> FrameT:

@@ -28,11 +28,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -43,7 +44,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_small_files, sniff
+from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_blocks, only_block, sniff
 from parsers.schema import EVENT_SCHEMA
 
 __all__ = [
@@ -107,6 +108,8 @@ _MESSAGE_CHARS = 2000
 _TRACEBACK_TAIL = 12
 #: A SIGSEGV dump prints each line raw and again through Ray's logger: one crash, one event.
 _DUMP_SPAN = 40
+#: Small files of one kind with an event, in a group, that are read in one pass rather than each alone.
+_TOGETHER = 8
 _FREE_FORM = {"ray_worker_out", "ray_worker_err", "ray_console", "ray_job_driver", "ray_debug_state", "verl_console"}
 _STRUCTURED = {"ray_raylet", "ray_gcs", "ray_core_worker", "ray_core_driver", "ray_component"}
 
@@ -681,11 +684,26 @@ def read_ray_console(path: Path, *, year: int | None = None) -> RayLog:
     return _read_text(Path(path), "ray_console", year, None)
 
 
+_SNIFF_BYTES = 256 << 10
+
+
 def has_prefixes(path: Path, fmt: LogFormat) -> bool:
     """Whether the head of ``path`` has Ray console prefixes (``(Name pid=N)``, ``(raylet)``)."""
-    head = re.sub(ANSI, "", sniff(path, 256 << 10))
-    prefix = re.compile("|".join(fmt.prefixes.values()))
-    return any(prefix.match(re.sub(r"^(?:\[[0-9;]+m)+", "", line)) for line in head.splitlines()[:5000])
+    return _prefixed_head(sniff(path, _SNIFF_BYTES), fmt)
+
+
+def _prefixed_head(head: str, fmt: LogFormat) -> bool:
+    """:func:`has_prefixes` of a file's first :data:`_SNIFF_BYTES`, decoded: a prefix at the start
+    of one of its first 5,000 lines, after colours (or their residue)."""
+    if "\x1b" in head:
+        head = re.sub(ANSI, "", head)
+    prefix = _prefix_after_colours(tuple(fmt.prefixes.values()))  # compiled once: thousands of small files
+    return any(prefix.match(line) for line in head.splitlines()[:5000])
+
+
+@functools.cache
+def _prefix_after_colours(prefixes: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"(?:\[[0-9;]+m)*(?:" + "|".join(f"(?:{p.lstrip('^')})" for p in prefixes) + ")")
 
 
 def _read_text(path: Path, kind: str, year: int | None, since: datetime | None) -> RayLog:
@@ -805,7 +823,7 @@ def read_ray_session(session_dir: Path) -> RaySession:
     large = [size > HEAVY_BATCH_BYTES for size in sizes]
     read_alone = {i: read(i) for i in range(len(text_files)) if large[i]}
     small = [i for i in range(len(text_files)) if not large[i] and sizes[i]]
-    grouped = _small_files({i: text_files[i] for i in small}, sizes, fmt, started)
+    grouped = _small_files({i: text_files[i] for i in small}, fmt, started)
     with ThreadPoolExecutor(2) as pool:
         rest = [i for i in range(len(text_files)) if not large[i] and i not in grouped]
         read_now = dict(zip(rest, pool.map(read, rest), strict=True))
@@ -841,43 +859,51 @@ def read_ray_session(session_dir: Path) -> RaySession:
     )
 
 
-def _small_files(files: dict[int, tuple[Path, str]], sizes: list[int], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
+def _small_files(files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
     """The small ``files`` read a group at a time, as :func:`_read_text` would read each: those
-    left out (a gzipped file that inflates past a batch; with no session start, a file with an
-    event) are to be read on their own.
+    left out (one that inflates past a batch; with no session start, a file with an event) are to
+    be read on their own.
 
     A long session leaves thousands of worker logs, and each read on its own costs milliseconds of
-    fixed work. A group's lines (files cleaned alike: all with console prefixes, or none) go through
-    one pass that cleans and tags them as :func:`scan_parts` does and counts them file by file; the
-    files with an event candidate then go through :func:`scan_parts` and :func:`assemble_events`
-    together, a pass per kind of file, each file's streams its own.
+    fixed work. Each file is read once; a group's lines (files cleaned alike: all with console
+    prefixes, or none; up to a batch) go through one pass that cleans and tags them as
+    :func:`scan_parts` does and counts them file by file; the files with an event candidate then
+    go through :func:`scan_parts` and :func:`assemble_events` together, a pass per kind of file,
+    each file's streams its own. Two groups are at work while the next are read.
     """
     found: dict[int, RayLog] = {}
-    groups: list[tuple[bool, list[int]]] = []
-    filling: dict[bool, tuple[list[int], int]] = {}
-    for i, (path, _) in files.items():  # cleaned as the file's own batch would be: console prefixes or not
-        prefixed = has_prefixes(path, fmt)
-        group, size = filling.get(prefixed, ([], 0))
-        if group and size + sizes[i] > HEAVY_BATCH_BYTES:
-            groups.append((prefixed, group))
-            group, size = [], 0
-        group.append(i)
-        filling[prefixed] = (group, size + sizes[i])
-    groups += [(prefixed, group) for prefixed, (group, _) in filling.items()]
+    filling: dict[bool, tuple[dict[int, bytes], int]] = {}
     with ThreadPoolExecutor(2) as pool:
-        for logs in pool.map(lambda job: _small_group(job[1], files, fmt, since, job[0]), groups):
-            found.update(logs)
+        pending: list[Future[dict[int, RayLog]]] = []
+
+        def submit(prefixed: bool, blocks: dict[int, bytes]) -> None:
+            pending.append(pool.submit(_small_group, blocks, files, fmt, since, prefixed))
+            if len(pending) > 2:
+                found.update(pending.pop(0).result())
+
+        for i, (path, _) in files.items():
+            block = only_block(path, HEAVY_BATCH_BYTES)
+            if block is None:
+                continue
+            # Cleaned as the file's own batch would be: console prefixes or not.
+            prefixed = _prefixed_head(block[:_SNIFF_BYTES].decode("utf-8", errors="replace"), fmt)
+            blocks, size = filling.get(prefixed, ({}, 0))
+            if blocks and size + len(block) > HEAVY_BATCH_BYTES:
+                submit(prefixed, blocks)
+                blocks, size = {}, 0
+            blocks[i] = block
+            filling[prefixed] = (blocks, size + len(block))
+        for prefixed, (blocks, _) in filling.items():
+            submit(prefixed, blocks)
+        for done in pending:
+            found.update(done.result())
     return found
 
 
-def _small_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
+def _small_group(blocks: dict[int, bytes], files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None,
                  prefixed: bool) -> dict[int, RayLog]:
-    """The files of one group (see :func:`_small_files`)."""
-    # A gzipped file that inflates past one batch is left out: read on its own.
-    lines, _ = lines_of_small_files([files[i][0] for i in group], HEAVY_BATCH_BYTES)
-    if lines.is_empty():
-        return {}
-    lines = lines.with_columns(pl.col("file").replace_strict(dict(enumerate(group)), return_dtype=pl.Int64))
+    """The files of one group (see :func:`_small_files`), by their index in ``files``."""
+    lines = lines_of_blocks(blocks)
     tagged = _normalized(lines.lazy(), fmt, prefixed).with_columns(_tags(fmt))
     stats, markers = pl.collect_all([
         tagged.group_by("file").agg(pl.col("candidate").any().alias("eventful"), *_STATS),
@@ -888,9 +914,12 @@ def _small_group(group: list[int], files: dict[int, tuple[Path, str]], fmt: LogF
     no_events, no_markers = _empty_events(), pl.DataFrame(schema=_MARKER_SCHEMA)  # shared: thousands of files
     events: dict[int, pl.DataFrame] = {}
     # Without the session's start, each file would date its glog lines by its own first dated line.
-    eventful = stats.filter("eventful")["file"].to_list() if since is not None else []
-    for kind in sorted({files[i][1] for i in eventful}):
-        members = [i for i in eventful if files[i][1] == kind]
+    candidates = stats.filter("eventful")["file"].to_list() if since is not None else []
+    kinds = {kind: [i for i in candidates if files[i][1] == kind] for kind in sorted({files[i][1] for i in candidates})}
+    # A pass for a few files costs what reading them side by side does: only many are worth one.
+    kinds = {kind: members for kind, members in kinds.items() if len(members) >= _TOGETHER}
+    eventful = [i for members in kinds.values() for i in members]
+    for kind, members in kinds.items():
         events |= _events_apart(lines.filter(pl.col("file").is_in(members)), kind, {i: str(files[i][0]) for i in members},
                                 fmt, since, prefixed)
     found = {}
@@ -933,10 +962,13 @@ def _workers(texts: list[RayLog]) -> pl.DataFrame:
     """Worker files → worker id, job, pid, and the actor/task names Ray wrote into them."""
     owned = [(k, match) for k, log in enumerate(texts) if (match := _WORKER_FILE.fullmatch(Path(log.path).name))]
     # Every worker file's markers read at once: a long session has thousands of worker files.
-    marked = [texts[k].markers.with_columns(pl.lit(k).alias("k")) for k, _ in owned if texts[k].markers.height]
+    marked = [k for k, _ in owned if texts[k].markers.height]
     said: dict[int, list[tuple[str | None, str | None]]] = {}
     if marked:
-        found = pl.concat(marked).select("k", pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
+        owner = pl.DataFrame({"k": marked, "n": [texts[k].markers.height for k in marked]}, schema={"k": pl.Int64, "n": pl.UInt32})
+        markers = pl.concat([texts[k].markers.select("text") for k in marked])
+        found = pl.concat([owner.select(pl.col("k").repeat_by("n")).explode("k"), markers], how="horizontal")
+        found = found.select("k", pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
         for k, what, value in found.iter_rows():
             said.setdefault(k, []).append((what, value))
     rows = []
@@ -966,20 +998,27 @@ def _pid_names(workers: pl.DataFrame) -> dict[int, str]:
 
 def _attribute(texts: list[RayLog], workers: pl.DataFrame) -> pl.DataFrame:
     """All text events, each with the pid it is about (from its text, its worker id, or its file)."""
+    logs = [log for log in texts if not log.events.is_empty()]
+    if not logs:
+        return _empty_events()
     by_id = dict(workers.select("worker_id", "pid").unique("worker_id").iter_rows())
-    frames = []
-    for log in texts:
-        if log.events.is_empty():
-            continue
+    named = pl.DataFrame({"worker_id": list(by_id), "named_pid": list(by_id.values())}, schema={"worker_id": pl.String, "named_pid": pl.Int64})
+    owners = []
+    for log in logs:
         name = Path(log.path).name
         own = _WORKER_FILE.fullmatch(name) or _CORE_FILE.fullmatch(name)
-        file_pid = pl.lit(int(own[3]) if own else None, pl.Int64)
-        # Worker output is the worker's own; a core-worker log mostly talks about other
-        # processes, except for the crash dumps of its own process.
-        own_event = pl.lit(log.kind.startswith("ray_worker")) | pl.col("kind").is_in(["segfault", "fatal_check"])
-        named_pid = pl.col("worker_id").replace_strict(by_id, default=None, return_dtype=pl.Int64)
-        frames.append(log.events.with_columns(pl.coalesce("pid", named_pid, pl.when(own_event).then(file_pid)).alias("pid")))
-    return pl.concat(frames, how="vertical_relaxed") if frames else _empty_events()
+        owners.append((log.path, int(own[3]) if own else None, log.kind.startswith("ray_worker")))
+    owner = pl.DataFrame(owners, schema={"file": pl.String, "file_pid": pl.Int64, "worker_output": pl.Boolean}, orient="row")
+    events = pl.concat([log.events for log in logs], how="vertical_relaxed")
+    # Worker output is the worker's own; a core-worker log mostly talks about other processes,
+    # except for the crash dumps of its own process. One join for all files: a long session has thousands.
+    own_event = pl.col("worker_output") | pl.col("kind").is_in(["segfault", "fatal_check"])
+    return (
+        events.join(owner, on="file", how="left", maintain_order="left")
+        .join(named, on="worker_id", how="left", maintain_order="left")
+        .with_columns(pl.coalesce("pid", "named_pid", pl.when(own_event).then(pl.col("file_pid"))).alias("pid"))
+        .select(events.columns)
+    )
 
 
 def _drop_unconfirmed_deaths(events: pl.DataFrame, gcs: list[RayLog]) -> pl.DataFrame:

@@ -484,7 +484,8 @@ def _with_small_files(session: Path) -> tuple[list[Path], list[Path]]:
     worker(46, "err").write_text(':actor_name:Rest\n  File "b.py", line 2, in f\nKeyError: \'x\'\nTraceback (most recent call last):\n')
     prefix = "(Rollout pid=9) "
     worker(47, "out").write_text(f"{prefix}Traceback (most recent call last):\n{prefix}  File \"c.py\", line 3, in g\n")
-    worker(48, "out").write_text(f"{prefix}  File \"d.py\", line 4, in h\n{prefix}RuntimeError: bad\n{prefix}ERROR: oops\n")
+    worker(48, "out").write_text(f"{prefix}  File \"d.py\", line 4, in h\n{prefix}RuntimeError: bad\n"
+                                 f"{prefix}Traceback (most recent call last):\n{prefix}  File \"e.py\", line 5, in k\n{prefix}OSError: disk\n")
     stamp = "[2026-11-22 03:12:12,265 E 1050 1050] logging.cc:474: "
     core(50).write_text(f"{stamp}*** SIGSEGV received at time=1795317132 on cpu 1 ***\n{stamp}PC: @     0x7f2828f74219  (unknown)\n"
                         f"{stamp}    @     0x7f2828e5a050  (unknown)\n")
@@ -495,8 +496,9 @@ def _with_small_files(session: Path) -> tuple[list[Path], list[Path]]:
 @needs_samples
 def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Path, monkeypatch) -> None:
     """A long session leaves thousands of small worker logs: they are read a group at a time,
-    those with an event too (a pass per kind of file, each file's streams its own). Every file's
-    events, counts, notes and markers, and the workers, are what reading each file alone gives."""
+    those with an event too (a pass per kind of file, each file's streams its own, when a kind has
+    enough of them). Every file's events, counts, notes and markers, and the workers, are what
+    reading each file alone gives."""
     import parsers.ray as ray
 
     session = tmp_path / _session("a_actor_exit").name
@@ -505,10 +507,15 @@ def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Pat
     read_alone = []
     real = ray._read_text
     monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
+    few = read_ray_session(session)  # two or three files of a kind: each read alone
+    assert set(eventful) <= set(read_alone)
+    read_alone.clear()
+    monkeypatch.setattr(ray, "_TOGETHER", 1)
     got = read_ray_session(session)
     assert read_alone == []  # the session's own files are small too
     monkeypatch.setattr(ray, "_small_files", lambda *a: {})  # every file read on its own
     want = read_ray_session(session)
+    assert few.events.equals(want.events) and few.sources == want.sources
     assert got.events.equals(want.events) and got.workers.equals(want.workers)
     assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
     sources = {Path(s.path).name: s for s in got.sources}
@@ -519,7 +526,8 @@ def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Pat
     assert "(no exception line)" in " ".join(of[eventful[1].name]["message"])  # not finished by the next file
     assert of[eventful[6].name]["kind"].to_list() == ["log_error"]  # a stray frame line, not part of the dump before
     assert of[eventful[5].name]["kind"].to_list() == ["segfault"]
-    assert all(of[name].height for name in of if name != eventful[4].name)
+    assert all(of[name].height for name in of)
+    assert "(no exception line)" in " ".join(of[eventful[3].name]["message"])  # nor with a shared prefix
 
 
 @needs_samples
