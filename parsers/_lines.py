@@ -8,6 +8,7 @@ with its true line number.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -197,9 +198,9 @@ def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataF
 def only_block(path: Path, size: int) -> bytes | None:
     """All of ``path`` (decompressed) when it is one block of at most ``size`` bytes, as
     :func:`line_batch_pieces` would read it; ``None`` when it is more (or nothing)."""
-    found = _line_blocks(path, size)
-    block = next(found, None)
-    return None if block is None or next(found, None) is not None else block
+    with contextlib.closing(_line_blocks(path, size)) as found:
+        block = next(found, None)
+        return None if block is None or next(found, None) is not None else block
 
 
 def lines_of_blocks(blocks: dict[int, bytes]) -> pl.DataFrame:
@@ -245,9 +246,13 @@ def _texts(data: bytes) -> pl.DataFrame:
 
 def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
     """Blocks of about ``size`` bytes that end after a newline (the last one may not)."""
-    if not _is_gzip(path):
-        yield from _positioned_blocks(path, size)
-        return
+    fd = os.open(path, os.O_RDONLY)  # opened once: a session's thousands of small files
+    try:
+        if os.pread(fd, 2, 0) != b"\x1f\x8b":
+            yield from _positioned_blocks(fd, size)
+            return
+    finally:
+        os.close(fd)
     rest = b""
     with _open(path) as fh:
         while block := fh.read(size):
@@ -261,41 +266,37 @@ def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
         yield rest
 
 
-def _positioned_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """:func:`_line_blocks` of a plain file by positioned reads: each block is read from where
-    the last whole line of the one before ended, so a cut-off line is read again, never joined.
-    A file that stops short (truncated, or still being written) just ends the read there."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        offset = 0
-        while True:
-            end = _last_line_end(fd, offset, size)
-            if end is not None:  # read to exactly there: one copy, made by the kernel outside the GIL
-                block = os.pread(fd, end, offset)
-                if block:
-                    yield block
-                if len(block) < end:  # cut short since the probe
-                    return
-                offset += end
-                continue
-            block = os.pread(fd, size, offset)
-            if len(block) < size:  # the end of the file, as far as it is written
-                if block:
-                    yield block
+def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
+    """:func:`_line_blocks` of a plain file (open as ``fd``) by positioned reads: each block is
+    read from where the last whole line of the one before ended, so a cut-off line is read again,
+    never joined. A file that stops short (truncated, or still being written) just ends the read there."""
+    offset = 0
+    while True:
+        end = _last_line_end(fd, offset, size)
+        if end is not None:  # read to exactly there: one copy, made by the kernel outside the GIL
+            block = os.pread(fd, end, offset)
+            if block:
+                yield block
+            if len(block) < end:  # cut short since the probe
                 return
-            cut = block.rfind(b"\n") + 1
-            if not cut:  # a line longer than a block: read on to its end
-                parts = [block]
-                while (more := os.pread(fd, size, offset + sum(map(len, parts)))) and b"\n" not in more:
-                    parts.append(more)
-                if more:
-                    parts.append(more[: more.index(b"\n") + 1])
-                block = b"".join(parts)
-                cut = len(block)
-            yield block if cut == len(block) else block[:cut]
-            offset += cut
-    finally:
-        os.close(fd)
+            offset += end
+            continue
+        block = os.pread(fd, size, offset)
+        if len(block) < size:  # the end of the file, as far as it is written
+            if block:
+                yield block
+            return
+        cut = block.rfind(b"\n") + 1
+        if not cut:  # a line longer than a block: read on to its end
+            parts = [block]
+            while (more := os.pread(fd, size, offset + sum(map(len, parts)))) and b"\n" not in more:
+                parts.append(more)
+            if more:
+                parts.append(more[: more.index(b"\n") + 1])
+            block = b"".join(parts)
+            cut = len(block)
+        yield block if cut == len(block) else block[:cut]
+        offset += cut
 
 
 def _last_line_end(fd: int, offset: int, size: int) -> int | None:

@@ -960,13 +960,13 @@ def _empty_events() -> pl.DataFrame:
 
 def _workers(texts: list[RayLog]) -> pl.DataFrame:
     """Worker files → worker id, job, pid, and the actor/task names Ray wrote into them."""
-    owned = [(k, match) for k, log in enumerate(texts) if (match := _WORKER_FILE.fullmatch(Path(log.path).name))]
+    owned = [(k, match) for k, log in enumerate(texts) if (match := _WORKER_FILE.fullmatch(os.path.basename(log.path)))]
     # Every worker file's markers read at once: a long session has thousands of worker files.
     marked = [k for k, _ in owned if texts[k].markers.height]
     said: dict[int, list[tuple[str | None, str | None]]] = {}
     if marked:
         owner = pl.DataFrame({"k": marked, "n": [texts[k].markers.height for k in marked]}, schema={"k": pl.Int64, "n": pl.UInt32})
-        markers = pl.concat([texts[k].markers.select("text") for k in marked])
+        markers = pl.concat([texts[k].markers for k in marked]).select("text")
         found = pl.concat([owner.select(pl.col("k").repeat_by("n")).explode("k"), markers], how="horizontal")
         found = found.select("k", pl.col("text").str.extract_groups(_MARKER).alias("m")).unnest("m")
         for k, what, value in found.iter_rows():
@@ -1005,7 +1005,7 @@ def _attribute(texts: list[RayLog], workers: pl.DataFrame) -> pl.DataFrame:
     named = pl.DataFrame({"worker_id": list(by_id), "named_pid": list(by_id.values())}, schema={"worker_id": pl.String, "named_pid": pl.Int64})
     owners = []
     for log in logs:
-        name = Path(log.path).name
+        name = os.path.basename(log.path)
         own = _WORKER_FILE.fullmatch(name) or _CORE_FILE.fullmatch(name)
         owners.append((log.path, int(own[3]) if own else None, log.kind.startswith("ray_worker")))
     owner = pl.DataFrame(owners, schema={"file": pl.String, "file_pid": pl.Int64, "worker_output": pl.Boolean}, orient="row")
