@@ -110,7 +110,9 @@ def _reader_gone(exc: OSError) -> bool:
 def _stdout_to_devnull() -> None:
     """Whatever is still buffered for a closed pipe goes nowhere, not into a traceback at exit."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
     except (OSError, ValueError, io.UnsupportedOperation):
         pass
 
@@ -305,6 +307,8 @@ def metrics(
             raise UnusableInput("--format parquet needs --output FILE")
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
+        if output is not None and any(_inside(output, given) for given in paths or []):
+            raise UnusableInput(f"--output {output} is inside the analyzed path; nothing is written there")
         if keys is not None:
             try:
                 re.compile(keys)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from forensics.analysis import framework_of, read_log_format
 from forensics.cache import ParseCache
@@ -72,6 +71,8 @@ def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | st
             return write_metrics(frames, fmt, handle)
     written = 0
     if fmt == "parquet":
+        import pyarrow.parquet as pq  # here only: importing it costs every command 40 MB and 0.1 s
+
         with pq.ParquetWriter(target, pl.DataFrame(schema=EXPORT_SCHEMA).to_arrow().schema) as writer:
             for part in frames:
                 writer.write_table(part.to_arrow())

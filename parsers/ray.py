@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -701,7 +700,7 @@ def _prefixed_head(head: str, fmt: LogFormat) -> bool:
     return any(prefix.match(line) for line in head.splitlines()[:5000])
 
 
-@functools.cache
+@cache
 def _prefix_after_colours(prefixes: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"(?:\[[0-9;]+m)*(?:" + "|".join(f"(?:{p.lstrip('^')})" for p in prefixes) + ")")
 
@@ -860,9 +859,10 @@ def read_ray_session(session_dir: Path) -> RaySession:
 
 
 def _small_files(files: dict[int, tuple[Path, str]], fmt: LogFormat, since: datetime | None) -> dict[int, RayLog]:
-    """The small ``files`` read a group at a time, as :func:`_read_text` would read each: those
-    left out (one that inflates past a batch; with no session start, a file with an event) are to
-    be read on their own.
+    """The small ``files`` read a group at a time, as :func:`_read_text` would read each. Those
+    left out are to be read on their own: a file that inflates past a batch, and files with an
+    event when the session's start is unknown or their kind has fewer than :data:`_TOGETHER` of
+    them in the group.
 
     A long session leaves thousands of worker logs, and each read on its own costs milliseconds of
     fixed work. Each file is read once; a group's lines (files cleaned alike: all with console

@@ -171,6 +171,9 @@ def test_out_inside_the_analyzed_tree_is_refused(fixture_run) -> None:
     result = runner.invoke(app, ["analyze", str(root), "--out", str(root / "report")])
     assert result.exit_code == 2
     assert not (root / "report").exists()
+    result = runner.invoke(app, ["metrics", str(root), "--output", str(root / "metrics.csv")])
+    assert result.exit_code == 2 and "--output" in result.output
+    assert not (root / "metrics.csv").exists()
 
 
 def test_events_jsonl_filtered_by_kind(fixture_run) -> None:
@@ -284,5 +287,12 @@ def test_polars_gives_freed_memory_back_as_it_goes_on() -> None:
 
 def test_the_entry_point_imports_no_polars_before_setting_the_allocator() -> None:
     code = "import sys, forensics, forensics.entry; print('polars' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_commands_do_not_import_pyarrow_until_one_writes_parquet() -> None:
+    """pyarrow costs every command ~40 MB and a tenth of a second to import: only a Parquet export needs it."""
+    code = "import sys, forensics.cli; print('pyarrow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
