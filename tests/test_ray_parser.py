@@ -503,12 +503,12 @@ def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Pat
 
     session = tmp_path / _session("a_actor_exit").name
     shutil.copytree(_session("a_actor_exit"), session)
-    _, eventful = _with_small_files(session)
+    quiet, eventful = _with_small_files(session)
     read_alone = []
     real = ray._read_text
     monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
     few = read_ray_session(session)  # two or three files of a kind: each read alone
-    assert set(eventful) <= set(read_alone)
+    assert set(eventful) <= set(read_alone) and not set(quiet) & set(read_alone)
     read_alone.clear()
     monkeypatch.setattr(ray, "_TOGETHER", 1)
     got = read_ray_session(session)
@@ -520,6 +520,7 @@ def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Pat
     assert (got.sources, got.notes, got.facts) == (want.sources, want.notes, want.facts)
     sources = {Path(s.path).name: s for s in got.sources}
     assert sources[f"python-core-worker-{7:056x}_1007.log"].unparsed_lines == 1  # counted as alone
+    assert sources[f"worker-{41:056x}-01000000-1041.out"].notes  # console lines without a time of their own
     assert {"Rollout1", "Console", "Rotated", "Bytes", "Loud"} <= set(got.workers["name"].drop_nulls())
     of = {name: got.events.filter(pl.col("file").str.ends_with(name)) for name in (p.name for p in eventful)}
     assert "ValueError: boom" in " ".join(of[eventful[0].name]["message"])
@@ -538,12 +539,13 @@ def test_without_the_session_start_small_files_with_an_event_are_read_alone(tmp_
 
     session = tmp_path / "copied"
     shutil.copytree(_session("a_actor_exit"), session)
-    _, eventful = _with_small_files(session)
+    quiet, eventful = _with_small_files(session)
     read_alone = []
     real = ray._read_text
     monkeypatch.setattr(ray, "_read_text", lambda path, *a: read_alone.append(path) or real(path, *a))
+    monkeypatch.setattr(ray, "_TOGETHER", 1)
     got = read_ray_session(session)
-    assert got.started is None and set(eventful[:2]) <= set(read_alone)
+    assert got.started is None and set(eventful) <= set(read_alone) and not set(quiet) & set(read_alone)
     monkeypatch.setattr(ray, "_small_files", lambda *a: {})
     want = read_ray_session(session)
     assert got.events.equals(want.events) and got.sources == want.sources
