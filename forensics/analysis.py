@@ -83,12 +83,26 @@ def analyze_each(
     Arguments and errors as for :func:`analyze`; the runs are found (or refused) at the first ``next``.
     """
     t = thresholds or Thresholds()
+    for run in load_each(paths, custom_format=custom_format, wandb_runs=wandb_runs, cache=cache, keys=keys):
+        yield analyze_run(run, t)
+
+
+def load_each(
+    paths: Sequence[Path],
+    *,
+    custom_format: Path | None = None,
+    wandb_runs: Sequence[str] = (),
+    cache: ParseCache | None = None,
+    keys: str | None = None,
+) -> Iterator[RunData]:
+    """Every run :func:`analyze` would judge, read (not judged) one at a time, in its order: a run
+    is read only once the one before is consumed. Arguments and errors as for :func:`analyze`."""
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     for location in locations:
-        yield analyze_run(load_run(location, custom_format=fmt, cache=cache, keys=keys), t)
+        yield load_run(location, custom_format=fmt, cache=cache, keys=keys)
     for name in wandb_runs:
-        yield analyze_run(load_online_wandb(name, keys=keys), t)
+        yield load_online_wandb(name, keys=keys)
 
 
 def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:

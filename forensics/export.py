@@ -17,10 +17,9 @@ from typing import IO, Any
 
 import polars as pl
 
-from forensics.analysis import framework_of, read_log_format
+from forensics.analysis import framework_of, load_each
 from forensics.cache import ParseCache
-from forensics.discover import find_runs
-from forensics.run import RunData, load_online_wandb, load_run
+from forensics.run import RunData
 
 #: The exported columns (CONTRACT's metric frame) and their types.
 EXPORT_SCHEMA: dict[str, pl.DataType] = {
@@ -50,12 +49,8 @@ def metric_rows(
     A run is read only when the previous one's slices are consumed. Arguments as for
     :func:`forensics.analyze`; nothing is judged.
     """
-    fmt = read_log_format(custom_format)
-    locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
-    for location in locations:
-        yield from _export_form(load_run(location, custom_format=fmt, cache=cache, keys=keys))
-    for name in wandb_runs:
-        yield from _export_form(load_online_wandb(name, keys=keys))
+    for run in load_each(paths, custom_format=custom_format, wandb_runs=wandb_runs, cache=cache, keys=keys):
+        yield from _export_form(run)
 
 
 def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | str | os.PathLike[str]) -> int:
