@@ -9,9 +9,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from pathlib import Path
 
 import polars as pl
 
@@ -32,7 +31,7 @@ from forensics.detect import (
     series,
     stall,
 )
-from forensics.discover import RunLocation, find_runs
+from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
 from forensics.model import Analysis, Evidence, Incident, RunAnalysis
 from forensics.observations import slow_start
@@ -43,15 +42,16 @@ from parsers.schema import EVENT_SCHEMA, conform
 
 
 def analyze(
-    paths: Sequence[Path],
+    paths: PathArg | Iterable[PathArg],
     *,
     thresholds: Thresholds | None = None,
-    custom_format: Path | None = None,
+    custom_format: PathArg | None = None,
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
     keys: str | None = None,
 ) -> Analysis:
-    """Analyze every run found under ``paths``, and hosted W&B runs by ``ENTITY/PROJECT/RUN_ID``.
+    """Analyze every run found under ``paths`` (one path or several, ``str`` or ``Path``), and
+    hosted W&B runs by ``ENTITY/PROJECT/RUN_ID``.
 
     ``custom_format`` is a TOML file declaring how to read a hand-rolled trainer's log. With a
     ``cache`` (a folder outside the analyzed tree), unchanged files are not parsed again. ``keys``
@@ -69,10 +69,10 @@ def analyze(
 
 
 def analyze_each(
-    paths: Sequence[Path],
+    paths: PathArg | Iterable[PathArg],
     *,
     thresholds: Thresholds | None = None,
-    custom_format: Path | None = None,
+    custom_format: PathArg | None = None,
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
     keys: str | None = None,
@@ -88,15 +88,16 @@ def analyze_each(
 
 
 def load_each(
-    paths: Sequence[Path],
+    paths: PathArg | Iterable[PathArg],
     *,
-    custom_format: Path | None = None,
+    custom_format: PathArg | None = None,
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
     keys: str | None = None,
 ) -> Iterator[RunData]:
     """Every run :func:`analyze` would judge, read (not judged) one at a time, in its order: a run
     is read only once the one before is consumed. Arguments and errors as for :func:`analyze`."""
+    paths, wandb_runs = as_paths(paths), [wandb_runs] if isinstance(wandb_runs, str) else wandb_runs
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     for location in locations:
@@ -105,12 +106,12 @@ def load_each(
         yield load_online_wandb(name, keys=keys)
 
 
-def locate(paths: Sequence[Path], *, custom_format: Path | None = None) -> list[RunLocation]:
+def locate(paths: PathArg | Iterable[PathArg], *, custom_format: PathArg | None = None) -> list[RunLocation]:
     """The runs ``analyze(paths)`` would analyze, found but not read (cheap: file heads only)."""
     return find_runs(paths, custom_format=read_log_format(custom_format))
 
 
-def read_log_format(path: Path | None) -> CustomFormat | None:
+def read_log_format(path: PathArg | None) -> CustomFormat | None:
     """The custom log format declared in the TOML file ``path`` (``None`` for none).
 
     Raises:

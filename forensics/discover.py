@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,16 @@ _TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0"}
 #: Sources that attach to the run whose text logs sit above them: copies of its numbers
 #: (W&B, TensorBoard, verl's JSONL logger) and the Ray session its workers ran in.
 COPY_KINDS = {"wandb", "tensorboard", "verl_jsonl", "ray_session"}
+
+#: What the library takes where it takes paths: one path, or several.
+PathArg = str | os.PathLike[str]
+
+
+def as_paths(paths: PathArg | Iterable[PathArg]) -> list[Path]:
+    """``paths`` as a list of :class:`~pathlib.Path`: one path (a string too) or an iterable of them."""
+    if isinstance(paths, str | os.PathLike):
+        return [Path(paths)]
+    return [Path(p) for p in paths]
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ class RunLocation:
     skipped: tuple[str, ...] = field(default=())
 
 
-def find_runs(paths: Sequence[Path], *, custom_format: CustomFormat | None = None) -> list[RunLocation]:
+def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat | None = None) -> list[RunLocation]:
     """Every run under ``paths`` (folders are searched, files are taken as they are).
 
     With ``custom_format``, logs it reads are runs too.
@@ -65,6 +75,7 @@ def find_runs(paths: Sequence[Path], *, custom_format: CustomFormat | None = Non
         PathNotFound: a path does not exist.
         NoRunsFound: nothing under the paths looks like a training run's log.
     """
+    paths = as_paths(paths)
     runs: list[RunLocation] = []
     skipped: list[str] = []
     for given in paths:

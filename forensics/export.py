@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import IO, Any
 
 import polars as pl
 
 from forensics.analysis import framework_of, load_each
 from forensics.cache import ParseCache
+from forensics.discover import PathArg
 from forensics.run import RunData
 
 #: The exported columns (CONTRACT's metric frame) and their types.
@@ -36,9 +36,9 @@ SLICE_ROWS = 1 << 18
 
 
 def metric_rows(
-    paths: Sequence[Path],
+    paths: PathArg | Iterable[PathArg],
     *,
-    custom_format: Path | None = None,
+    custom_format: PathArg | None = None,
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
     keys: str | None = None,

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +39,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
-from forensics.discover import LogSource, RunLocation, find_runs
+from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
@@ -137,13 +137,13 @@ class _Task:
 
 
 def analyze_fleet(
-    paths: Sequence[Path],
-    out_dir: Path,
+    paths: PathArg | Iterable[PathArg],
+    out_dir: PathArg,
     *,
     workers: int | None = None,
     ray_address: str | None = None,
     use_ray: bool = False,
-    custom_format: Path | None = None,
+    custom_format: PathArg | None = None,
     wandb_runs: Sequence[str] = (),
     thresholds: Thresholds | None = None,
     cache: ParseCache | None = None,
@@ -171,6 +171,7 @@ def analyze_fleet(
             ``ray`` package, no Ray cluster at the address.
     """
     started = time.perf_counter()
+    paths = as_paths(paths)
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
     names = [loc.run_id for loc in locations] + list(wandb_runs)

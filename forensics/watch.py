@@ -32,7 +32,7 @@ import os
 import statistics
 import time as _time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -56,7 +56,7 @@ from forensics.detect import (
     same_value,
     value_token,
 )
-from forensics.discover import find_runs
+from forensics.discover import PathArg, find_runs
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Cause, Evidence, iso
@@ -152,7 +152,7 @@ class ReplayResult:
 
 
 def replay(
-    paths: Sequence[Path], *, settings: WatchSettings | None = None, custom_format: CustomFormat | None = None
+    paths: PathArg | Iterable[PathArg], *, settings: WatchSettings | None = None, custom_format: CustomFormat | None = None
 ) -> list[ReplayResult]:
     """Every run under ``paths`` replayed as if followed live: which alarms would have fired, where.
 
@@ -182,14 +182,14 @@ class Watcher:
 
     def __init__(
         self,
-        path: Path,
+        path: PathArg,
         *,
         settings: WatchSettings | None = None,
         state_dir: Path | None = None,
         custom_format: CustomFormat | None = None,
         clock: Callable[[], float] = _time.monotonic,
     ) -> None:
-        self.path = path
+        self.path = Path(path)
         self.settings = settings or WatchSettings()
         self.state_dir = state_dir or default_state_dir(path)
         _refuse_inside(self.state_dir, path)
@@ -664,7 +664,7 @@ class _State:
     """Alarms raised so far for one watched path, kept as JSON in the state folder."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.path = Path(path)
         try:
             self._raised: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["raised"]
         except (OSError, ValueError, KeyError, TypeError):

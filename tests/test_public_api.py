@@ -25,3 +25,16 @@ def test_every_command_has_help_with_an_example_and_is_in_the_readme() -> None:
         name = command.name or command.callback.__name__
         assert "Example:" in doc, name
         assert f"grpo-forensics {name}" in readme, name
+
+
+def test_paths_may_be_one_path_or_several_strings_or_paths() -> None:
+    from pathlib import Path
+
+    from forensics import analyze
+    from forensics.analysis import locate
+
+    fixture = Path(__file__).parent / "fixtures" / "sglang_hang"
+    expected = [r.to_dict() for r in analyze([fixture]).runs]
+    for given in (str(fixture), fixture, [str(fixture)], (p for p in [fixture])):
+        assert [r.to_dict() for r in analyze(given).runs] == expected, given
+    assert [loc.run_id for loc in locate(str(fixture))] == [r["run_id"] for r in expected]
