@@ -35,7 +35,7 @@ from typing import Any
 import polars as pl
 
 from forensics.discover import RunLocation
-from forensics.parsed import FRAMES, Parsed
+from forensics.parsed import FRAMES, Parsed, rows_where
 
 #: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
 CACHE_ENV = "GRPO_FORENSICS_CACHE"
@@ -214,13 +214,10 @@ class ParseCache:
             return None  # the cut is not where the last step header was: do not trust the splice
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))
-        frames = {
-            name: pl.concat([getattr(head, name), getattr(tail, name)], how="vertical_relaxed") for name in FRAMES
-        }
         notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
         return replace(
             old,
-            **_later_copies(LATER_COPY_WINS.get(reader), frames),
+            **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
             lines=cut_line - 1 + new_tail.lines,
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
             notes=notes,
@@ -228,19 +225,27 @@ class ParseCache:
         )
 
 
-def _later_copies(rule: str | None, frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """Spliced frames with a re-logged step's earlier copy dropped, as the reader itself does."""
+def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """``head``'s frames followed by ``tail``'s, a step the tail logs again losing its earlier copy
+    in the head, as the reader itself does (each part's own repeats the reader already dropped).
+
+    The head's metric rows are kept as slices, stepped rows before unstepped as a reader gives
+    them: a long run's values are neither copied nor sorted for a few new steps.
+    """
+    frames = {name: pl.concat([head[name], tail[name]], how="vertical_relaxed") for name in FRAMES}
     if rule is None:
         return frames
-    metrics = frames["metrics"]
-    stepped, loose = metrics.filter(pl.col("step").is_not_null()), metrics.filter(pl.col("step").is_null())
-    if rule == "header":
-        stepped = stepped.filter(pl.col("line") == pl.col("line").max().over("step"))
-    else:
-        stepped = stepped.sort("line").unique(["step", "key"], keep="last", maintain_order=True)
+    old, new = head["metrics"], tail["metrics"]
+    again = pl.col("step").is_in(new["step"].drop_nulls().unique().implode())
+    stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
+    parts = [rows_where(old, stepped & ~again)]
+    if rule != "header":  # per key: the head keeps a re-logged step's keys the tail does not log again
+        parts.append(old.filter(again).join(new.select("step", "key").unique(), on=["step", "key"], how="anti"))
+    parts += [new.filter(stepped), rows_where(old, loose), new.filter(loose)]
+    frames["metrics"] = pl.concat(parts, how="vertical_relaxed")
     if rule == "key+step":
-        frames = {**frames, "steps": frames["steps"].unique("step", keep="last").sort("line")}
-    return {**frames, "metrics": pl.concat([stepped, loose]).sort("step", "time", nulls_last=True)}
+        frames["steps"] = frames["steps"].unique("step", keep="last").sort("line")
+    return frames
 
 
 def _cut_line(parsed: Parsed) -> int:

@@ -50,7 +50,7 @@ class Parsed:
 
     def before(self, line: int) -> Parsed:
         """The rows that come from lines before ``line`` (counts are the caller's to fix)."""
-        kept = {name: frame.filter(pl.col("line") < line) for name, frame in self.frames().items()}
+        kept = {name: rows_where(frame, pl.col("line") < line) for name, frame in self.frames().items()}
         return replace(self, **kept)
 
     def shifted(self, lines: int, file: str) -> Parsed:
@@ -60,3 +60,18 @@ class Parsed:
             for name, frame in self.frames().items()
         }
         return replace(self, **moved)
+
+
+def rows_where(frame: pl.DataFrame, predicate: pl.Expr, *, most_runs: int = 64) -> pl.DataFrame:
+    """``frame.filter(predicate)``, as slices of ``frame`` when the kept rows lie in a few runs.
+
+    A grown log's cached rows are kept but for their last few: a filter would copy a long run's
+    every value, slices copy none (they share the frame's buffers).
+    """
+    mask = frame.select(predicate.fill_null(False)).to_series()
+    runs = mask.rle().struct.unnest().with_columns(pl.col("len").cum_sum().shift(1, fill_value=0).alias("start"))
+    kept = runs.filter(pl.col("value"))
+    if kept.height > most_runs:
+        return frame.filter(predicate)
+    parts = [frame.slice(start, length) for start, length in kept.select("start", "len").iter_rows()]
+    return pl.concat(parts, rechunk=False) if parts else frame.clear()

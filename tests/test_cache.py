@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from forensics.cache import ParseCache
 from forensics.cli import app
 from forensics.discover import find_runs
 from forensics.run import RunData, load_run
+from parsers.custom import load_custom_format
 
 SEED000_TRIAL = FIXTURES / "areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0"
 OOM_TRIAL = FIXTURES / "sglang_oom/outputs/logs/root/gsm8k-grpo-oom/trial0"
@@ -110,6 +112,45 @@ def test_a_relaunch_appending_to_the_log_is_spliced(tmp_path: Path) -> None:
     assert cache.outcomes[str(log)] == "grown"
 
 
+@pytest.mark.parametrize("reader", ["verl", "custom"])
+def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: str) -> None:
+    """verl and a declared format keep a re-logged step's latest value per key: the splice must
+    drop exactly the earlier copies a fresh parse of the whole log drops, and keep (verl) the
+    values of keys the relaunch did not log again."""
+    if reader == "verl":
+        from verl_builder import zero_score_run
+
+        log, fmt = zero_score_run(tmp_path / "run", steps=40, file_logger=False, restart=(30, 20)).train_log, None
+        lines = log.read_bytes().splitlines(keepends=True)
+        relaunch = next(i for i, line in enumerate(lines) if b"Load from checkpoint" in line)
+        # The second attempt's first re-logged steps without two of their keys.
+        lines[relaunch:relaunch + 6] = [re.sub(rb" - actor/(?:lr|entropy):[^ ]+", b"", line) for line in lines[relaunch:relaunch + 6]]
+    else:
+        from test_custom_runs import FORMAT, write_toy_log
+
+        log, fmt = tmp_path / "run" / "train.log", load_custom_format(FORMAT)
+        log.parent.mkdir()
+        write_toy_log(log)
+        first = log.read_bytes().splitlines(keepends=True)
+        # A relaunch re-logging steps 20-33 with other losses, after a first launch that reached step 30.
+        lines = first[:30] + [re.sub(rb"loss=\S+", b"loss=-0.5000", line) for line in first[19:33]] + first[33:]
+    data = b"".join(lines)
+    log.write_bytes(b"")
+    cache = ParseCache(tmp_path / "cache")
+
+    def loaded(with_cache: ParseCache | None) -> RunData:
+        [location] = find_runs([tmp_path / "run"], custom_format=fmt)
+        return load_run(location, custom_format=fmt, cache=with_cache)
+
+    outcomes = []
+    for fraction in (0.3, 0.45, 0.5, 0.62, 0.8, 1.0):  # some cuts mid-line: a writer caught half-way
+        with open(log, "ab") as fh:
+            fh.write(data[log.stat().st_size : int(len(data) * fraction)])
+        assert_same_run(loaded(cache), loaded(None))
+        outcomes.append(cache.outcomes[str(log)])
+    assert outcomes.count("grown") >= 3, outcomes
+
+
 def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
     cache = ParseCache(tmp_path / "cache")
     root = FIXTURES / "sglang_hang" / "outputs"
@@ -172,3 +213,23 @@ def test_unchanged_inputs_reuse_the_finished_analysis(tmp_path: Path) -> None:
     checkpoint.write_bytes(b"")  # a zero-length shard: the recommendation may change
     run(3)
     assert len(list(results.iterdir())) == 2
+
+
+def test_rows_where_is_a_filter_that_keeps_few_runs_as_slices() -> None:
+    import random
+
+    from forensics.parsed import rows_where
+
+    rng = random.Random(7)
+    for size, runs in [(0, 1), (1, 1), (1000, 1), (1000, 5), (1000, 300)]:
+        cuts = sorted(rng.sample(range(size), min(size, runs))) if size else []
+        kept = [sum(1 for c in cuts if c <= i) % 2 == 0 for i in range(size)]
+        keep = [None if i % 97 == 5 else k for i, k in enumerate(kept)]
+        frame = pl.DataFrame({"line": range(size), "keep": keep}, schema={"line": pl.Int64, "keep": pl.Boolean})
+        got = rows_where(frame, pl.col("keep"))
+        assert got.equals(frame.filter(pl.col("keep"))), (size, runs)
+        true_runs = sum(1 for i, k in enumerate(keep) if k and (i == 0 or not keep[i - 1]))
+        if 0 < true_runs <= 64:
+            assert got.n_chunks() == true_runs, "a few runs are slices, not a copy"
+        else:
+            assert got.n_chunks() <= 1
