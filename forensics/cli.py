@@ -102,6 +102,15 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
         raise typer.Exit(EXIT_BUG) from None
 
 
+class _Console(Console):
+    """rich's console, but a reader that closes the pipe (``| head``) is no error: what is left to
+    print goes nowhere and the command's other work (``--json FILE``, the report) still happens."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _stdout_to_devnull()
+
+
 def _reader_gone(exc: OSError) -> bool:
     """Whether ``exc`` says stdout's reader closed the pipe (Polars' writers raise a bare OSError)."""
     return isinstance(exc, BrokenPipeError) or str(exc).endswith(f"(os error {errno.EPIPE})")
@@ -147,6 +156,7 @@ def analyze(
             raise UnusableInput("--json - and --markdown - cannot both write to stdout")
         if not paths and not wandb:
             raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
+        _refuse_inside(paths or [], json=json_out, markdown=markdown, out=out)
         cache = _cache(cache_dir, no_cache, paths or [])
         found = locate(paths, custom_format=log_format) if paths else []
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
@@ -158,7 +168,7 @@ def analyze(
             result = pickle.loads(kept["analysis.pickle"])  # noqa: S301 - our own file, in the user's private cache
         else:
             result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
-        console = Console(stderr="-" in (json_out, markdown))
+        console = _Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
             _write_json(result.to_document(), json_out)
@@ -195,7 +205,7 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     result = analyze_fleet(paths, _report_dir(out, paths), workers=workers, use_ray=ray, ray_address=ray_address,
                            custom_format=log_format, wandb_runs=wandb, cache=cache, html=html,
                            markdown=markdown is not None, progress=_show_progress)
-    console = Console(stderr="-" in (json_out, markdown))
+    console = _Console(stderr="-" in (json_out, markdown))
     render_fleet_summary(result.runs_table, console)
     sick = sum(1 for r in result.runs if r.run and r.run["incidents"])
     console.print(f"{len(result.runs)} run(s), {sick} with incidents, {len(result.failed)} not analyzed; "
@@ -307,8 +317,7 @@ def metrics(
             raise UnusableInput("--format parquet needs --output FILE")
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
-        if output is not None and any(_inside(output, given) for given in paths or []):
-            raise UnusableInput(f"--output {output} is inside the analyzed path; nothing is written there")
+        _refuse_inside(paths or [], output=output)
         if keys is not None:
             try:
                 re.compile(keys)
@@ -341,9 +350,10 @@ def compare(
     from reports import render_comparison, write_compare_html
 
     def work() -> None:
+        _refuse_inside([run_a, run_b], json=json_out, out=out)
         cache = _cache(cache_dir, no_cache, [run_a, run_b])
         result = compare_runs(_single_run(run_a, cache), _single_run(run_b, cache))
-        console = Console(stderr=json_out == "-")
+        console = _Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:
             _write_json(result.to_dict(), json_out)
@@ -388,11 +398,10 @@ def watch(
     from reports.alarms import print_alarm, render_replay
 
     settings = WatchSettings(zero_steps=zero_steps, warmup_steps=warmup_steps, server_down_minutes=server_down_minutes)
-    console = Console(stderr=as_json)
+    console = _Console(stderr=as_json)
 
     def work() -> int:
-        if report_dir is not None and _inside(report_dir, path):
-            raise UnusableInput(f"--report-dir {report_dir} is inside the watched path {path}; reports never go there")
+        _refuse_inside([path], report_dir=report_dir)
         fmt = read_log_format(log_format)
         if replay:
             results = replay_run([path], settings=settings, custom_format=fmt)
@@ -479,10 +488,19 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
 
 
 def _inside(target: Path, given: Path) -> bool:
-    root = given.resolve()
-    root = root if root.is_dir() else root.parent
-    resolved = target.resolve()
-    return resolved == root or root in resolved.parents
+    """Whether writing ``target`` writes under ``given`` (a folder: anywhere in it; a file: itself)."""
+    root, resolved = Path(os.path.realpath(given)), Path(os.path.realpath(target))  # realpath: loops do not raise
+    return resolved == root or (root.is_dir() and root in resolved.parents)
+
+
+def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
+    """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed path."""
+    for option, target in outputs.items():
+        if target is None or str(target) == "-":
+            continue
+        for given in paths:
+            if _inside(Path(target), given):
+                raise UnusableInput(f"--{option.replace('_', '-')} {target} is inside the analyzed path {given}; nothing is written there")
 
 
 def _write_text(text: str, target: str) -> None:

@@ -222,6 +222,23 @@ def test_a_reader_that_stops_early_is_not_an_error(fixture_run, command: str) ->
     assert child.stderr.read() == b""
 
 
+@pytest.mark.parametrize("command", [["analyze", "--no-html"], ["compare", "--no-html"], ["watch", "--replay"]])
+def test_a_summary_into_a_closed_pipe_still_does_the_rest(fixture_run, tmp_path: Path, command: list[str]) -> None:
+    """``grpo-forensics analyze run/ --json a.json | head -1``: rich's console would exit 1 (an
+    incident, to CI) when the reader has gone; the summary goes nowhere and the rest is done."""
+    run = str(fixture_run("areal_seed000"))
+    args = [command[0], run, *([run] if command[0] == "compare" else []), *command[1:]]
+    if command[0] != "watch":
+        args += ["--json", str(tmp_path / "a.json"), "--no-cache"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    done = subprocess.run([sys.executable, "-m", "forensics", *args], stdout=write_end, stderr=subprocess.PIPE, timeout=300)
+    os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, b"")
+    if command[0] != "watch":
+        assert json.loads((tmp_path / "a.json").read_text())
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the malloc settings are glibc's")
 def test_the_command_line_keeps_freed_blocks_in_the_heap() -> None:
     """The settings that spare each 16 MB block a fresh memory map take (in a process of its own:

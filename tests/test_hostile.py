@@ -220,6 +220,40 @@ def test_cache_inside_the_tree_is_refused(damaged: Path, tmp_path: Path) -> None
     assert tree_state(damaged) == before
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["analyze", "{tree}", "--no-html", "--json", "{tree}/a.json"],
+        ["analyze", "{tree}", "--no-html", "--markdown", "{tree}/logs/a.md"],
+        ["analyze", "{tree}", "--out", "{tree}/report"],
+        ["metrics", "{tree}", "--output", "{tree}/m.csv"],
+        ["compare", "{tree}", "{tree}", "--no-html", "--json", "{tree}/c.json"],
+    ],
+)
+def test_an_output_inside_the_tree_is_refused_before_any_work(damaged: Path, command: list[str]) -> None:
+    before = tree_state(damaged)
+    refused = invoke(*[part.format(tree=damaged) for part in command], "--no-cache")
+    assert refused.exit_code == 2 and "inside the analyzed path" in refused.stderr
+    assert refused.stdout == ""  # refused first: no summary printed, nothing read
+    assert tree_state(damaged) == before
+
+
+def test_outputs_beside_a_log_given_alone_are_not_inside_it(tmp_path: Path) -> None:
+    """A file is analyzed, not its folder: the cache and reports may sit next to it; a loop or a
+    missing path is answered as such."""
+    log = tmp_path / "trainer.log"
+    log.write_bytes(gzip.decompress((FIXTURES / "areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0/trainer.log.gz").read_bytes()))
+    best = invoke("best-checkpoint", str(log), "--cache-dir", str(tmp_path / "cache"))
+    assert best.exit_code != 2 and "inside" not in best.stderr, best.stderr  # 4: no checkpoint beside it
+    missing = invoke("analyze", str(tmp_path / "nothing-here"), "--cache-dir", str(tmp_path / "cache"))
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for command in (["analyze", "--no-html"], ["events"], ["metrics"], ["best-checkpoint"]):
+        looped = invoke(*command, str(tmp_path / "a"), "--cache-dir", str(tmp_path / "cache"))
+        assert looped.exit_code == 2, (command, looped.stderr)
+
+
 def test_hostile_text_is_escaped(damaged: Path, tmp_path: Path) -> None:
     analyze_doc(damaged, tmp_path)
     page = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
