@@ -26,7 +26,8 @@ def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
         return frame
     headers = clock["time"]
     # The step of index len(clock): a time after the last header.
-    steps = pl.concat([clock["step"], pl.Series([int(clock["step"].max()) + 1], dtype=clock["step"].dtype)])
+    after = min(int(clock["step"].max()) + 1, 2**63 - 1)  # a damaged source's step can be Int64's last
+    steps = pl.concat([clock["step"], pl.Series([after], dtype=clock["step"].dtype)])
     pieces, start = [], 0
     # Chunk by chunk, each like the frame's other columns: a column chunked unlike the rest makes
     # Polars copy the whole (large) frame at its next ``select``. Chunks with every step are kept.

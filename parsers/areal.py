@@ -25,7 +25,7 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, line_batch_pieces, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, keys_kept, with_keys
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, keys_kept, step_number, with_keys
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
@@ -184,8 +184,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         kept,
         "time",
         "level",
-        pl.when(text.str.contains("Train step ", literal=True)).then(text.str.extract(_LITE_HEADER, 5).cast(pl.Int64)).alias("lite_step"),
-        pl.when(text.str.contains("(global step ", literal=True)).then(text.str.extract(_REALHF_HEADER, 5).cast(pl.Int64)).alias("realhf_step"),
+        pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER)).alias("lite_step"),
+        pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER)).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
         text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
     )
@@ -244,7 +244,8 @@ def _assemble(
     tops = parts["tops"]
 
     headers = _headers(logged)
-    steps = conform(headers.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
+    damaged = int((headers["step"] == _DAMAGED).sum())
+    steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     metrics, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
     events = _events(path, untimed, logged, fmt)
@@ -254,6 +255,7 @@ def _assemble(
         f"{count} {what}"
         for count, what in (
             (orphans, "table rows belong to no step header (pasted or cut-off tables)"),
+            (damaged, "step headers carry no readable step number (a damaged line): their tables were skipped"),
             (broken, "table rows cut off mid-row were skipped"),
             (bad_values, "table values were not numbers"),
             (int(row_counts["overflow"].sum()), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
@@ -269,10 +271,19 @@ def _assemble(
         metrics=pl.concat([metrics, memory]),
         events=events,
         lines=total_lines,
-        unparsed_lines=unexplained + broken,
+        unparsed_lines=unexplained + broken + damaged,
         notes=tuple(notes),
         facts=_facts(logged),
     )
+
+
+#: The step of a header whose number is damaged (too many digits): its table is owned, then dropped.
+_DAMAGED = -1
+
+
+def _header_step(text: pl.Expr, header: str) -> pl.Expr:
+    digits = text.str.extract(header, 5)
+    return pl.coalesce(step_number(digits), pl.when(digits.is_not_null()).then(pl.lit(_DAMAGED, pl.Int64)))
 
 
 def _headers(logged: pl.DataFrame) -> pl.DataFrame:
@@ -316,7 +327,7 @@ def _table_metrics(
         .sort("top")
         .with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
     )
-    owners = owned.select("top", "header", "step", "time", "latest")
+    owners = owned.select("top", "header", "step", "time", pl.col("latest") & (pl.col("step") != _DAMAGED))
     # A row has an owner when an owned table starts above it: the runs before the first one have none.
     first_owned = owners["top"].min()
     orphans = int(runs.filter(pl.col("first") < first_owned)["rows"].sum()) if first_owned is not None else int(runs["rows"].sum())

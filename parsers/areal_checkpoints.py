@@ -33,7 +33,7 @@ from parsers.schema import CHECKPOINT_SCHEMA
 __all__ = ["read_areal_checkpoints"]
 
 
-_STEP_FOLDER = re.compile(r"epoch(\d+)epochstep(\d+)globalstep(\d+)")
+_STEP_FOLDER = re.compile(r"epoch(\d{1,15})epochstep(\d{1,15})globalstep(\d{1,15})")  # more digits: not a step
 _WEIGHTS = re.compile(r".+\.safetensors|(pytorch_model|adapter_model).*\.bin")
 _SHARD = re.compile(r"(.+)-\d+-of-(\d+)\.(safetensors|bin)")
 _OPTIMIZER_SHARD = re.compile(r"optim_world_size_\d+_rank_\d+\.pt")

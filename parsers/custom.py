@@ -37,7 +37,7 @@ import polars as pl
 
 from parsers._formats import EventPattern, FormatDefinitionError, load_format
 from parsers._lines import ANSI, collect_lines, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, step_number
 
 __all__ = [
     "DETAIL_SCHEMA",
@@ -196,7 +196,7 @@ def _values(found: pl.DataFrame, pattern: ValuePattern) -> pl.DataFrame:
     when = field("time").str.strptime(pl.Datetime("ms"), pattern.time_format, strict=False) if pattern.time_format else None
     base = [
         pl.col("line"),
-        optional("step", field("step").cast(pl.Int64, strict=False), pl.Int64()),
+        optional("step", step_number(field("step")), pl.Int64()),
         optional("time", when if when is not None else pl.lit(None), pl.Datetime("ms")),
         optional("micro", field("micro").cast(pl.Int64, strict=False), pl.Int64()),
     ]

@@ -59,6 +59,16 @@ CHECKPOINT_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+#: No run logs a quadrillion steps: a larger number where a step should be is a damaged line.
+MAX_STEP = 10**15 - 1
+
+
+def step_number(digits: pl.Expr) -> pl.Expr:
+    """``digits`` read as a step: null, never an error, when they are not one (too many digits)."""
+    step = digits.cast(pl.Int64, strict=False)
+    return pl.when(step <= MAX_STEP).then(step)
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with ``schema``."""
     return pl.DataFrame(schema=schema)

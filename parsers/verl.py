@@ -35,7 +35,7 @@ import polars as pl
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, collect_lines, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
-from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, conform, later_lines_win, with_keys
+from parsers.schema import MAX_STEP, METRIC_SCHEMA, STEP_SCHEMA, conform, later_lines_win, step_number, with_keys
 
 __all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
 
@@ -169,8 +169,9 @@ def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     frame = rows.filter(attached).group_by("record", maintain_order=True).agg(pl.col("line").first(), pl.col("text").str.join(""))
     step = _config()["step"]
     parsed = frame.with_columns(pl.col("text").str.strip_chars_end().str.extract_groups(step["regex"]).alias("g")).unnest("g")
+    parsed = parsed.with_columns(step_number(pl.col("step")).alias("step"))
     orphans += parsed.filter(pl.col("step").is_null()).height
-    return parsed.filter(pl.col("step").is_not_null()).select("line", pl.col("step").cast(pl.Int64), "rest"), orphans
+    return parsed.filter(pl.col("step").is_not_null()).select("line", "step", "rest"), orphans
 
 
 def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
@@ -339,9 +340,9 @@ def _line_by_line(rows: pl.DataFrame) -> tuple[list[tuple[int, int, str, float]]
         try:
             record = json.loads(text)
             step, data = int(record["step"]), record["data"]
-            if not isinstance(data, dict):
+            if not isinstance(data, dict) or not 0 <= step <= MAX_STEP:
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             broken += 1
             continue
         for key, value in data.items():

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 TRACKER = "latest_checkpointed_iteration.txt"
-_STEP_FOLDER = re.compile(r"global_step_(\d+)")
+_STEP_FOLDER = re.compile(r"global_step_(\d{1,15})")  # more digits: not a step
 _SHARD = re.compile(r"(model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt")
 _ROLES = ("actor", "critic")
 _MAX_JSON = 10_000_000
@@ -69,7 +69,7 @@ def latest_checkpointed_iteration(ckpt_root: Path) -> int | None:
         text = (Path(ckpt_root) / TRACKER).read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isdigit() and len(text) <= 15 else None
 
 
 def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:

@@ -37,8 +37,11 @@ def build_damaged_tree(root: Path) -> Path:
     packed.unlink()
     a, b = ROTATE_AT
 
-    # Oldest rotation, gzipped.
-    (trial / "trainer.log.2.gz").write_bytes(gzip.compress(b"\n".join(lines[:a]) + b"\n"))
+    # Oldest rotation, gzipped, one step header's number damaged past what an Int64 holds.
+    oldest = lines[:a]
+    header = next(i for i, line in enumerate(oldest) if b"Train step 100/" in line)
+    oldest[header] = oldest[header].replace(b"Train step 100/", b"Train step 99999999999999999999/")
+    (trial / "trainer.log.2.gz").write_bytes(gzip.compress(b"\n".join(oldest) + b"\n"))
 
     # Middle rotation: the collapse, hostile text, and every kind of byte-level damage.
     middle = lines[a:b]
@@ -85,6 +88,7 @@ def build_damaged_tree(root: Path) -> Path:
     body = corrupt.read_bytes()
     corrupt.write_bytes(body[:8] + b"{not json at all" + body[24:])
     (outputs / CKPT / "recover_info" / "step_info.json").write_text('{"global_step": 13', encoding="utf-8")
+    (ckpt / "epoch9epochstep9globalstep99999999999999999999").mkdir()  # not a step any run reaches
     return outputs
 
 
@@ -140,6 +144,9 @@ def test_analyze_survives_damage(damaged: Path, tmp_path: Path) -> None:
     assert ROTATE_AT[0] - 5 <= counts["trainer.log.2.gz"]["lines"] <= ROTATE_AT[0]
     # the damaged middle copy: its junk lines are counted as unparsed, never dropped silently
     assert counts["trainer.log.1"]["unparsed_lines"] >= 4
+    # a header whose step number is damaged: counted, said, its table not given to another step
+    assert counts["trainer.log.2.gz"]["unparsed_lines"] >= 1
+    assert any("no readable step number" in note for note in counts["trainer.log.2.gz"]["notes"])
     assert run["steps"]["first"] == 1 and run["steps"]["last"] >= 1800
 
     # What could not be read is said: the unreadable file (not as root), the bad checkpoints.
@@ -154,6 +161,7 @@ def test_analyze_survives_damage(damaged: Path, tmp_path: Path) -> None:
     assert all(not c["complete"] for c in run["checkpoints"] if c["kind"] == "recover")
     assert checkpoints["epoch1epochstep464globalstep1399"]["complete"] is False
     assert checkpoints["epoch1epochstep564globalstep1499"]["complete"] is False
+    assert not any("99999999999999999999" in name for name in checkpoints)
     assert run["recommendation"]["step"] == 900
 
     # Evidence points at real lines of the damaged files.

@@ -147,12 +147,14 @@ def test_jsonl_file_logger(tmp_path: Path) -> None:
     first = json.loads(paths.jsonl.read_text().splitlines()[1])
     assert first["step"] == 1 and isinstance(first["data"], dict)
     with paths.jsonl.open("a") as fh:
-        fh.write('{"step": 6, "data": {"x": "text", "y": [1, 2], "critic/score/mean": 0.5}}\n{"step": 7, "da')
+        fh.write('{"step": 6, "data": {"x": "text", "y": [1, 2], "critic/score/mean": 0.5}}\n')
+        # damaged steps: not numbers any run reaches, counted as unparsed lines, never an error
+        fh.write('{"step": 1e400, "data": {}}\n{"step": 99999999999999999999, "data": {"a": 1}}\n{"step": 7, "da')
     log = read_verl_log(paths.jsonl)
     assert log.steps["step"].to_list() == [1, 2, 3, 4, 5, 6]
     assert math.isnan(_value(log, 2, "actor/grad_norm"))  # written as null
     assert _value(log, 6, "critic/score/mean") == 0.5
-    assert log.unparsed_lines == 1 and log.lines == 8 and log.kind == "verl_jsonl"
+    assert log.unparsed_lines == 3 and log.lines == 10 and log.kind == "verl_jsonl"
     assert any("null" in n for n in log.notes) and any("not numbers" in n for n in log.notes)
     assert log.facts == {"project_name": "verl_grpo_example_gsm8k", "experiment_name": "qwen2_7b_function_rm"}
     console = read_verl_log(paths.train_log)
