@@ -33,7 +33,7 @@ from forensics.detect import (
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
-from forensics.model import Analysis, Evidence, Incident, RunAnalysis
+from forensics.model import Analysis, Evidence, Incident, RunAnalysis, data_lost, unjudged
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
@@ -123,6 +123,11 @@ def read_log_format(path: PathArg | None) -> CustomFormat | None:
         raise UnusableInput(f"{path}: {exc}") from exc
 
 
+def _caveat(run: RunData, primary: str | None) -> str | None:
+    """Why no incident would not make ``run`` healthy: nothing judged, or part of its logs unread."""
+    return unjudged(run.steps.is_empty(), primary) or ("part of the logs could not be read" if data_lost(run.sources) else None)
+
+
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     """Detect, explain and recommend for one loaded run."""
     primary, why_primary = choose_primary(run.metrics)
@@ -144,7 +149,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, judged=not run.steps.is_empty()),
+        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary)),
         metrics=run.metrics,
         events=events,
         steps=run.steps,

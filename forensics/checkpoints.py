@@ -37,19 +37,18 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
-              *, judged: bool = True) -> Recommendation:
-    """The checkpoint to resume from, or ``None`` with the reason. ``judged``: the run logged
-    training steps (without any, no incident says the run is healthy)."""
+              *, caveat: str | None = None) -> Recommendation:
+    """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
+    incident does not make the run healthy (nothing judged, logs not read), when it does not."""
     complete = [c for c in checkpoints if c.complete]
     skipped = [c for c in checkpoints if not c.complete]
     warnings = [f"skipped incomplete checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
     if not incidents:
-        unjudged = "No training step was logged, so no metric could be judged"
+        found = f"No incident found, but {caveat}" if caveat else "No incident found"
         if not complete:
-            reason = "The run looks healthy, but no complete checkpoint was found." if judged else f"{unjudged}; no complete checkpoint was found."
+            reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))
         best = max(complete, key=lambda c: (c.step, c.resumable))
-        found = "No incident found" if judged else unjudged
         reason = f"{found}; step {best.step} is the newest complete checkpoint."
         return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
 

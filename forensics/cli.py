@@ -504,18 +504,16 @@ def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
 
 
 def _write_text(text: str, target: str) -> None:
+    """``text`` to the file ``target`` (its folder made when missing), or to stdout for ``-``."""
     if target == "-":
         sys.stdout.write(text)
     else:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(text, encoding="utf-8")
 
 
 def _write_json(document: dict[str, Any], target: str) -> None:
-    text = json.dumps(document, indent=2)
-    if target == "-":
-        sys.stdout.write(text + "\n")
-    else:
-        Path(target).write_text(text + "\n", encoding="utf-8")
+    _write_text(json.dumps(document, indent=2) + "\n", target)
 
 
 def _report_dir(out: Path | None, paths: list[Path]) -> Path:

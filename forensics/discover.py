@@ -132,6 +132,10 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
             problems.append(f"{path}: {exc.strerror or exc}")
             continue
         if kind is None:
+            match = _LOG_NAME.match(path.name)
+            if match and match.group("base") == "trainer.log":  # by its name a run's main log: say why it is left out
+                problems.append(f"{path}: named like a trainer log, but no format this tool reads (binary, damaged or"
+                                " another tool's log): not read")
             continue
         match = _LOG_NAME.match(path.name)
         rotation = int(match.group("rot") or 0) if match else 0

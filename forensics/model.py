@@ -7,13 +7,18 @@ CONTRACT's JSON document with :func:`Analysis.to_document`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
 
 SCHEMA = "grpo-forensics/analysis/v1"
+#: Source notes that say part of a source could not be read: shown wherever the verdict is, since
+#: a collapse may sit in what is missing.
+_LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the rest (?:of \w+ )*(?:was|were) skipped|no readable")
 TOOL_VERSION = "0.1.0"
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
@@ -171,6 +176,26 @@ class SourceReport:
         }
 
 
+def unjudged(no_steps: bool, primary_metric: str | None) -> str | None:
+    """Why finding no incident says nothing of a run's health, or ``None`` when it does."""
+    if no_steps:
+        return "no training step was logged: no metric could be judged"
+    if primary_metric is None:
+        return "no reward series was found: the reward could not be judged"
+    return None
+
+
+def data_lost(sources: list[SourceReport]) -> list[str]:
+    """``file: note`` for every note of ``sources`` saying part of a source could not be read."""
+    lost = []
+    for s in sources:
+        name = Path(s.path).name
+        for note in s.notes:
+            if s.kind == "unreadable" or _LOST.search(note):
+                lost.append(f"{name}: {note.removeprefix(f'{s.path}: ').removeprefix(f'{name}: ')}")
+    return lost
+
+
 @dataclass
 class RunAnalysis:
     """Everything found about one run: its frames and the claims made from them."""
@@ -192,6 +217,14 @@ class RunAnalysis:
     """For a series found in several copies (log, W&B, TensorBoard), the copy it was taken from."""
     observations: list[str] = field(default_factory=list)
     """Findings that are not incidents (e.g. steps getting slower instead of faster)."""
+
+    def unjudged(self) -> str | None:
+        """Why the run cannot be called healthy when no incident was found, or ``None`` when it can."""
+        return unjudged(self.steps.is_empty(), self.primary_metric)
+
+    def data_lost(self) -> list[str]:
+        """``file: note`` for every source note saying part of a source could not be read."""
+        return data_lost(self.sources)
 
     def step_range(self) -> dict[str, int | None]:
         if self.steps.is_empty():

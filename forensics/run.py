@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from forensics.merge import merge_sources, step_offset
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
 from parsers import read_areal_log, read_sglang_log
+from parsers._lines import gzip_damage
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat, read_custom_log
@@ -78,7 +79,8 @@ def load_run(
         try:
             parsed = parse_source(source, custom_format=custom_format, cache=cache, keys=keys)
         except (OSError, pl.exceptions.PolarsError, ValueError) as exc:
-            sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {exc}",)))
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # Polars' errors run to many lines
+            sources.append(SourceReport(str(source.path), source.kind, 0, 0, (f"not read: {reason}",)))
             continue
         sources.extend(_coverage(source, parsed))
         for p in parsed:
@@ -196,6 +198,12 @@ def _read_through(
 
 
 def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
+    parsed = _parse(reader, path, custom_format, keys)
+    damage = gzip_damage(path)  # a torn or corrupt .gz reads as a shorter log: say so
+    return replace(parsed, notes=(*parsed.notes, damage)) if damage else parsed
+
+
+def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
     if reader == "areal":
         log = read_areal_log(path, keys=keys)
         return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)

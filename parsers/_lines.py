@@ -62,32 +62,56 @@ def _chunk_frame(data: bytes, first_line: int) -> pl.LazyFrame:
     return _numbered(pl.LazyFrame({"text": texts}), first_line).with_columns(pl.col("text").str.strip_suffix("\r"))
 
 
+#: What was wrong with a gzipped log's stream when it was last read, by path (see :func:`gzip_damage`).
+_damage: dict[str, str] = {}
+
+
+def gzip_damage(path: Path | str) -> str | None:
+    """Why reading gzipped ``path`` stopped before its end the last time it was read to the end
+    (cut off mid-stream, corrupt), or ``None``: whole, or not gzipped."""
+    return _damage.get(str(path))
+
+
 class _GzipTolerant:
-    """A gzip reader that ends quietly where the stream is torn (a log gzipped while being cut)."""
+    """A gzip reader that ends quietly where the stream is torn or corrupt (a log gzipped while
+    being cut), and says so in :func:`gzip_damage`."""
 
     def __init__(self, path: Path) -> None:
+        self._path = str(path)
         self._fh = open(path, "rb")  # noqa: SIM115 - closed in __exit__
         self._inflate = zlib.decompressobj(47)  # gzip header, multi-member handled below
+        self._fed = False  # the current member has had bytes: the file must not end before its end
+        self._next = b""  # bytes after a member's end: the next member, if any
+        self._text = 0
         self._done = False
+        _damage.pop(self._path, None)
 
     def read(self, n: int) -> bytes:
         out = bytearray()
         while len(out) < n and not self._done:
-            raw = self._inflate.unconsumed_tail or self._fh.read(1 << 20)
+            raw = self._inflate.unconsumed_tail or self._next or self._fh.read(1 << 20)
+            self._next = b""
             if not raw:
                 self._done = True
+                if self._fed:
+                    self._say(f"cut off after {self._text + len(out):,} bytes of text (the file ends mid-stream): the rest of the log is missing")
                 break
             try:
+                self._fed = True
                 out += self._inflate.decompress(raw, n - len(out))
-            except zlib.error:  # corrupt or truncated member: keep what was inflated
+            except zlib.error:  # corrupt: keep what was inflated
                 self._done = True
+                self._say(f"corrupt after {self._text + len(out):,} bytes of text: the rest of the file was skipped")
                 break
-            if self._inflate.eof:  # next gzip member, if any (concatenated .gz files)
-                unused = self._inflate.unused_data
+            if self._inflate.eof:  # next gzip member, if any (concatenated .gz files); zeros pad some
+                self._next = self._inflate.unused_data.lstrip(b"\0")
                 self._inflate = zlib.decompressobj(47)
-                if unused:
-                    out += self._inflate.decompress(unused, max(1, n - len(out)))
+                self._fed = False
+        self._text += len(out)
         return bytes(out)
+
+    def _say(self, what: str) -> None:
+        _damage[self._path] = f"gzip stream {what}"
 
     def __enter__(self) -> _GzipTolerant:
         return self

@@ -78,10 +78,16 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
             for i in run.incidents
         )
         status = f'<div class="status bad">{len(run.incidents)} incident(s) found<ul>{items}</ul></div>'
-    elif not run.step_range()["count"]:
-        status = '<div class="status neutral">No incident found, but no training step was logged: no metric could be judged.</div>'
+    elif why := run.unjudged():
+        status = f'<div class="status neutral">No incident found, but {e(why)}.</div>'
+    elif run.data_lost():
+        status = '<div class="status neutral">No incident found in what could be read (below: what could not).</div>'
     else:
         status = '<div class="status ok">No incident found — the run looks healthy.</div>'
+    lost = run.data_lost()
+    if lost:
+        status += ('<div class="status neutral">Part of the logs could not be read:<ul>'
+                   + "".join(f"<li><code>{e(note)}</code></li>" for note in lost) + "</ul></div>")
     cards = "".join(_incident_card(run, inc, prefix) for inc in run.incidents)
     return (
         '<header class="verdict">'

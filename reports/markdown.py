@@ -64,9 +64,17 @@ def _run(run: RunAnalysis) -> list[str]:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']}" if rng["count"] else "no steps logged"
     n = len(run.incidents)
-    head = f"{n} incident{'s' if n != 1 else ''}" if n else "healthy, no incident" if rng["count"] else "no incident, nothing judged"
+    lost = run.data_lost()
+    head = (f"{n} incident{'s' if n != 1 else ''}" if n else "no incident, nothing judged" if run.unjudged()
+            else "no incident in what could be read" if lost else "healthy, no incident")
     out = [f"#### grpo-forensics: {text(run.run_id)} — {head}", "",
            f"{text(run.framework)}, {steps}, primary metric {code(run.primary_metric or 'none')}", ""]
+    if not n and run.unjudged():
+        out += [f"No incident found, but {text(run.unjudged())}.", ""]
+    if lost:
+        out += [f"- ⚠ not read: {code(note)}" for note in lost[:TOP_EVIDENCE * 2]]
+        out += [f"- … {len(lost) - TOP_EVIDENCE * 2} more in the HTML report"] if len(lost) > TOP_EVIDENCE * 2 else []
+        out.append("")
     for inc in run.incidents:
         out += _incident(run, inc)
     rec = run.recommendation

@@ -60,9 +60,16 @@ def _run(run: RunAnalysis, console: Console) -> None:
     if len(run.sources) > MAX_SOURCES:
         console.print(Text(f"  ... and {len(run.sources) - MAX_SOURCES} more", style="dim"), highlight=False)
 
-    if not run.incidents and not run.step_range()["count"]:
-        console.print(Text("No incident found, but no training step was logged: no metric could be judged.", style="bold yellow"),
+    lost = run.data_lost()
+    for note in lost[:MAX_SOURCES]:
+        console.print(Text(f"warning: {note}", style="yellow"), highlight=False)
+    if len(lost) > MAX_SOURCES:
+        console.print(Text(f"warning: ... and {len(lost) - MAX_SOURCES} more unread parts, listed in the report", style="yellow"),
                       highlight=False)
+    if not run.incidents and (why := run.unjudged()):
+        console.print(Text(f"No incident found, but {why}.", style="bold yellow"), highlight=False)
+    elif not run.incidents and lost:
+        console.print(Text("No incident found in what could be read (see the warnings above).", style="bold yellow"), highlight=False)
     elif not run.incidents:
         console.print(Text("No incident found: the run looks healthy.", style="bold green"), highlight=False)
     for inc in run.incidents:

@@ -80,3 +80,24 @@ def test_hosted_wandb_run_without_key_is_a_clear_error(tmp_path: Path, monkeypat
     result = runner.invoke(app, ["analyze", "--wandb", "entity/project/run123", "--no-html"])
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "entity/project/run123" in result.stderr
+
+
+def test_a_format_without_a_reward_is_not_called_healthy(tmp_path: Path) -> None:
+    """Steps but no reward series: no incident can be found, and none of the renderings says healthy."""
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    write_toy_log(log)
+    fmt = tmp_path / "f.toml"
+    fmt.write_text('name = "steps-only"\nregex = \'step (?P<step>\\d+) \\| reward=(?P<r>\\S+)\'\n')
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["analyze", str(log), "--log-format", str(fmt), "--no-cache", "--out", str(out),
+                                 "--json", str(out / "a.json"), "--markdown", str(out / "a.md")])
+    assert result.exit_code == 0, result.output
+    [run] = json.loads((out / "a.json").read_text())["runs"]
+    assert run["steps"]["count"] == 60 and run["primary_metric"] is None and run["incidents"] == []
+    said = " ".join(result.output.split())
+    assert "no reward series was found" in said and "looks healthy" not in said
+    assert "nothing judged" in (out / "a.md").read_text()
+    page = (out / "report.html").read_text()
+    assert "no reward series was found" in page and "looks healthy" not in page
+    assert run["recommendation"]["reason"].startswith("No incident found, but no reward series was found")

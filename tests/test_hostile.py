@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import random
 import re
 import shutil
 import stat
@@ -320,3 +321,42 @@ def test_a_named_pipe_is_named_not_opened(damaged: Path) -> None:
     lone = invoke("analyze", str(damaged / TRIAL / "rollout.log"), "--no-html")
     assert lone.exit_code == 2
     assert "rollout.log: a named pipe, not a file: not read" in " ".join(lone.output.split())
+
+
+def _seed_trial(tmp_path: Path) -> tuple[Path, bytes]:
+    outputs = tmp_path / "run" / "outputs"
+    shutil.copytree(FIXTURES / "areal_seed000" / "outputs", outputs, symlinks=True)
+    packed = outputs / TRIAL / "trainer.log.gz"
+    return packed, packed.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["cut", "corrupt", "junk", "padded"])
+def test_an_unread_part_is_warned_wherever_the_verdict_is(tmp_path: Path, damage: str) -> None:
+    """A torn or corrupt .gz reads as a shorter log, a junk trainer.log.gz as none: each says so in
+    the terminal, the Markdown and the HTML, not only in the JSON. Zero padding after the last
+    gzip member (some tools add it) is no damage."""
+    packed, data = _seed_trial(tmp_path)
+    if damage == "cut":
+        packed.write_bytes(data[: len(data) * 3 // 5])
+    elif damage == "corrupt":
+        middle = len(data) * 3 // 5
+        packed.write_bytes(data[:middle] + bytes(b ^ 0x5A for b in data[middle : middle + 64]) + data[middle + 64 :])
+    elif damage == "junk":
+        packed.write_bytes(bytes(random.Random(3).randrange(256) for _ in range(50_000)))
+    else:
+        packed.write_bytes(data + b"\0" * 1024)
+    out = tmp_path / "out"
+    result = invoke("analyze", str(tmp_path / "run"), "--no-cache", "--out", str(out), "--json", str(out / "a.json"),
+                    "--markdown", str(out / "a.md"))
+    [run] = json.loads((out / "a.json").read_text())["runs"]
+    [trainer] = [s for s in run["sources"] if Path(s["path"]).name == "trainer.log.gz"]
+    terminal, markdown, page = result.output, (out / "a.md").read_text(), (out / "report.html").read_text()
+    if damage == "padded":
+        assert not any("gzip" in note for note in trainer["notes"])
+        assert run["incidents"][0]["onset_step"] == 940 and "warning: trainer.log" not in terminal
+        return
+    said = {"cut": "gzip stream cut off", "corrupt": "gzip stream corrupt", "junk": "no format this tool reads"}[damage]
+    assert any(said in note for note in trainer["notes"]), trainer
+    assert "warning: trainer.log.gz" in " ".join(terminal.split())
+    assert said in " ".join(terminal.split()) and said in markdown and said in page
+    assert "looks healthy" not in terminal + markdown + page

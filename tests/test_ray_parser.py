@@ -567,7 +567,7 @@ def test_a_ray_session_alone_is_read_and_not_called_healthy(tmp_path: Path) -> N
     assert "no training step was logged: no metric could be judged" in result.output and "looks healthy" not in result.output
     [run] = json.loads((tmp_path / "doc.json").read_text())["runs"]
     assert run["incidents"] == [] and run["steps"]["count"] == 0
-    assert run["recommendation"]["reason"].startswith("No training step was logged")
+    assert run["recommendation"]["reason"].startswith("No incident found, but no training step was logged")
     assert "nothing judged" in (tmp_path / "summary.md").read_text()
     page = (tmp_path / "out" / "report.html").read_text()
     assert "no metric could be judged" in page and "looks healthy" not in page
