@@ -1,8 +1,8 @@
 """Parsed frames kept between runs as Parquet, keyed by file identity, outside the analyzed tree.
 
 One entry per (reader, source path): the parse's frames as Parquet, its counts as JSON, and
-the identity of what was parsed (size, mtime, inode, a hash of the head and of the bytes just
-before the end). On the next run:
+the identity of what was parsed (size, mtime, ctime, inode, a hash of the head and of the bytes
+just before the end). On the next run:
 
 - an unchanged file is not parsed at all;
 - a grown log (same head, same bytes where it used to end) is parsed only from a clean cut a
@@ -70,6 +70,9 @@ class Identity:
     end: str
     """Hash of the ``EDGE`` bytes before ``size``."""
     gzip: bool = False
+    ctime_ns: int = 0
+    """When the file was last written or renamed: an edit in its middle that kept its size and
+    had its mtime set back still moves it (no program can set it)."""
 
     @staticmethod
     def of(path: Path) -> Identity:
@@ -79,7 +82,7 @@ class Identity:
         with open(path, "rb") as fh:
             head = fh.read(EDGE)
             return Identity(st.st_size, st.st_mtime_ns, st.st_ino, _sha(head), _edge_before(fh, st.st_size),
-                            head[:2] == b"\x1f\x8b")
+                            head[:2] == b"\x1f\x8b", st.st_ctime_ns)
 
     def grew_from(self, old: Identity, path: Path) -> bool:
         """Whether this file is ``old`` with bytes appended (same head, same bytes at the old end)."""
@@ -361,7 +364,7 @@ def _folder_identity(folder: Path) -> Identity:
             except OSError:
                 continue
             total += st.st_size
-            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
     st = folder.stat()
     return Identity(total, st.st_mtime_ns, st.st_ino, listing.hexdigest(), "")
 

@@ -68,8 +68,7 @@ OptionalPaths = Annotated[
 ]
 CacheDir = Annotated[
     Path | None,
-    typer.Option("--cache-dir", help="Where parsed frames are kept between runs (default $GRPO_FORENSICS_CACHE or ~/.cache/grpo-forensics).",
-                 envvar="GRPO_FORENSICS_CACHE"),
+    typer.Option("--cache-dir", help="Where parsed frames are kept between runs (default $GRPO_FORENSICS_CACHE or ~/.cache/grpo-forensics)."),
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Parse every file afresh and keep nothing.")]
 T = TypeVar("T")
@@ -326,7 +325,7 @@ def metrics(
         cache = _cache(cache_dir, no_cache, paths or [])
         rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
-        write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout)
+        write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout.buffer)
 
     _guard(debug, work)
 

@@ -95,7 +95,7 @@ def run_stats(run: RunAnalysis) -> RunStats:
     """The side-by-side numbers of one run."""
     rng = run.step_range()
     primary = (
-        run.metrics.filter((pl.col("key") == run.primary_metric) & pl.col("step").is_not_null())
+        run.metrics.filter((pl.col("key") == (run.primary_metric or "")) & pl.col("step").is_not_null())
         .group_by("step").agg(pl.col("value").mean()).sort("step")
     )
     tail = _finite(primary.tail(FINAL_STEPS))

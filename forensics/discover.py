@@ -91,7 +91,15 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files){why}"
         )
-    return runs
+    # A path given twice, or a run's folder with the folder above it: each run once, as first found.
+    seen: set[tuple[str, ...]] = set()
+    unique = []
+    for run in runs:
+        logs = tuple(sorted(os.path.realpath(s.path) for s in run.logs))
+        if logs not in seen:
+            seen.add(logs)
+            unique.append(run)
+    return unique
 
 
 def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:

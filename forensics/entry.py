@@ -6,6 +6,8 @@ Polars' allocator reads its settings when Polars is first imported, so they are 
 
 from __future__ import annotations
 
+import sys
+
 from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
 
 
@@ -13,6 +15,9 @@ def main() -> None:
     """Console-script entry point."""
     return_freed_memory_promptly()
     reuse_block_memory()
+    for stream in (sys.stdout, sys.stderr):  # an ASCII or Latin-1 terminal gets '?' for '–', not a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     from forensics.cli import app
 
     app()

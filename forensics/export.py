@@ -77,8 +77,8 @@ def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | st
     for part in frames:
         if fmt == "csv":
             part.write_csv(target, include_header=first)
-        else:
-            part.write_ndjson(target)
+        else:  # times as ISO 8601, as the CSV writes them (JSON has no datetime of its own)
+            part.with_columns(pl.col("time").dt.to_string("%Y-%m-%dT%H:%M:%S%.3f")).write_ndjson(target)
         first, written = False, written + part.height
     if first and fmt == "csv":
         pl.DataFrame(schema=EXPORT_SCHEMA).write_csv(target)

@@ -14,6 +14,7 @@ Both become the dotted key ``actor.entropy``; ``a/b`` keys are kept as they are.
 (dicts with ``_type``), strings and lists are not metrics and are skipped.
 
 Example:
+    >>> from parsers.wandb_run import find_wandb_runs, read_wandb_run
     >>> runs = [read_wandb_run(d) for d in find_wandb_runs(Path("outputs"))]  # doctest: +SKIP
     >>> runs[0].metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg")  # doctest: +SKIP
 """

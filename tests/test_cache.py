@@ -96,6 +96,29 @@ def test_a_rewritten_or_shrunk_file_is_parsed_afresh(tmp_path: Path) -> None:
     assert cache.outcomes[str(log)] == "parsed"
 
 
+def test_an_edit_in_the_middle_with_the_mtime_set_back_is_parsed_afresh(tmp_path: Path) -> None:
+    """Same size, same inode, bytes changed where no head or tail hash looks, the mtime restored:
+    the ctime still moved (no program can set it back), so the file is parsed again."""
+    live = tmp_path / "run"
+    shutil.copytree(SEED000_TRIAL, live)
+    log = live / "trainer.log"
+    log.write_bytes(unpacked(live / "trainer.log.gz"))
+    (live / "trainer.log.gz").unlink()
+    cache = ParseCache(tmp_path / "cache")
+    load(live, cache)
+    before, data = log.stat(), log.read_bytes()
+    middle = data.index(b"task_reward/avg", len(data) // 2)
+    value = re.compile(rb"\d\.\d{4}e[+-]\d\d").search(data, middle)
+    assert value is not None
+    with open(log, "r+b") as fh:
+        fh.seek(value.start())
+        fh.write(b"7" if data[value.start():value.start() + 1] != b"7" else b"3")
+    os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert log.stat().st_size == before.st_size and log.stat().st_mtime_ns == before.st_mtime_ns
+    assert_same_run(load(live, cache), load(live, None))
+    assert cache.outcomes[str(log)] == "parsed"
+
+
 def test_a_relaunch_appending_to_the_log_is_spliced(tmp_path: Path) -> None:
     """``tee -a``: the second launch starts its step numbers again, after the first launch's lines."""
     live = tmp_path / "run"

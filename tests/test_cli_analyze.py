@@ -313,3 +313,26 @@ def test_the_commands_do_not_import_pyarrow_until_one_writes_parquet() -> None:
     code = "import sys, forensics.cli; print('pyarrow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_run_given_twice_is_analyzed_once(fixture_run, tmp_path: Path) -> None:
+    run = fixture_run("areal_seed000")
+    trial = run / "logs/root/gsm8k-grpo-full-local/trial0"
+    once = runner.invoke(app, ["metrics", str(run), "--no-cache"])
+    twice = runner.invoke(app, ["metrics", str(run), str(run), str(trial), "--no-cache"])
+    assert twice.exit_code == 0 and twice.stdout == once.stdout
+    result = runner.invoke(app, ["analyze", str(run), str(trial), "--no-cache", "--no-html", "--json", str(tmp_path / "a.json")])
+    assert result.exit_code == 0 and len(json.loads((tmp_path / "a.json").read_text())["runs"]) == 1
+
+
+def test_a_terminal_that_cannot_spell_the_output_gets_it_anyway(fixture_run) -> None:
+    """An ASCII or Latin-1 locale: the summary with '?' for what it cannot show, the exports in UTF-8;
+    the JSONL's times are ISO 8601, as the CSV's."""
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    run = str(fixture_run("areal_seed000"))
+    for args in (["analyze", run, "--no-html", "--no-cache", "--markdown", "-"], ["metrics", run, "--no-cache", "--format", "jsonl"]):
+        done = subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, env=env, timeout=300)
+        assert done.returncode == 0 and b"internal error" not in done.stderr and b"Traceback" not in done.stderr, done.stderr[-500:]
+        assert done.stdout.strip()
+    first = json.loads(done.stdout.split(b"\n", 1)[0])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}", first["time"])
