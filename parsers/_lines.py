@@ -42,6 +42,8 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
     with _open(path) as fh:
         while True:
             block = fh.read(chunk_bytes)
+            if first_line == 1 and not rest:  # a copytruncate hole (see _line_blocks)
+                block = block.lstrip(b"\0")
             data = rest + block
             if not block:
                 if data:
@@ -269,7 +271,19 @@ def _texts(data: bytes) -> pl.DataFrame:
 
 
 def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
-    """Blocks of about ``size`` bytes that end after a newline (the last one may not)."""
+    """Blocks of about ``size`` bytes that end after a newline (the last one may not).
+
+    NUL bytes at the very start are dropped: ``logrotate``'s ``copytruncate`` leaves the writer
+    going on at its old offset, and the file then starts with a hole of zeros before its first line.
+    """
+    blocks = _blocks(path, size)
+    first = next(blocks, None)
+    if first is not None:
+        yield first.lstrip(b"\0") if first[:1] == b"\0" else first
+        yield from blocks
+
+
+def _blocks(path: Path, size: int) -> Iterator[bytes]:
     fd = os.open(path, os.O_RDONLY)  # opened once: a session's thousands of small files
     try:
         if os.pread(fd, 2, 0) != b"\x1f\x8b":

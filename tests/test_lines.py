@@ -82,3 +82,24 @@ def test_each_batch_result_comes_in_one_chunk_per_column(tmp_path: Path) -> None
     assert all(column.n_chunks() == 1 for frame in pieces["ends"] for column in frame.get_columns())
     ends = pl.concat(pieces["ends"])
     assert ends["text"].to_list() == [f"line {n - 1}" for n in ends["line"]] and ends["line"][0] == 1
+
+
+@pytest.mark.parametrize(
+    ("fixture", "read"),
+    [("areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0/trainer.log.gz", "read_areal_log"),
+     ("sglang_hang/outputs/logs/root/gsm8k-grpo-hang/trial0/llm_server.log.gz", "read_sglang_log")],
+)
+def test_a_copytruncate_hole_before_the_first_line_is_skipped(tmp_path: Path, fixture: str, read: str) -> None:
+    """``copytruncate`` leaves a writer going on at its old offset: the file starts with zeros."""
+    import gzip
+
+    import parsers
+
+    text = gzip.decompress((Path(__file__).parent / "fixtures" / fixture).read_bytes())
+    plain, holed = tmp_path / "plain.log", tmp_path / "holed.log"
+    plain.write_bytes(text)
+    holed.write_bytes(b"\0" * 300_000 + text)
+    a, b = getattr(parsers, read)(plain), getattr(parsers, read)(holed)
+    assert (a.lines, a.unparsed_lines) == (b.lines, b.unparsed_lines)
+    for name in ("metrics", "events"):
+        assert getattr(a, name).drop("file", strict=False).equals(getattr(b, name).drop("file", strict=False)), name
