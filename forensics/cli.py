@@ -276,14 +276,18 @@ def events(
     """
 
     def work() -> None:
+        seen: set[str] = set()
         # A run at a time: each run's events are written and its frames let go before the next is read.
         for run in analyze_each(paths, keys=ANALYSIS_KEYS, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths)):
             frame = run.events
+            seen.update(frame["kind"].unique().drop_nulls())
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))
             for row in frame.iter_rows(named=True):
                 row["time"] = iso(row["time"])
                 sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
+        if kind and not seen & set(kind):  # a typo must not look like a clean run
+            typer.echo(f"grpo-forensics: no event of kind {', '.join(kind)}; found: {', '.join(sorted(seen)) or 'none'}", err=True)
 
     _guard(debug, work)
 

@@ -336,3 +336,11 @@ def test_a_terminal_that_cannot_spell_the_output_gets_it_anyway(fixture_run) -> 
         assert done.stdout.strip()
     first = json.loads(done.stdout.split(b"\n", 1)[0])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}", first["time"])
+
+
+def test_events_of_a_kind_never_found_are_said_so(fixture_run) -> None:
+    result = runner.invoke(app, ["events", str(fixture_run("areal_seed000")), "--kind", "server_exitt", "--no-cache"])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "no event of kind server_exitt; found: " in result.stderr and "server_exit" in result.stderr
+    found = runner.invoke(app, ["events", str(fixture_run("areal_seed000")), "--kind", "server_exit", "--no-cache"])
+    assert found.stdout.count("\n") == 1 and found.stderr == ""
