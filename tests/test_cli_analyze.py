@@ -343,4 +343,4 @@ def test_events_of_a_kind_never_found_are_said_so(fixture_run) -> None:
     assert result.exit_code == 0 and result.stdout == ""
     assert "no event of kind server_exitt; found: " in result.stderr and "server_exit" in result.stderr
     found = runner.invoke(app, ["events", str(fixture_run("areal_seed000")), "--kind", "server_exit", "--no-cache"])
-    assert found.stdout.count("\n") == 1 and found.stderr == ""
+    assert found.stdout.count("\n") >= 1 and found.stderr == ""
