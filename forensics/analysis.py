@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 import polars as pl
@@ -183,8 +184,18 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     found += crashed
     stalled = stall(run.steps, events, step_durations(run.steps), t)
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
-        found.append(stalled)
+        found.append(_cut_short(stalled, run))
     return found
+
+
+def _cut_short(stalled: Finding, run: RunData) -> Finding:
+    """A stall whose step log's copy stops early (a torn .gz, a file cut off) says so: the steps
+    may have gone on past where the copy ends."""
+    last_file = run.steps.sort("step")["file"][-1]
+    lost = data_lost([s for s in run.sources if s.path == last_file])
+    if not lost:
+        return stalled
+    return replace(stalled, summary=f"{stalled.summary}; but {lost[-1]} (the steps may go on past where this copy ends)")
 
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
