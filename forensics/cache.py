@@ -213,7 +213,7 @@ class ParseCache:
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse)
             new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse)
-        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"][0] != 1):
+        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1):
             return None  # the cut is not where the last step header was: do not trust the splice
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))

@@ -171,7 +171,7 @@ def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: 
             fh.write(data[log.stat().st_size : int(len(data) * fraction)])
         assert_same_run(loaded(cache), loaded(None))
         outcomes.append(cache.outcomes[str(log)])
-    assert outcomes.count("grown") >= 3, outcomes
+    assert outcomes[1:] == ["grown"] * 5, outcomes  # a relaunch's lower steps too (verl lists steps in step order)
 
 
 def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
