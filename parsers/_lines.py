@@ -42,8 +42,10 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
     with _open(path) as fh:
         while True:
             block = fh.read(chunk_bytes)
-            if first_line == 1 and not rest:  # a copytruncate hole (see _line_blocks)
+            if first_line == 1 and not rest and block[:1] == b"\0":  # a copytruncate hole (see _line_blocks)
                 block = block.lstrip(b"\0")
+                if not block:  # all of this read was the hole: read on
+                    continue
             data = rest + block
             if not block:
                 if data:
