@@ -159,6 +159,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .select(
             "line",
             "text",
+            "logged",  # a logger line, even when its time is not a date (a damaged digit): null time
             pl.when("logged").then(pl.col("head").str.extract(fmt.fields["time"], 1)).str.strptime(
                 pl.Datetime("ms"), fmt.timestamp_format, strict=False).alias("time"),
             pl.when("logged").then(pl.col("head").str.extract(fmt.fields["level"], 1)).alias("level"),
@@ -167,7 +168,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     base = base.collect().lazy()  # one batch: read once, used by several results
     # What the assembly needs of most lines (headers, table anchors, borders, traceback markers)
     # is read here, so their text is not kept: only lines whose text is read again keep it.
-    text, logged = pl.col("text"), pl.col("time").is_not_null()
+    text, logged = pl.col("text"), pl.col("logged")
     border = first.is_in(["╒", "╘"])
     untimed = ~logged & ~border
     flags = base.with_columns(
@@ -202,6 +203,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     counts = flags.select(
         pl.col("line").max().alias("last"),
         (untimed & ~pl.col("start") & ~pl.col("exc") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
+        (logged & pl.col("time").is_null()).sum().alias("undated"),
     )
     # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
     # is all that counting the rows before the first owned table needs; cut-off rows as counts.
@@ -258,6 +260,7 @@ def _assemble(
             (damaged, "step headers carry no readable step number (a damaged line): their tables were skipped"),
             (broken, "table rows cut off mid-row were skipped"),
             (bad_values, "table values were not numbers"),
+            (int(counts["undated"].sum()), "logger lines carry a time that is no date (a damaged digit): read without a time"),
             (int(row_counts["overflow"].sum()), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
         )
         if count

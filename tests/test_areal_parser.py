@@ -224,3 +224,26 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         chunks = log.metrics["time"].n_chunks()
         assert chunks > 1 and log.metrics.filter(pl.col("key") == "mem/device_used_gb").height > 0
         assert log.metrics.with_columns(pl.lit("areal").alias("source"))["time"].n_chunks() == chunks
+
+
+def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> None:
+    """A damaged digit (month 13) makes a header's time no date: the step is still read, without a
+    time, and the lines so read are said."""
+    import re
+
+    source = Path(__file__).parent / "fixtures/areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0/trainer.log.gz"
+    text = gzip.decompress(source.read_bytes()).decode()
+    start, end = text.index("Train step 500/"), text.index("Train step 510/")
+    start = text.rindex("\n", 0, start)
+    damaged = text[:start] + re.sub(r"(?<!\d)(\d{4})\d\d(\d\d-\d\d:\d\d:\d\d\.\d{3})", r"\g<1>13\2", text[start:end]) + text[end:]
+    (tmp_path / "plain.log").write_text(text)
+    (tmp_path / "damaged.log").write_text(damaged)
+    plain, hurt = read_areal_log(tmp_path / "plain.log"), read_areal_log(tmp_path / "damaged.log")
+    assert hurt.steps["step"].to_list() == plain.steps["step"].to_list()
+    undated = hurt.steps.filter(pl.col("time").is_null())["step"].to_list()
+    assert set(range(501, 510)) <= set(undated) <= set(range(499, 512)), undated  # the lines cut around steps 500-510
+    assert hurt.unparsed_lines == plain.unparsed_lines
+    assert any("no date" in note for note in hurt.notes)
+    values = ["step", "key", "value"]
+    assert hurt.metrics.filter(pl.col("step").is_not_null()).select(values).equals(
+        plain.metrics.filter(pl.col("step").is_not_null()).select(values))
