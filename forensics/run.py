@@ -97,12 +97,14 @@ def load_run(
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
         latest[name] = _latest_copy(metrics.pop(name))
-    merged = merge_sources(_in_log_units(latest))
+    shifted, shifts = _in_log_units(latest)
     del latest
+    merged = merge_sources(shifted)
+    del shifted
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
     if all_steps.is_empty() and not merged.metrics.is_empty():
         all_steps = _steps_from_metrics(merged.metrics)
-    notes = list(merged.notes)
+    notes = shifts + list(merged.notes)
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
         all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]))
         if all_steps["time"].null_count() < all_steps.height:
@@ -177,12 +179,13 @@ def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:
         hosted = read_wandb_online(name)
     except (WandbUnavailable, ValueError) as exc:
         raise UnusableInput(f"--wandb {name}: {exc}") from exc
-    metrics = with_keys(_in_log_units({"wandb": hosted.metrics})["wandb"], keys)
+    shifted, shifts = _in_log_units({"wandb": hosted.metrics})
+    metrics = with_keys(shifted["wandb"], keys)
     steps = _steps_from_metrics(metrics)
     location = RunLocation(name, "unknown", Path(name), (), None)
     source = SourceReport(f"wandb:{name}", "wandb_online", hosted.records_read, hosted.records_skipped, hosted.notes)
     return RunData(location, steps.drop("rank"), metrics, empty(EVENT_SCHEMA), empty(CHECKPOINT_SCHEMA), [source],
-                   config={f"wandb.{k}": v for k, v in hosted.config.items() if not isinstance(v, dict | list)})
+                   config={f"wandb.{k}": v for k, v in hosted.config.items() if not isinstance(v, dict | list)}, notes=shifts)
 
 
 def _read_through(
@@ -271,24 +274,29 @@ _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 
 
-def _in_log_units(frames: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """Copies (W&B, TensorBoard) shifted to the text log's step numbers.
+def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str]]:
+    """Copies (W&B, TensorBoard) shifted to the text log's step numbers, and a note per shift.
 
     With a text log to compare against, the shift is the one under which values agree; without
     one, AReaL's copies (``grpo_actor/…``, ``ppo_actor/…`` keys) are 0-based and move up by one.
     """
     reference = next((frames[s] for s in ("areal", "verl", "custom") if s in frames), None)
-    out = dict(frames)
+    out, notes = dict(frames), []
     for name in _COPIES:
         if name not in frames:
             continue
         copy = frames[name]
         if reference is not None:
             offset = step_offset(reference, copy)
+            why = "so that its values line up with the text log's"
         else:
             offset = 1 if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else 0
+            why = "AReaL logs its 0-based global_step there; its trainer log and checkpoints count from 1"
+        if offset:
+            notes.append(f"{name} steps are shown {offset:+d} ({why})")
         out[name] = copy.with_columns(pl.col("step") + offset)
-    return {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
+    renamed = {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
+    return renamed, notes
 
 
 def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:

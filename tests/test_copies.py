@@ -73,6 +73,8 @@ def test_wandb_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
     _, rows = console
     write_wandb(tmp_path / "wandb-only", rows)
     assert onset_of(tmp_path / "wandb-only") == (ONSET, "areal")
+    [run] = analyze([tmp_path / "wandb-only"]).runs  # the shift to the trainer log's numbering is said
+    assert any(note.startswith("wandb steps are shown +1 (AReaL logs its 0-based global_step") for note in run.notes)
 
 
 def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
@@ -98,6 +100,7 @@ def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path
     assert run.series_sources["grpo_actor/task_reward/avg"] == "areal"
     assert run.incidents[0].onset_step == ONSET
     assert any("fewer steps" in note for note in run.notes)
+    assert any(note.startswith("wandb steps are shown +1 (so that its values line up") for note in run.notes)
 
 
 def test_log_and_wandb_copy_analyze_the_same_with_only_the_analysis_keys(console, tmp_path: Path) -> None:
