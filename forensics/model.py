@@ -218,6 +218,13 @@ class RunAnalysis:
     observations: list[str] = field(default_factory=list)
     """Findings that are not incidents (e.g. steps getting slower instead of faster)."""
 
+    def __repr__(self) -> str:  # the dataclass's would print every source, incident and piece of evidence
+        rng = self.step_range()
+        steps = f"{rng['first']}-{rng['last']}" if rng["count"] else "none"
+        found = ", ".join(f"{i.kind}@{i.onset_step}" for i in self.incidents)
+        return (f"<RunAnalysis {self.run_id!r} {self.framework} steps {steps} incidents [{found}] "
+                f"resume step {self.recommendation.step}>")
+
     def unjudged(self) -> str | None:
         """Why the run cannot be called healthy when no incident was found, or ``None`` when it can."""
         return unjudged(self.steps.is_empty(), self.primary_metric)
@@ -256,6 +263,9 @@ class Analysis:
 
     runs: list[RunAnalysis]
     tool_version: str = TOOL_VERSION
+
+    def __repr__(self) -> str:
+        return f"<Analysis of {len(self.runs)} run(s): {', '.join(map(repr, self.runs))}>"
 
     def to_document(self) -> dict[str, Any]:
         """The CONTRACT's ``grpo-forensics/analysis/v1`` document."""

@@ -38,3 +38,5 @@ def test_paths_may_be_one_path_or_several_strings_or_paths() -> None:
     for given in (str(fixture), fixture, [str(fixture)], (p for p in [fixture])):
         assert [r.to_dict() for r in analyze(given).runs] == expected, given
     assert [loc.run_id for loc in locate(str(fixture))] == [r["run_id"] for r in expected]
+    shown = repr(analyze(fixture))  # short: the dataclass's own repr printed every piece of evidence
+    assert len(shown) < 300 and "reward_collapse@" in shown and "resume step" in shown, shown
