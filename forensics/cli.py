@@ -251,7 +251,10 @@ def best_checkpoint(
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
-        elif rec.checkpoint:
+        why = run.unjudged()
+        if why and not run.incidents:  # the newest checkpoint is not thereby a healthy one
+            raise UnusableInput(f"{run.run_id}: {why}, so no checkpoint can be called healthy")
+        if rec.checkpoint and not as_json:
             typer.echo(rec.checkpoint)
         if rec.checkpoint is None:
             if run.incidents:

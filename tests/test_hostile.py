@@ -360,6 +360,9 @@ def test_an_unread_part_is_warned_wherever_the_verdict_is(tmp_path: Path, damage
     assert "warning: trainer.log.gz" in " ".join(terminal.split())
     assert said in " ".join(terminal.split()) and said in markdown and said in page
     assert "looks healthy" not in terminal + markdown + page
+    if damage == "junk":  # nothing judged: the newest checkpoint (saved after the collapse) is not called healthy
+        best = invoke("best-checkpoint", str(tmp_path / "run"), "--no-cache")
+        assert best.exit_code == 2 and best.stdout == "" and "no checkpoint can be called healthy" in best.stderr
     if damage == "cut":  # the step log's copy ends early: its "stall" may be only where the copy ends
         stalls = [i for i in run["incidents"] if i["kind"] == "stall"]
         assert stalls and all("the steps may go on past where this copy ends" in i["summary"] for i in stalls)
