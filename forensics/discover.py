@@ -115,7 +115,7 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
             continue
-        if _RAY_SESSION.match(Path(folder).name):
+        if _RAY_SESSION.match(Path(folder).name) or _holds_ray_logs(Path(folder), dirs):
             sources.append(LogSource(Path(folder), "ray_session"))
             dirs[:] = []
             continue
@@ -123,6 +123,14 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
     return sources + found, problems + more
+
+
+#: Files only a Ray session's ``logs/`` holds: a session folder copied under another name is one still.
+_RAY_LOGS = ("raylet.out", "gcs_server.out", "event_RAYLET.log")
+
+
+def _holds_ray_logs(folder: Path, dirs: list[str]) -> bool:
+    return "logs" in dirs and any(os.path.isfile(folder / "logs" / name) for name in _RAY_LOGS)
 
 
 def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:

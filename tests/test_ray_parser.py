@@ -572,3 +572,18 @@ def test_a_ray_session_alone_is_read_and_not_called_healthy(tmp_path: Path) -> N
     page = (tmp_path / "out" / "report.html").read_text()
     assert "no metric could be judged" in page and "looks healthy" not in page
     assert len(run["sources"]) > 30 and all(s["kind"].startswith("ray_") for s in run["sources"])
+
+
+@needs_samples
+def test_a_session_folder_under_another_name_is_still_a_session(tmp_path: Path) -> None:
+    """Copied as ``mysession_copy/`` (not ``session_<date>_…``): known by its ``logs/raylet.out``."""
+    from forensics import analyze
+    from forensics.analysis import locate
+
+    shutil.copytree(_session("e_oom"), tmp_path / "run" / "mysession_copy")
+    [run] = locate([tmp_path / "run"])
+    assert [(s.kind, s.path.name) for s in run.logs] == [("ray_session", "mysession_copy")]
+    [renamed] = analyze([tmp_path / "run"]).runs
+    [named] = analyze([_session("e_oom")]).runs
+    kinds = lambda r: sorted(r.events["kind"].to_list())  # noqa: E731
+    assert kinds(renamed) == kinds(named) and "host_oom_kill" in kinds(renamed)
