@@ -29,6 +29,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate
 from forensics.cache import ParseCache, default_cache_dir
+from forensics.discover import without_runs
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
@@ -161,6 +162,7 @@ def analyze(
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
+        barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
         kept = _recall(cache, key, html)
         if kept is not None:
@@ -186,6 +188,8 @@ def analyze(
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}))
+        if barren:
+            raise UnusableInput("; ".join(f"{path}: no training run found" for path in barren))
         return result
 
     result = _guard(debug, work)

@@ -102,6 +102,18 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     return unique
 
 
+def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> list[Path]:
+    """The given ``paths`` that none of ``locations`` was found under: a folder of a team's runs may
+    hold nothing readable, and it must be said, not left out."""
+    logs = [os.path.realpath(source.path) for location in locations for source in location.logs]
+    barren = []
+    for path in as_paths(paths):
+        root = os.path.realpath(path)
+        if not any(log == root or log.startswith(root.rstrip(os.sep) + os.sep) for log in logs):
+            barren.append(path)
+    return barren
+
+
 def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:
     files: list[Path] = []
     sources: list[LogSource] = []

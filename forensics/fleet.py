@@ -39,7 +39,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
-from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs
+from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs, without_runs
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
@@ -174,7 +174,8 @@ def analyze_fleet(
     paths = as_paths(paths)
     fmt = read_log_format(custom_format)
     locations = find_runs(paths, custom_format=fmt) if paths or not wandb_runs else []
-    names = [loc.run_id for loc in locations] + list(wandb_runs)
+    barren = without_runs(paths, locations)
+    names = [loc.run_id for loc in locations] + list(wandb_runs) + [str(p) for p in barren]
     slugs = _slugs(names)
     t = thresholds or Thresholds()
     tasks = [_Task(s, loc, None, fmt, t, html, markdown, cache, keys) for s, loc in zip(slugs, locations)]
@@ -208,6 +209,8 @@ def analyze_fleet(
         if started_ray:
             ray.shutdown()
     runs = [done[task.slug] for task in tasks]
+    runs += [FleetRun(slug, str(path), str(path), None, None, error="no training run found", unusable=True)
+             for slug, path in zip(slugs[len(tasks):], barren)]
     runs_frame, incidents_frame = index_frames(runs)
     index, incidents = out_dir / "index.parquet", out_dir / "incidents.parquet"
     runs_frame.write_parquet(index)

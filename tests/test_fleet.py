@@ -225,6 +225,25 @@ def test_a_run_that_cannot_be_read_is_a_row_not_the_end(fixture_run, tmp_path: P
     assert (tmp_path / "out" / "runs" / "countdown-grpo-trial1" / "report.html").is_file()
 
 
+def test_a_path_with_no_run_is_said_not_left_out(fixture_run, tmp_path: Path) -> None:
+    """One folder of a team's runs holds nothing readable: a failed row of the index (fleet) or a
+    line on stderr (one run beside it), exit 2 — the runs found are still analyzed."""
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "trainer.log").write_bytes(bytes(range(256)) * 64)
+    (tmp_path / "empty").mkdir()
+    runs = [str(fixture_run("areal_healthy_sparse")), str(fixture_run("sglang_hang"))]
+    fleet = runner.invoke(app, ["analyze", *runs, str(tmp_path / "junk"), str(tmp_path / "empty"), "--workers", "1",
+                                "--out", str(tmp_path / "out"), "--no-cache", "--no-html"])
+    assert fleet.exit_code == 2, fleet.output
+    index = pl.read_parquet(tmp_path / "out" / "index.parquet")
+    failed = index.filter(pl.col("error").is_not_null())
+    assert index.height == 4 and sorted(failed["run_id"]) == [str(tmp_path / "empty"), str(tmp_path / "junk")]
+    one = runner.invoke(app, ["analyze", runs[0], str(tmp_path / "empty"), "--no-cache", "--no-html",
+                              "--json", str(tmp_path / "one.json")])
+    assert one.exit_code == 2 and f"{tmp_path / 'empty'}: no training run found" in one.stderr
+    assert len(json.loads((tmp_path / "one.json").read_text())["runs"]) == 1
+
+
 def test_custom_format_reaches_the_workers(tmp_path: Path) -> None:
     from forensics.fleet import analyze_fleet
 
