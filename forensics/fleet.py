@@ -27,6 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -385,21 +386,50 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
 
 
 def _on_processes(tasks: list[_Task], workers: int) -> Iterator[dict[str, Any]]:
+    broken: list[_Task] = []
+    yield from _in_pool(tasks, workers, broken)
+    # A worker that dies (the OOM killer) takes the pool and every run still in it down: those runs
+    # go again, each in a pool of its own, so that only the run that kills its worker fails.
+    for task in broken:
+        yield from _in_pool([task], 1, None)
+
+
+def _in_pool(tasks: list[_Task], workers: int, broken: list[_Task] | None) -> Iterator[dict[str, Any]]:
+    """``tasks`` on ``workers`` processes; those lost with a dead worker go to ``broken`` (or fail)."""
     # spawn, not fork: a forked Polars thread pool can deadlock the child.
     context = multiprocessing.get_context("spawn")
+    died = "its worker process died (killed: out of memory?)"
+    lost: list[_Task] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_setup) as pool:
+        futures = {}
         with _ctrl_c_ignored():  # the workers start with Ctrl-C ignored, until they can end quietly on it
-            futures = {pool.submit(_analyze_one, task): task for task in tasks}
+            for task in tasks:
+                try:
+                    futures[pool.submit(_analyze_one, task)] = task
+                except (BrokenProcessPool, OSError):  # a worker died while the runs were handed out
+                    lost.append(task)
         for future in as_completed(futures):
             # Let go of each future as its result is taken: a done future holds its run's rendered
             # report, and a fleet of hundreds would otherwise keep them all to the end.
             task = futures.pop(future)
             try:
                 outcome = future.result()
-            except Exception as exc:  # the worker process died (killed, out of memory)
+            except BrokenProcessPool:
+                lost.append(task)
+                continue
+            except Exception as exc:
                 outcome = _failure(task, exc)
             del future
             yield outcome
+        if lost:
+            # The executor's own clean-up of a broken pool can wait forever on a surviving worker
+            # blocked on its queue (CPython 3.11): every worker left is ended here.
+            for process in multiprocessing.active_children():
+                process.kill()
+    if broken is None:
+        yield from (_failure(task, RuntimeError(died)) for task in lost)
+    else:
+        broken.extend(lost)
 
 
 def _worker_setup() -> None:

@@ -244,6 +244,43 @@ def test_a_path_with_no_run_is_said_not_left_out(fixture_run, tmp_path: Path) ->
     assert len(json.loads((tmp_path / "one.json").read_text())["runs"]) == 1
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers through /proc")
+def test_a_killed_worker_fails_no_run_but_its_own(fixture_run, tmp_path: Path) -> None:
+    """The OOM killer takes one worker: the pool breaks and every run still in it would fail. The
+    runs go again, each in a pool of its own; here nothing was wrong with them, so all are analyzed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    runs = [str(fixture_run(name)) for name in ("areal_seed000", "areal_healthy_sparse", "sglang_hang", "sglang_oom")]
+    child = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", *runs, "--workers", "2", "--no-cache",
+                              "--no-html", "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline, killed = time.monotonic() + 60, None
+    while killed is None and child.poll() is None and time.monotonic() < deadline:
+        workers = [p for p in _children(child.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        if workers:
+            os.kill(workers[0], signal.SIGKILL)
+            killed = workers[0]
+        time.sleep(0.01)
+    _, stderr = child.communicate(timeout=300)
+    assert killed is not None, "no worker seen"
+    assert child.returncode == 0, stderr.decode()[-2000:]
+    index = pl.read_parquet(tmp_path / "out" / "index.parquet")
+    assert index.height == 4 and index["error"].null_count() == 4
+
+
 def test_custom_format_reaches_the_workers(tmp_path: Path) -> None:
     from forensics.fleet import analyze_fleet
 
