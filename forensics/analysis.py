@@ -175,7 +175,8 @@ def framework_of(run: RunData) -> str:
 def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
     found: list[Finding] = []
     if primary:
-        found += reward_collapses(series(run.metrics, primary), primary, t)
+        values = series(run.metrics, primary)
+        found += [_after_gap(f, values) for f in reward_collapses(values, primary, t)]
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
@@ -186,6 +187,18 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(_cut_short(stalled, run))
     return found
+
+
+def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
+    """A collapse first seen right after steps with no value (a copy's corrupt chunk skipped, a
+    log's lost stretch) may have begun in them: said, with the bounds."""
+    before = values.filter(pl.col("step") < finding.onset_step)["step"]
+    last = int(before.max()) if len(before) else None
+    if last is None or finding.onset_step - last <= 1:
+        return finding
+    gap = f"steps {last + 1}–{finding.onset_step - 1}" if finding.onset_step - last > 2 else f"step {last + 1}"
+    return replace(finding, summary=f"{finding.summary}; {gap} logged no {finding.metric}, so it began between "
+                                    f"steps {last + 1} and {finding.onset_step}")
 
 
 def _cut_short(stalled: Finding, run: RunData) -> Finding:

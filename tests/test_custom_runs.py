@@ -101,3 +101,16 @@ def test_a_format_without_a_reward_is_not_called_healthy(tmp_path: Path) -> None
     page = (out / "report.html").read_text()
     assert "no reward series was found" in page and "looks healthy" not in page
     assert run["recommendation"]["reason"].startswith("No incident found, but no reward series was found")
+
+
+def test_a_collapse_seen_after_unlogged_steps_gives_its_bounds(tmp_path: Path) -> None:
+    """Steps 30–39 missing (a lost stretch), zero from 40: it began somewhere in 30–40."""
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    write_toy_log(log)
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True)
+                           if not 30 <= int(line.split("| step ")[1].split()[0]) <= 39))
+    [run] = analyze([log], custom_format=FORMAT).runs
+    [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert incident.onset_step == 40
+    assert "steps 30–39 logged no reward/mean, so it began between steps 30 and 40" in incident.summary
