@@ -227,8 +227,15 @@ class RunAnalysis:
                 f"resume step {self.recommendation.step}>")
 
     def unjudged(self) -> str | None:
-        """Why the run cannot be called healthy when no incident was found, or ``None`` when it can."""
-        return unjudged(self.steps.is_empty(), self.primary_metric)
+        """Why the run cannot be called healthy when no incident was found, or ``None`` when it can
+        (with the failures logged all the same, when there is no step to place them at)."""
+        why = unjudged(self.steps.is_empty(), self.primary_metric)
+        if why and self.steps.is_empty() and not self.events.is_empty():
+            failed = self.events.filter(pl.col("severity").is_in(["error", "fatal"]))["kind"].value_counts(sort=True)
+            if failed.height:
+                kinds = ", ".join(f"{kind} ×{n}" for kind, n in failed.head(4).iter_rows())
+                why += f"; yet {failed['count'].sum()} failures were logged ({kinds}): see the events"
+        return why
 
     def data_lost(self) -> list[str]:
         """``file: note`` for every source note saying part of a source could not be read."""

@@ -587,3 +587,19 @@ def test_a_session_folder_under_another_name_is_still_a_session(tmp_path: Path) 
     [named] = analyze([_session("e_oom")]).runs
     kinds = lambda r: sorted(r.events["kind"].to_list())  # noqa: E731
     assert kinds(renamed) == kinds(named) and "host_oom_kill" in kinds(renamed)
+
+
+@needs_samples
+def test_a_session_alone_with_deaths_says_them_in_the_verdict(tmp_path: Path) -> None:
+    """No step to place them at, so no incident: the verdict still names the failures logged."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    shutil.copytree(_session("e_oom"), tmp_path / "bare" / _session("e_oom").name)
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "bare"), "--no-html", "--no-cache",
+                                      "--markdown", str(tmp_path / "s.md")], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "no metric could be judged; yet" in said and "host_oom_kill ×" in said and "see the events" in said
+    assert "host\\_oom\\_kill ×" in (tmp_path / "s.md").read_text()
