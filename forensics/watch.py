@@ -317,6 +317,8 @@ class _Follower:
         self._last_step: int | None = None
         self._last_row: _Step | None = None
         self._held: tuple[int, int] | None = None
+        self._held_time: datetime | None = None
+        """The newest step's time while its table is held back: the run was alive then."""
         self._recent: dict[tuple[Any, ...], datetime | None] = {}
         self._event_mark: datetime | None = None
         # the clock: the newest log time, moved on by wall time while the logs are silent
@@ -379,7 +381,7 @@ class _Follower:
             newest = steps.row(-1, named=True)
             ident = (newest["step"], newest["line"])
             if self._held != ident:
-                self._held = ident
+                self._held, self._held_time = ident, newest["time"]
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():
             return []
@@ -589,6 +591,14 @@ class _Follower:
 
     # -- the passing of time ------------------------------------------------------------------------
 
+    def _latest_step(self) -> tuple[datetime | None, int | None]:
+        """The newest step's time and number, counting one held back (its table may still be
+        arriving): it was logged all the same, and the logs after it are no silence after the one before."""
+        if self._held is not None and self._held_time is not None and (
+                self._last_step_time is None or self._held_time > self._last_step_time):
+            return self._held_time, self._held[0]
+        return self._last_step_time, self._last_step
+
     def _tick(self, now: datetime | None) -> list[_Trigger]:
         if now is None:
             return []
@@ -603,19 +613,21 @@ class _Follower:
                 at = self._exit.time + timedelta(minutes=self.s.server_down_minutes)
                 summary = (f"the inference server exited at {iso(self._exit.time)} and no server came back within "
                            f"{_span(self.s.server_down_minutes * 60)} while the trainer kept calling it")
-                step = self._last_step + 1 if self._last_step is not None else self._exit.step
+                last = self._latest_step()[1]
+                step = last + 1 if last is not None else self._exit.step
                 fired.append(_Trigger("server_down", step, at, self._exit.step, summary, (self._exit,)))
                 self._exit = None
         if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched:
             typical = statistics.median(self._durations)
             limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
-            silent = (now - self._last_step_time).total_seconds()
+            alive, last = self._latest_step()
+            silent = (now - alive).total_seconds()
             if silent > limit:
                 self._latched["stall"] = True
-                step = (self._last_step or 0) + 1
-                summary = (f"no step after step {self._last_step} for {_span(limit)} "
+                step = (last or 0) + 1
+                summary = (f"no step after step {last} for {_span(limit)} "
                            f"({limit / typical:.0f}× the run's median step of {typical:.0f} s)")
-                at = self._last_step_time + timedelta(seconds=limit)
+                at = alive + timedelta(seconds=limit)
                 shown = (_metric_evidence(self._last_row, None),) if self._last_row else ()
                 fired.append(_Trigger("stall", step, at, step, summary, shown))
         return fired

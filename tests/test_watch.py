@@ -268,3 +268,27 @@ def test_logs_that_stop_growing_raise_a_stall_once_the_run_s_own_step_time_is_ex
     assert stall.kind == "stall" and stall.evidence[0].kind == "metric"
     now[0] += 3600
     assert watcher.poll() == []  # one silence, one alarm
+
+
+def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(tmp_path: Path) -> None:
+    """Step 1869's header and table arrive in one poll with ten minutes of refusals after them: the
+    step is held back a poll (its table may still be arriving), but the run was alive at its time —
+    the refusals are no silence after step 1868. One stall, after step 1869, as the replay says."""
+    source, target = trial_dir("areal_seed000"), tmp_path / "logs"
+    cut = b"20251112-05:08:50.000"  # just before step 1869's header
+    Writer(source, target, stop_after=cut, pause=0).run()
+    now = [1000.0]
+    watcher = Watcher(target, state_dir=tmp_path / "state", clock=lambda: now[0])
+    alarms = watcher.poll() + watcher.poll()
+    handles: dict[str, object] = {}
+    for stamp, _, name, line in heapq.merge(*[_timed_lines(p) for p in sorted(source.glob("*.log*"))]):
+        if stamp > cut:
+            handles.setdefault(name, open(target / name, "ab")).write(line)  # type: ignore[attr-defined]  # noqa: SIM115
+    for handle in handles.values():
+        handle.close()  # type: ignore[attr-defined]
+    for _ in range(3):
+        alarms += watcher.poll()
+        now[0] += 700
+    stalls = [a for a in alarms if a.kind == "stall"]
+    assert [a.onset_step for a in stalls] == [1870], [a.summary for a in stalls]
+    assert [a.step for a in alarms if a.kind == "server_down"] == [1870]
