@@ -287,6 +287,11 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
     if not any(s.kind in ("verl_log", "verl_jsonl") for s in members):
         return None
     found = find_verl_checkpoint_roots(root)
+    # The file logger writes <cwd>/<project>/<experiment>.jsonl, the checkpoints go to
+    # <cwd>/checkpoints/<project>/<experiment>: beside the JSONL's folder, not under it.
+    for jsonl in (s.path for s in members if s.kind == "verl_jsonl" and not found):
+        beside = jsonl.parent.parent / "checkpoints" / jsonl.parent.name / jsonl.stem
+        found = find_verl_checkpoint_roots(beside) if beside.is_dir() else []
     return found[0] if found else None
 
 

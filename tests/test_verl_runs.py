@@ -60,3 +60,13 @@ def test_a_hang_in_the_first_step_is_not_called_a_deadlock_outright(tmp_path: Pa
     [incident] = run.incidents
     assert incident.kind == "crash" and incident.cause == "nccl_timeout"
     assert "No step had finished yet" in incident.summary
+
+
+def test_a_run_with_only_its_jsonl_finds_its_checkpoints(tmp_path: Path) -> None:
+    """The file logger writes <cwd>/<project>/<experiment>.jsonl, the checkpoints
+    <cwd>/checkpoints/<project>/<experiment>/: found beside the JSONL's folder."""
+    paths = nccl_hang_run(tmp_path / "run")
+    whole = sorted(c.path for c in only(tmp_path / "run").checkpoints)
+    paths.train_log.unlink()
+    [run] = [r for r in analyze([tmp_path / "run"]).runs if any(s.kind == "verl_jsonl" for s in r.sources)]
+    assert whole and sorted(c.path for c in run.checkpoints) == whole
