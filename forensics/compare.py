@@ -148,7 +148,7 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
         lines.append(f"B was logged only up to step {sb.last_step}, before A's onset at step {min(avoided_onsets)}: "
                      "it does not show that the fix holds that long.")
     if a.primary_metric != b.primary_metric:
-        lines.append(f"The runs report different primary metrics: A {a.primary_metric}, B {b.primary_metric}.")
+        lines.append(f"The runs report different primary metrics: A {a.primary_metric or 'none'}, B {b.primary_metric or 'none'}.")
     avoided = None if not first_a else not (first_a.keys() & first_b.keys())
     return avoided, tuple(lines)
 

@@ -157,7 +157,7 @@ def render_comparison(ca: Comparison, console: Console) -> None:
     table.add_column("B (fix)", overflow="fold")
     rows = [
         ("run", sa.run_id, sb.run_id),
-        ("steps", f"{sa.first_step}-{sa.last_step}", f"{sb.first_step}-{sb.last_step}"),
+        ("steps", *(f"{s.first_step}-{s.last_step}" if s.last_step is not None else "none logged" for s in (sa, sb))),
         ("primary metric", sa.primary_metric or "none", sb.primary_metric or "none"),
         ("final metric", num(sa.final_metric, ".4f"), num(sb.final_metric, ".4f")),
         ("median step", num(sa.median_step_seconds, ".1f", " s"), num(sb.median_step_seconds, ".1f", " s")),
