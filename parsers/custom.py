@@ -158,6 +158,9 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     steps = rows.filter(pl.col("step").is_not_null()).select("line", "step", "time").unique("line").sort("line")
     if steps.is_empty():
         notes.append("no step lines (no line matched a pattern with a step group)")
+    formats = sorted({p.time_format for p in fmt.patterns if p.time_format})
+    if formats and steps.height and steps["time"].null_count() == steps.height:  # a format without samples to check it
+        notes.append(f"no time parsed with time_format {' or '.join(map(repr, formats))}: times are null")
     owned = _own(rows, steps, fmt.step_line_at, notes)
     detail = owned.filter(pl.col("micro").is_not_null())
     # One value per (step line, key): micro-steps and phases averaged; a step logged twice

@@ -114,3 +114,15 @@ def test_a_collapse_seen_after_unlogged_steps_gives_its_bounds(tmp_path: Path) -
     [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]
     assert incident.onset_step == 40
     assert "steps 30–39 logged no reward/mean, so it began between steps 30 and 40" in incident.summary
+
+
+def test_a_time_format_that_parses_no_time_is_warned(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    write_toy_log(log)
+    fmt = tmp_path / "f.toml"
+    fmt.write_text("name = \"bad-time\"\nregex = '^(?P<time>\\S+ \\S+) \\| step (?P<step>\\d+) \\| reward=(?P<reward>\\S+)'\n"
+                   "time_format = \"%d/%m/%Y %H:%M\"\n")
+    result = runner.invoke(app, ["analyze", str(log), "--log-format", str(fmt), "--no-cache", "--no-html"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "warning: train.log: no time parsed with time_format '%d/%m/%Y %H:%M': times are null" in result.output
