@@ -120,8 +120,10 @@ def read_log_format(path: PathArg | None) -> CustomFormat | None:
     """
     try:
         return load_custom_format(path) if path else None
-    except (OSError, FormatDefinitionError) as exc:
-        raise UnusableInput(f"{path}: {exc}") from exc
+    except FormatDefinitionError as exc:  # its message names the file already
+        raise UnusableInput(str(exc)) from exc
+    except OSError as exc:
+        raise UnusableInput(f"{path}: {exc.strerror or exc}") from exc
 
 
 def _caveat(run: RunData, primary: str | None) -> str | None:

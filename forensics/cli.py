@@ -504,10 +504,13 @@ def _inside(target: Path, given: Path) -> bool:
 
 
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
-    """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed path."""
+    """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed path,
+    and an ``--out`` folder that is a file."""
     for option, target in outputs.items():
         if target is None or str(target) == "-":
             continue
+        if option == "out" and Path(target).exists() and not Path(target).is_dir():
+            raise UnusableInput(f"--out {target} is a file; give a folder for the report")
         for given in paths:
             if _inside(Path(target), given):
                 raise UnusableInput(f"--{option.replace('_', '-')} {target} is inside the analyzed path {given}; nothing is written there")

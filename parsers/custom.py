@@ -297,7 +297,9 @@ def load_custom_format(toml_path: Path | str) -> CustomFormat:
     where = str(toml_path)
     try:
         data = tomllib.loads(Path(toml_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
+        raise FormatDefinitionError(f"{where}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise FormatDefinitionError(f"{where}: {exc}") from exc
     _known(data, _TOP_KEYS, where, "")
     name = _typed(data, "name", str, where, required=True)
@@ -377,7 +379,10 @@ def _regex(regex: str, where: str, key: str) -> str:
         re.compile(regex)
         pl.select(pl.lit("").str.contains(regex))
     except (re.error, pl.exceptions.PolarsError) as exc:
-        raise FormatDefinitionError(f"{where}: key '{key}' is not a usable regex: {str(exc).splitlines()[0]}") from exc
+        # Rust's message is several lines, its reason on the one starting "error:"
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line.removeprefix("error: ") for line in lines if line.startswith("error:")), lines[0] if lines else "")
+        raise FormatDefinitionError(f"{where}: key '{key}' is not a usable regex: {reason}") from exc
     return regex
 
 

@@ -132,7 +132,7 @@ def test_user_format_without_values_table_keys_by_group(tmp_path: Path) -> None:
         ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\n[[events]]\nkind = 'k'\nregex = 'a'\ncode = 1\n", "unknown key 'events[0].code'"),
         ("name = 'x'\nregex = '(?P<v>\\S+)'\n", "(?P<step>"),
         ("regex = '(?P<step>\\d+) (?P<v>\\S+)'\n", "missing key 'name'"),
-        ("name = 'x'\nregex = '(?P<step>\\d+) (?<=a)(?P<v>\\S+)'\n", "key 'regex' is not a usable regex"),
+        ("name = 'x'\nregex = '(?P<step>\\d+) (?<=a)(?P<v>\\S+)'\n", "key 'regex' is not a usable regex: look-around"),
         ("name = 'x'\nregex = '(?P<step>\\d+ (?P<v>\\S+)'\n", "key 'regex' is not a usable regex"),
         ("name = 'x'\nregex = '(?P<time>\\S+) (?P<step>\\d+) (?P<v>\\S+)'\n", "time_format"),
         ("name = 'x'\nregex = '(?P<step>\\d+) (?P<v>\\S+)'\n[values]\nw = 'w'\n", "'values.w' names no group"),

@@ -69,7 +69,9 @@ def test_broken_format_file_is_a_one_line_error(tmp_path: Path) -> None:
     write_toy_log(tmp_path / "train.log")
     result = runner.invoke(app, ["analyze", str(tmp_path), "--log-format", str(bad), "--no-html"])
     assert result.exit_code == 2
-    assert "bad.toml" in result.stderr and "Traceback" not in result.output
+    assert result.stderr.count("bad.toml") == 1 and "Traceback" not in result.output
+    missing = runner.invoke(app, ["analyze", str(tmp_path), "--log-format", str(tmp_path / "none.toml"), "--no-html"])
+    assert missing.exit_code == 2 and missing.stderr.strip() == f"grpo-forensics: {tmp_path / 'none.toml'}: No such file or directory"
 
 
 def test_hosted_wandb_run_without_key_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:

@@ -247,6 +247,13 @@ def test_an_output_inside_the_tree_is_refused_before_any_work(damaged: Path, com
     assert tree_state(damaged) == before
 
 
+def test_an_out_folder_that_is_a_file_is_refused_first(damaged: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("mine")
+    refused = invoke("analyze", str(damaged), "--no-cache", "--out", str(tmp_path / "afile"))
+    assert refused.exit_code == 2 and refused.stdout == "" and "is a file; give a folder" in refused.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_outputs_beside_a_log_given_alone_are_not_inside_it(tmp_path: Path) -> None:
     """A file is analyzed, not its folder: the cache and reports may sit next to it; a loop or a
     missing path is answered as such."""
