@@ -185,14 +185,14 @@ class Watcher:
         path: PathArg,
         *,
         settings: WatchSettings | None = None,
-        state_dir: Path | None = None,
+        state_dir: PathArg | None = None,
         custom_format: CustomFormat | None = None,
         clock: Callable[[], float] = _time.monotonic,
     ) -> None:
         self.path = Path(path)
         self.settings = settings or WatchSettings()
-        self.state_dir = state_dir or default_state_dir(path)
-        _refuse_inside(self.state_dir, path)
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir(self.path)
+        _refuse_inside(self.state_dir, self.path)
         self._custom_format = custom_format
         self._cache = ParseCache(self.state_dir / "cache")
         self._clock = clock

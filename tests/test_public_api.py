@@ -40,3 +40,13 @@ def test_paths_may_be_one_path_or_several_strings_or_paths() -> None:
     assert [loc.run_id for loc in locate(str(fixture))] == [r["run_id"] for r in expected]
     shown = repr(analyze(fixture))  # short: the dataclass's own repr printed every piece of evidence
     assert len(shown) < 300 and "reward_collapse@" in shown and "resume step" in shown, shown
+
+
+def test_the_watcher_takes_str_paths_too(tmp_path) -> None:
+    from pathlib import Path
+
+    from forensics.watch import Watcher
+
+    fixture = Path(__file__).parent / "fixtures" / "areal_healthy_sparse" / "outputs"
+    watcher = Watcher(str(fixture), state_dir=str(tmp_path / "state"))
+    assert watcher.path == fixture and watcher.state_dir == tmp_path / "state" and watcher.poll() == []
