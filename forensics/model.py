@@ -20,7 +20,7 @@ TOOL_VERSION = "0.1.0"
 #: Source notes that say part of a source could not be read: shown wherever the verdict is, since
 #: a collapse may sit in what is missing.
 _LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the rest (?:of \w+ )*(?:was|were) skipped|no readable"
-                   r"|not a W&B transaction log|\bno records$|no time parsed with")
+                   r"|not a W&B transaction log|\bno records$|no time parsed with|failed their data checksum")
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
 IncidentKind = Literal["reward_collapse", "zero_variance", "stall", "crash", "nan_inf"]

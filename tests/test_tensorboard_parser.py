@@ -118,6 +118,29 @@ def test_a_step_written_twice_in_one_file_keeps_its_later_value(tmp_path: Path, 
     assert not any("later file" in n for n in run.notes)
 
 
+def test_a_value_damaged_inside_its_record_is_skipped_and_said(tmp_path: Path) -> None:
+    """A flipped bit inside a scalar (its length and framing intact) fails the record's data
+    checksum: the record is skipped and counted, not read as 2e38. The checksums of a whole file
+    agree with TensorFlow's (every record of a real writer's file passes)."""
+    import struct
+
+    writer = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
+    for step in range(50):
+        writer.add_scalar("grpo_actor/task_reward/avg", 0.5, step)
+    writer.close()
+    [events] = find_event_files(tmp_path / "tb")
+    whole = read_tensorboard(events)
+    assert whole.records_skipped == 0 and whole.metrics.height == 50
+    data = bytearray(events.read_bytes())
+    value = struct.pack("<f", 0.5)
+    at = data.index(value, len(data) // 2)
+    data[at + 3] ^= 0x40  # the exponent: 0.5 → ~2e19
+    events.write_bytes(bytes(data))
+    hurt = read_tensorboard(events)
+    assert hurt.metrics.height == 49 and hurt.metrics["value"].max() == 0.5
+    assert hurt.records_skipped == 1 and any("1 records failed their data checksum" in n for n in hurt.notes)
+
+
 def test_find_event_files_and_read_one_file(logdir: Path) -> None:
     files = find_event_files(logdir)
     assert len(files) == 4 and all("tfevents" in f.name for f in files)
