@@ -109,6 +109,17 @@ def test_odd_values_wrapped_lines_and_gzip(tmp_path: Path) -> None:
         assert log.unparsed_lines == 0
 
 
+def test_torch_tensor_values_read_as_numbers(tmp_path: Path) -> None:
+    """A metric left a torch tensor prints as ``tensor(0.5000, device='cuda:0')``: still a number."""
+    log_path = tmp_path / "train.log"
+    log_path.write_text("step:1 - actor/grad_norm:tensor(0.5000, device='cuda:0') - actor/entropy:tensor(nan, device='cuda:0')"
+                        " - critic/score/mean:tensor(3.) - actor/lr:np.float64(1e-06)\n")
+    log = read_verl_log(log_path)
+    row = dict(log.metrics.select("key", "value").iter_rows())
+    assert row["actor/grad_norm"] == 0.5 and math.isnan(row["actor/entropy"]) and row["critic/score/mean"] == 3.0
+    assert row["actor/lr"] == 1e-06 and log.unparsed_lines == 0
+
+
 @needs_samples
 def test_metric_tail_without_its_head_is_unparsed() -> None:
     log = read_verl_log(EXCERPTS / "issue7412_step_timing_tail.log")
