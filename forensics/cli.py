@@ -29,7 +29,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.discover import without_runs
+from forensics.discover import within, without_runs
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
@@ -490,17 +490,11 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
     if no_cache:
         return None
     chosen = cache_dir or default_cache_dir()
-    if any(_inside(chosen, given) for given in paths):
+    if any(within(chosen, given) for given in paths):
         if cache_dir is not None:
             raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
         return None
     return ParseCache(chosen)
-
-
-def _inside(target: Path, given: Path) -> bool:
-    """Whether writing ``target`` writes under ``given`` (a folder: anywhere in it; a file: itself)."""
-    root, resolved = Path(os.path.realpath(given)), Path(os.path.realpath(target))  # realpath: loops do not raise
-    return resolved == root or (root.is_dir() and root in resolved.parents)
 
 
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
@@ -512,7 +506,7 @@ def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
         if option == "out" and Path(target).exists() and not Path(target).is_dir():
             raise UnusableInput(f"--out {target} is a file; give a folder for the report")
         for given in paths:
-            if _inside(Path(target), given):
+            if within(Path(target), given):
                 raise UnusableInput(f"--{option.replace('_', '-')} {target} is inside the analyzed path {given}; nothing is written there")
 
 
@@ -533,7 +527,7 @@ def _report_dir(out: Path | None, paths: list[Path]) -> Path:
     """Where reports go: ``--out``, else ``./grpo-forensics-report`` — never inside an analyzed tree."""
     chosen = out or Path("grpo-forensics-report")
     for given in paths:
-        if _inside(chosen, given):
+        if within(chosen, given):
             if out is not None:
                 raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
             return Path(tempfile.gettempdir()) / "grpo-forensics-report"

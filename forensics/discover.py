@@ -109,9 +109,22 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     barren = []
     for path in as_paths(paths):
         root = os.path.realpath(path)
-        if not any(log == root or log.startswith(root.rstrip(os.sep) + os.sep) for log in logs):
+        folder = os.path.isdir(root)
+        if not any(_under(log, root, folder) for log in logs):
             barren.append(path)
     return barren
+
+
+def within(path: PathArg, given: PathArg) -> bool:
+    """Whether ``path`` is ``given`` or lies under it (a folder: anywhere in it; a file: only itself).
+    Symlinks are resolved; a loop does not raise."""
+    root = os.path.realpath(given)
+    return _under(os.path.realpath(path), root, os.path.isdir(root))
+
+
+def _under(target: str, root: str, folder: bool) -> bool:
+    """:func:`within` for resolved paths: a string test, cheap for many targets against one root."""
+    return target == root or (folder and target.startswith(root.rstrip(os.sep) + os.sep))
 
 
 def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:

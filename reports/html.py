@@ -71,6 +71,7 @@ def write_html(analysis: Analysis, out_dir: Path, *, name: str = "report.html") 
 def _verdict(run: RunAnalysis, prefix: str) -> str:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']} ({rng['count']} logged)" if rng["count"] else "no steps logged"
+    lost = run.data_lost()
     if run.incidents:
         items = "".join(
             f'<li><a href="#{e(prefix + i.id)}">{e(i.id)}</a> {e(i.kind.replace("_", " "))} at step {i.onset_step}, '
@@ -80,11 +81,10 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
         status = f'<div class="status bad">{len(run.incidents)} incident(s) found<ul>{items}</ul></div>'
     elif why := run.unjudged():
         status = f'<div class="status neutral">No incident found, but {e(why)}.</div>'
-    elif run.data_lost():
+    elif lost:
         status = '<div class="status neutral">No incident found in what could be read (below: what could not).</div>'
     else:
         status = '<div class="status ok">No incident found — the run looks healthy.</div>'
-    lost = run.data_lost()
     if lost:
         status += ('<div class="status neutral">Part of the logs could not be read:<ul>'
                    + "".join(f"<li><code>{e(note)}</code></li>" for note in lost) + "</ul></div>")

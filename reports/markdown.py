@@ -64,13 +64,13 @@ def _run(run: RunAnalysis) -> list[str]:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']}" if rng["count"] else "no steps logged"
     n = len(run.incidents)
-    lost = run.data_lost()
-    head = (f"{n} incident{'s' if n != 1 else ''}" if n else "no incident, nothing judged" if run.unjudged()
+    lost, why = run.data_lost(), run.unjudged()
+    head = (f"{n} incident{'s' if n != 1 else ''}" if n else "no incident, nothing judged" if why
             else "no incident in what could be read" if lost else "healthy, no incident")
     out = [f"#### grpo-forensics: {text(run.run_id)} — {head}", "",
            f"{text(run.framework)}, {steps}, primary metric {code(run.primary_metric or 'none')}", ""]
-    if not n and run.unjudged():
-        out += [f"No incident found, but {text(run.unjudged())}.", ""]
+    if not n and why:
+        out += [f"No incident found, but {text(why)}.", ""]
     if lost:
         out += [f"- ⚠ not read: {code(note)}" for note in lost[:TOP_EVIDENCE * 2]]
         out += [f"- … {len(lost) - TOP_EVIDENCE * 2} more in the HTML report"] if len(lost) > TOP_EVIDENCE * 2 else []
