@@ -156,6 +156,12 @@ def _read_console(path: Path) -> VerlLog:
     )
 
 
+#: Where another print starts inside a metric line: a Ray worker prefix or ``step:N - `` right after
+#: a value's last character (a key such as ``global_step`` ends in a letter or ``_``).
+_MET = r"([\d)]|nan|inf|True|False)(\((?:[^()]*? )?pid=\w+(?:, ip=[\d.]+)?\) ?|step:\d+ - )"
+_LATER_PREFIX = r"^\((?:[^()]*? )?pid=\w+(?:, ip=[\d.]+)?\) ?"
+
+
 def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Metric lines with the pieces that directly follow them appended; pieces with no line above."""
     rows = rows.sort("line").with_columns(
@@ -167,6 +173,15 @@ def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     orphans = rows.filter(~attached).height
     # A hard wrap cuts anywhere, even inside a number: glue the pieces back as they were.
     frame = rows.filter(attached).group_by("record", maintain_order=True).agg(pl.col("line").first(), pl.col("text").str.join(""))
+    # Prints that met on one line (a metric line lost its newline): each record is read on its own,
+    # else the next one's values would overwrite these under this step; other prints are the
+    # event reader's (it reads the whole line).
+    frame = (
+        frame.with_columns(pl.col("text").str.replace_all(_MET, "$1\n$2").str.split("\n"))
+        .explode("text")
+        .with_columns(pl.col("text").str.replace(_LATER_PREFIX, ""), pl.int_range(pl.len()).over("record").alias("piece"))
+        .filter((pl.col("piece") == 0) | pl.col("text").str.starts_with(_config()["step"]["start"]))
+    )
     step = _config()["step"]
     parsed = frame.with_columns(pl.col("text").str.strip_chars_end().str.extract_groups(step["regex"]).alias("g")).unnest("g")
     parsed = parsed.with_columns(step_number(pl.col("step")).alias("step"))
@@ -196,7 +211,7 @@ def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
         )
     )
     bad = tokens.filter(pl.col("value").is_null()).height
-    kept = tokens.filter(pl.col("value").is_not_null()).sort("line").unique(["step", "key"], keep="last", maintain_order=True)
+    kept = tokens.filter(pl.col("value").is_not_null()).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
     kept = kept.with_columns(pl.lit(path).alias("file"), pl.lit("verl").alias("source"))
     return conform(kept.sort("step", "line"), METRIC_SCHEMA), bad
 
@@ -214,7 +229,7 @@ def _with_steps(events: pl.DataFrame, joined: pl.DataFrame) -> pl.DataFrame:
     step's metrics when the step is over)."""
     if events.is_empty() or joined.is_empty():
         return events
-    marks = joined.select(pl.col("line").alias("step_line"), (pl.col("step") + 1).alias("during")).sort("step_line")
+    marks = joined.select(pl.col("line").alias("step_line"), (pl.col("step") + 1).alias("during")).sort("step_line", maintain_order=True)
     placed = events.sort("line").join_asof(marks, left_on="line", right_on="step_line", strategy="backward")
     return placed.with_columns(pl.coalesce("step", "during").alias("step")).select(events.columns)
 
@@ -226,7 +241,7 @@ def _resumes(joined: pl.DataFrame, events: pl.DataFrame, path: str) -> tuple[pl.
     """
     if joined.height < 2:
         return events, []
-    ordered = joined.sort("line").with_columns(
+    ordered = joined.sort("line", maintain_order=True).with_columns(
         pl.col("step").shift(1).alias("before"), pl.col("line").shift(1).alias("previous_line")
     )
     # Training only moves forward; a step at or below the one just logged (the validation line

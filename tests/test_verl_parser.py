@@ -120,6 +120,25 @@ def test_torch_tensor_values_read_as_numbers(tmp_path: Path) -> None:
     assert row["actor/lr"] == 1e-06 and log.unparsed_lines == 0
 
 
+def test_records_that_met_on_one_line_are_read_apart(tmp_path: Path) -> None:
+    """A print that lost its newline runs into the next record: each keeps its own step's values."""
+    scores = ["0.5", "np.float64(0.25)", "nan", "True", "0.75", "1e-05"]
+    records = [f"step:{step} - actor/pg_loss:{step / 10} - training/global_step:{step} - critic/score/mean:{score}"
+               for step, score in enumerate(scores, 1)]
+    apart, met = tmp_path / "apart.log", tmp_path / "met.log"
+    apart.write_text("".join(f"(TaskRunner pid=7) {r}\n" for r in records) + "(TaskRunner pid=7) RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    # Run together with and without the second record's prefix, after a number, a repr, nan and True.
+    met.write_text(f"(TaskRunner pid=7) {records[0]}(TaskRunner pid=7) {records[1]}{records[2]}\n"
+                   f"(TaskRunner pid=7) {records[3]}{records[4]}(TaskRunner pid=7) {records[5]}"
+                   "(TaskRunner pid=7) RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    expected, log = read_verl_log(apart), read_verl_log(met)
+    columns = ["step", "key", "value"]
+    assert log.metrics.select(columns).equals(expected.metrics.select(columns), null_equal=True)
+    assert log.steps["step"].to_list() == list(range(1, 7)) and log.unparsed_lines == 0
+    assert not any("restart" in note for note in log.notes) and log.events.filter(pl.col("kind") == "run_resumed").is_empty()
+    assert log.events.filter(pl.col("kind") == "illegal_memory_access")["step"].to_list() == [7]
+
+
 @needs_samples
 def test_metric_tail_without_its_head_is_unparsed() -> None:
     log = read_verl_log(EXCERPTS / "issue7412_step_timing_tail.log")
