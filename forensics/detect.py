@@ -129,7 +129,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     counts = _Occurrences(exact)
     findings: list[Finding] = []
     healthy_from = resumed = 0
-    for start, length in _long_runs(exact, t.min_run):
+    runs = _long_runs(exact, t.min_run)
+    for start, length in runs:
         if start + length <= resumed:  # passed over while recovering from the finding before
             continue
         if start < resumed:  # the scan resumed inside this run: only its rest counts
@@ -144,13 +145,22 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
             continue
         end = _recovery(values, start + length, value, values[healthy_from:start], t)
         onset, end_step = steps[start], (steps[end] if end is not None else None)
-        described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
+        # Stuck at one value, then at another (a degraded server, then none): each is said.
+        stuck = [(start, value)]
+        for at, _ in runs:
+            if start + length <= at < (end if end is not None else len(values)) and values[at] != stuck[-1][1]:
+                stuck.append((at, values[at]))
+        described = ", then ".join([f"{_stuck(v)} from step {steps[at]}" for at, v in stuck[:3]] + ["…"] * (len(stuck) > 3))
         span = f"until step {end_step}" if end_step is not None else "and never recovered"
-        findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} from step {onset} {span}", value))
+        findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} {span}", value))
         if end is None:
             break
         resumed = healthy_from = end
     return findings
+
+
+def _stuck(value: float) -> str:
+    return "exactly zero" if value == 0 else f"stuck at {value:.4g}"
 
 
 def _long_runs(values: pl.Series, min_run: int) -> list[tuple[int, int]]:

@@ -53,6 +53,14 @@ def test_collapse_to_a_nonzero_constant(tmp_path: Path) -> None:
     assert "0.5" in incident.summary
 
 
+def test_stuck_then_zero_names_both(tmp_path: Path) -> None:
+    """A reward held at one value, then dropped to zero: the summary says both, not only the first."""
+    spec = RunSpec(last_step=120, reward=lambda s: healthy_reward(s) if s < 50 else 0.5 if s < 58 else 0.0)
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert incident.onset_step == 50 and incident.end_step is None
+    assert "stuck at 0.5 from step 50, then exactly zero from step 58 and never recovered" in incident.summary
+
+
 def test_sparse_rewards_with_short_zero_runs_raise_nothing(tmp_path: Path) -> None:
     spec = RunSpec(last_step=300, reward=lambda s: binomial_reward(s, 0.03, n=16))
     run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
