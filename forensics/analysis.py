@@ -26,6 +26,7 @@ from forensics.detect import (
     choose_primary,
     crashes,
     dead_batches,
+    ended_by_exception,
     keys_matching,
     non_finite,
     reward_collapses,
@@ -188,7 +189,15 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     stalled = stall(run.steps, events, step_durations(run.steps), t)
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(_cut_short(stalled, run))
+    ended = ended_by_exception(run.steps, events, _planned_steps(run.facts))
+    if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
+        found.append(ended)
     return found
+
+
+def _planned_steps(facts: dict[str, str]) -> int | None:
+    planned = facts.get("total_training_steps", "")
+    return int(planned) if planned.isdigit() else None
 
 
 def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:

@@ -112,7 +112,7 @@ def explain(
     if deciding.is_empty():
         deciding = in_window.filter(pl.col("cause").is_not_null())
     if deciding.is_empty():
-        return _no_fault(finding, spans, seen, server)
+        return _no_fault(finding, in_window, spans, seen, server)
 
     cause = _root_cause(deciding.sort("time", "line", nulls_last=True))
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
@@ -262,7 +262,7 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 
 
-def _no_fault(finding: Finding, spans: _Windows, seen: dict[str, int], server: ServerContext) -> Verdict:
+def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: dict[str, int], server: ServerContext) -> Verdict:
     if finding.kind in ("reward_collapse", "zero_variance"):
         # A server seen answering makes "not the infrastructure" a finding, not a default.
         confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
@@ -279,6 +279,18 @@ def _no_fault(finding: Finding, spans: _Windows, seen: dict[str, int], server: S
             ),
             seen,
         )
+    if finding.kind == "crash":
+        raised = in_window.filter(pl.col("kind") == "traceback")
+        if not raised.is_empty():
+            # The run ended in its own exception: the traceback is what stopped it.
+            return Verdict(
+                "training_worker_crash",
+                0.7,
+                _evidence(raised, "training_worker_crash") + server.evidence,
+                "The training process raised an exception it did not catch and stopped; the traceback "
+                "says where. No infrastructure failure was logged around it.",
+                seen,
+            )
     return Verdict("unknown", 0.3, server.evidence, " ".join(["Nothing in the logs explains it.", *server.sentences]), seen)
 
 

@@ -330,6 +330,24 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame) -> list[Finding]:
     return findings
 
 
+def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> Finding | None:
+    """The run's last logged act was an uncaught exception: a traceback after its last step, none
+    after it. Tracebacks a run logged and went on from are events, not this; a Ctrl-C is no crash,
+    nor a traceback once the run reached its ``planned`` number of steps."""
+    if steps.is_empty():
+        return None
+    last = int(steps["step"].max())
+    if planned is not None and last >= planned:
+        return None
+    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("step") > last)).sort("time", "line", nulls_last=True)
+    raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$"))
+    if raised.is_empty():
+        return None
+    step, message = int(raised["step"][0]), raised["message"][0] or ""
+    exception = message.rsplit("… ", 1)[-1].strip()[:120] or "a traceback"
+    return Finding("crash", None, step, None, f"an uncaught exception during step {step} ({exception}), and the run logged no step after it")
+
+
 def _run_length(values: list[float], i: int) -> int:
     n = 1
     while i + n < len(values) and same_value(values[i + n], values[i]):

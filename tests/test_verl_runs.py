@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+import pytest
 from typer.testing import CliRunner
 from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
 
@@ -70,3 +72,42 @@ def test_a_run_with_only_its_jsonl_finds_its_checkpoints(tmp_path: Path) -> None
     paths.train_log.unlink()
     [run] = [r for r in analyze([tmp_path / "run"]).runs if any(s.kind == "verl_jsonl" for s in r.sources)]
     assert whole and sorted(c.path for c in run.checkpoints) == whole
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+def test_a_run_ended_by_its_own_exception_is_a_crash() -> None:
+    """Real Ray session: the driver died of a ZeroDivisionError after step 2 of 5; no Ray failure."""
+    [run] = analyze([SAMPLES / "c_task_exception"]).runs
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.end_step, incident.cause) == ("crash", 3, None, "training_worker_crash")
+    assert "ZeroDivisionError: float division by zero" in incident.summary
+    assert (Path(incident.evidence[0].file).name, incident.evidence[0].line) == ("driver.log", 10)
+    result = runner.invoke(app, ["analyze", str(SAMPLES / "c_task_exception"), "--no-html", "--fail-on-incident"])
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("tail", "after"),
+    [
+        ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nValueError: bad sample\n", True),
+        ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nKeyboardInterrupt\n", False),
+    ],
+)
+def test_a_caught_exception_or_a_ctrl_c_is_no_crash(tmp_path: Path, tail: str, after: bool) -> None:
+    lines = [f"step:{s} - critic/score/mean:0.{s} - timing_s/step:1.0\n" for s in (1, 2, 3)]
+    (tmp_path / "train.log").write_text("".join(lines[:2]) + tail + (lines[2] if after else ""))
+    [run] = analyze([tmp_path / "train.log"]).runs
+    assert run.incidents == [] and len(run.events.filter(pl.col("kind") == "traceback")) == 1
+
+
+def test_a_traceback_after_the_planned_last_step_is_no_crash(tmp_path: Path) -> None:
+    text = "".join(f"step:{s} - critic/score/mean:0.{s} - timing_s/step:1.0\n" for s in (1, 2, 3))
+    tail = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nRuntimeError: teardown\n"
+    (tmp_path / "train.log").write_text("Total training steps: 3\n" + text + tail)
+    assert analyze([tmp_path / "train.log"]).runs[0].incidents == []
+    (tmp_path / "train.log").write_text("Total training steps: 5\n" + text + tail)
+    [incident] = analyze([tmp_path / "train.log"]).runs[0].incidents
+    assert (incident.kind, incident.onset_step) == ("crash", 4) and "RuntimeError: teardown" in incident.summary
