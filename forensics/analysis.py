@@ -262,22 +262,36 @@ def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> s
     which tells a hang from a step that is merely slow."""
     if finding.kind not in ("stall", "crash"):
         return ""
-    before = run.steps.filter((pl.col("step") < finding.onset_step) & pl.col("time").is_not_null())
-    if before.is_empty():
+    earlier = run.steps.filter(pl.col("step") < finding.onset_step)
+    if earlier.is_empty():
         return ("No step had finished yet: an oversized first step looks the same as a deadlock, so compare "
                 "with the first step of a healthy run before calling it one.")
+    before = earlier.filter(pl.col("time").is_not_null())
     failed_at = _first_failure(finding, events) or finding.until
     durations = step_durations(run.steps)
-    if failed_at is None or durations.is_empty():
+    if before.is_empty() or failed_at is None or durations.is_empty():
         return ""
     ran = (failed_at - before["time"].max()).total_seconds()
     typical = float(durations["seconds"].median())
     if typical <= 0 or ran < 0:
         return ""
+    if run.estimated_step_times:
+        # Estimated step times leave out the run's start-up: the step ran at most this long.
+        if ran > 3 * typical:
+            return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed ({ran / typical:.1f}× the "
+                    f"run's median step, {_duration(typical)}), by step times estimated from the Ray session's start: "
+                    "whether it hung cannot be told from them.")
+        verdict = "within a normal step's time: not stuck"
+        return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed, {ran / typical:.1f}× the run's "
+                f"median step ({_duration(typical)}): {verdict}.")
     verdict = ("far longer than a step takes: stuck, not slow" if ran > 3 * typical
                else "within a normal step's time: not stuck")
-    return (f"Step {finding.onset_step} had run {ran / 60:.1f} min when it failed, {ran / typical:.1f}× the run's "
-            f"median step ({typical:.0f} s): {verdict}.")
+    return (f"Step {finding.onset_step} had run {_duration(ran)} when it failed, {ran / typical:.1f}× the run's "
+            f"median step ({_duration(typical)}): {verdict}.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
 def _last_time(steps: pl.DataFrame) -> datetime | None:

@@ -321,13 +321,22 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame) -> list[Finding]:
     if dead.is_empty():
         return []
     last = int(steps["step"].max()) if not steps.is_empty() else None
-    findings = []
-    for (step,), group in dead.sort("time", "line", nulls_last=True).group_by("step", maintain_order=True):
-        kinds = ", ".join(sorted(set(group["kind"].to_list())))
-        after = None if last is None or step > last else step + 1
-        fate = "and the run logged no step after it" if after is None else "and the run went on"
-        findings.append(Finding("crash", None, int(step), after, f"a training process failed during step {step} ({kinds}) {fate}"))
-    return findings
+    # When a failure ended the run, one placed in the last logged step is the same one placed by
+    # line order (verl prints a step's line after its workers' output got through): one finding, at
+    # the step the run did not finish, not a survived crash and a fatal one.
+    ending = last is None or int(dead["step"].max()) > last
+    crashed: list[tuple[int, set[str], bool]] = []
+    for step, kinds in dead.group_by("step").agg(pl.col("kind").unique()).sort("step").iter_rows():
+        kinds, ended = set(kinds), ending and (last is None or step >= last)
+        if ended and crashed and crashed[-1][2]:
+            crashed[-1] = (int(step), crashed[-1][1] | kinds, True)
+        else:
+            crashed.append((int(step), kinds, ended))
+    return [
+        Finding("crash", None, step, None if ended else step + 1, f"a training process failed during step {step} "
+                f"({', '.join(sorted(kinds))}) {'and the run logged no step after it' if ended else 'and the run went on'}")
+        for step, kinds, ended in crashed
+    ]
 
 
 def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> Finding | None:

@@ -57,6 +57,9 @@ class RunData:
     series_sources: dict[str, str] = field(default_factory=dict)
     """For series found in several copies, the copy each was taken from."""
     notes: list[str] = field(default_factory=list)
+    estimated_step_times: bool = False
+    """Step times are the Ray session's start plus the summed step durations (the log has none):
+    late by however long the run took to start."""
 
 
 def load_run(
@@ -105,9 +108,11 @@ def load_run(
     if all_steps.is_empty() and not merged.metrics.is_empty():
         all_steps = _steps_from_metrics(merged.metrics)
     notes = shifts + list(merged.notes)
+    estimated = False
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
         all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]))
-        if all_steps["time"].null_count() < all_steps.height:
+        estimated = all_steps["time"].null_count() < all_steps.height
+        if estimated:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
     clock = step_clock(all_steps)
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
@@ -129,6 +134,7 @@ def load_run(
         config=read_areal_config(location.root / "config.yaml"),
         series_sources=merged.series_sources,
         notes=notes,
+        estimated_step_times=estimated,
     )
 
 
@@ -299,10 +305,14 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFra
     return renamed, notes
 
 
+#: Validation values (verl's ``val-core/…``, a loop's ``val/…``): a step with only these trained nothing.
+_VALIDATION = r"^(?:val-core|val-aux|val)/"
+
+
 def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Step rows for a run known only from copies: each step's earliest value."""
+    """Step rows for a run known only from copies: each step's earliest training value."""
     return (
-        metrics.filter(pl.col("step").is_not_null())
+        metrics.filter(pl.col("step").is_not_null() & ~pl.col("key").cast(pl.String).str.contains(_VALIDATION))
         .sort("time", nulls_last=True)
         .group_by("step", maintain_order=True)
         .agg(pl.col("time").first(), pl.col("file").first(), pl.col("line").first())
