@@ -14,7 +14,7 @@ from datetime import datetime
 import polars as pl
 
 from forensics.detect import Finding
-from forensics.model import Cause, Evidence
+from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
@@ -207,12 +207,11 @@ def _memory_first(window: pl.DataFrame, first: dict) -> bool:
 
 def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
     parts = []
+    before = spans.baseline[1] - spans.baseline[0] + 1
     for row in kinds.sort("p_value", maintain_order=True).iter_rows(named=True):
-        p = row["p_value"]
-        parts.append(
-            f"{row['in_window']} {row['kind']} in steps {spans.window[0]}–{spans.window[1]} vs "
-            f"{row['in_baseline']} in the {spans.baseline[1] - spans.baseline[0] + 1} steps before (p={p:.1g})"
-        )
+        seen = f"{row['in_window']} {row['kind']} in {step_span(*spans.window)}"
+        # With no step before the window there is nothing to compare with: the count alone.
+        parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before (p={row['p_value']:.1g})" if before > 0 else seen)
     return "; ".join(parts) + f"; first: {first['kind']} at {_when(first['time'])} (step {first['step']})."
 
 
@@ -272,7 +271,7 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
             server.evidence,
             " ".join(
                 [
-                    f"No failure of any kind was logged in steps {spans.window[0]}–{spans.window[1]}: the rewards "
+                    f"No failure of any kind was logged in {step_span(*spans.window)}: the rewards "
                     "themselves went constant (reward function, parser or data), not the infrastructure.",
                     *server.sentences,
                 ]

@@ -36,6 +36,12 @@ Cause = Literal[
 ]
 CheckpointKind = Literal["hf_export", "recover", "verl", "trl"]
 
+
+def step_span(first: int, last: int) -> str:
+    """``step 7`` or ``steps 7–9``, as a summary names a stretch of steps."""
+    return f"step {first}" if first == last else f"steps {first}–{last}"
+
+
 def iso(t: datetime | None) -> str | None:
     """ISO 8601 local wall-clock text, milliseconds kept only when present."""
     if t is None:

@@ -12,7 +12,7 @@ from datetime import datetime
 import polars as pl
 
 from forensics.detect import keys_matching
-from forensics.model import Evidence
+from forensics.model import Evidence, step_span
 from parsers.schema import in_order
 
 #: The server's stats series read around an onset (and drawn on the report's timeline).
@@ -72,14 +72,16 @@ def server_context(
         evidence.append(_evidence("last_server_activity", sample.row(0, named=True), f"last server stats line: {described}"))
 
     # Steps after the onset only: the onset step's own rollouts may predate the failure.
+    if window[1] <= onset_step:  # the run logged nothing after it: whether the server answered is unknown
+        return ServerContext(tuple(sentences), tuple(evidence), None, silent)
     after = index.by_step(metrics, onset_step + 1, window[1])
     ok = after.filter(pl.col("key").is_in(keys_matching(metrics, ANSWERED)))["value"].sum()
     throughput = after.filter(pl.col("key") == "sglang/gen_throughput")["value"]
     answering = bool(ok) and (throughput.is_empty() or float(throughput.max() or 0) > 0)
     if answering:
-        sentences.append(f"The server kept answering after the onset (steps {onset_step + 1}–{window[1]}): {int(ok)} successful /generate responses.")
+        sentences.append(f"The server kept answering after the onset ({step_span(onset_step + 1, window[1])}): {int(ok)} successful /generate responses.")
     else:
-        sentences.append(f"The server logged no successful /generate response after the onset (steps {onset_step + 1}–{window[1]}).")
+        sentences.append(f"The server logged no successful /generate response after the onset ({step_span(onset_step + 1, window[1])}).")
     return ServerContext(tuple(sentences), tuple(evidence), answering, silent)
 
 
