@@ -87,3 +87,12 @@ def test_warning_level_server_log_says_what_it_could_not_see(fixture_run) -> Non
     run = analyze([fixture_run("areal_seed000")]).runs[0]
     server = next(s for s in run.sources if s.path.endswith("llm_server.log"))
     assert any("warning level" in note for note in server.notes)
+
+
+def test_a_stall_names_its_one_step_and_claims_nothing_after_it(fixture_run) -> None:
+    """The hang fixture stops at step 420; the stall is step 421, after which nothing was logged."""
+    from forensics import analyze
+
+    stall = analyze(fixture_run("sglang_hang")).runs[0].incidents[-1]
+    assert stall.onset_step == 421 and "73 connection_refused in step 421 vs 0 in the 50 steps before" in stall.summary
+    assert "–421" not in stall.summary and "after the onset" not in stall.summary
