@@ -386,7 +386,8 @@ def watch(
     zero_steps: Annotated[int, typer.Option("--zero-steps", help="Steps in a row at one exact reward (e.g. 0) that make a collapse.")] = 5,
     warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="A reward constant since the first step is judged only after this many steps.")] = 10,
     server_down_minutes: Annotated[float, typer.Option("--server-down-minutes", help="A server gone this long, with no relaunch, raises an alarm.")] = 5.0,
-    stop: Annotated[bool, typer.Option("--exit/--keep-going", help="Exit 5 at the first alarm, or keep following.")] = True,
+    stop: Annotated[bool, typer.Option("--exit/--keep-going", help="Stop at the first alarm, or keep following.")] = True,
+    fail_on_alarm: Annotated[bool, typer.Option("--fail-on-alarm", help="Exit 5 when an alarm fired (for a wrapper script).")] = False,
     on_alarm: Annotated[str | None, typer.Option("--on-alarm", help="Shell command run at each alarm: alarm JSON on stdin, GRPO_FORENSICS_* variables.")] = None,
     wandb_alert: Annotated[bool, typer.Option("--wandb-alert", help="Post a W&B alert to the run's W&B run (needs WANDB_API_KEY).")] = False,
     report_dir: Annotated[Path | None, typer.Option("--report-dir", help="Write the HTML report here when an alarm fires.")] = None,
@@ -394,10 +395,11 @@ def watch(
     log_format: LogFormat = None,
     debug: Debug = False,
 ) -> None:
-    """Follow a live run and raise an alarm when an incident starts (exit 5 when one fired).
+    """Follow a live run and raise an alarm when an incident starts.
 
     Alarms: reward_collapse, zero_variance, nan_inf, server_errors, server_down, stall, crash.
-    Exit codes: 0 nothing fired (--timeout reached, or --replay), 2 unusable input, 5 an alarm fired.
+    Exit codes: 0 done (an alarm raised, --timeout reached, or --replay), 2 unusable input; with
+    --fail-on-alarm, 5 when an alarm fired.
 
     Example: grpo-forensics watch outputs/ --on-alarm 'scancel "$SLURM_JOB_ID"' --report-dir /tmp/alarm
     """
@@ -448,7 +450,7 @@ def watch(
             watcher.follow(handle, interval=interval, timeout=timeout)
         except KeyboardInterrupt:
             pass
-        return EXIT_ALARM if fired else 0
+        return EXIT_ALARM if fired and fail_on_alarm else 0
 
     code = _guard(debug, work)
     if code:

@@ -233,17 +233,20 @@ def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "inside the watched path" in result.stderr
 
 
-def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5(tmp_path: Path) -> None:
+def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp_path: Path) -> None:
     outputs = FIXTURES / "sglang_healthy_collapse" / "outputs"
     before = tree_state(outputs)
     command = f'cat > {tmp_path}/alarm.json; echo "$GRPO_FORENSICS_KIND $GRPO_FORENSICS_STEP" > {tmp_path}/env.txt'
+    watch = [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30"]
     done = subprocess.run(
-        [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30",
-         "--state-dir", str(tmp_path / "state"), "--on-alarm", command, "--report-dir", str(tmp_path / "report"),
-         "--wandb-alert"],
+        [*watch, "--state-dir", str(tmp_path / "state"), "--on-alarm", command, "--report-dir", str(tmp_path / "report"),
+         "--wandb-alert", "--fail-on-alarm"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 5, done.stderr + done.stdout
+    # Unasked, an alarm is no error (the contract keeps non-zero codes for bad input and bugs).
+    quiet = subprocess.run([*watch, "--state-dir", str(tmp_path / "again")], capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and "reward_collapse" in quiet.stdout, quiet.stderr + quiet.stdout
     alarm = json.loads((tmp_path / "alarm.json").read_text())
     assert (alarm["kind"], alarm["onset_step"], alarm["cause"]) == ("reward_collapse", 120, "reward_pipeline")
     assert (tmp_path / "env.txt").read_text().split() == ["reward_collapse", str(alarm["step"])]
