@@ -21,6 +21,7 @@ from forensics.cache import ParseCache
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
+    NUMERIC_HEALTH,
     Finding,
     Thresholds,
     choose_primary,
@@ -317,7 +318,7 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
 
 def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
     """Events the numbers themselves show: non-finite values, skipped optimizer steps."""
-    watched = pl.col("key").is_in(keys_matching(metrics, r"grad_norm$|actor_loss/avg$|pg_loss$|/loss$"))
+    watched = pl.col("key").is_in(keys_matching(metrics, NUMERIC_HEALTH))
     if primary:
         watched = watched | (pl.col("key") == primary)
     # One filter each, straight on the frame: a copy of all stepped rows costs gigabytes on long runs.
@@ -329,7 +330,8 @@ def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
         pl.lit("overflow_skip").alias("kind"), pl.lit("warning").alias("severity")
     )
     rows = pl.concat([bad, skipped]).with_columns(
-        pl.lit("areal").alias("source"),
+        # The parser that read the value, in the contract's names (verl's JSONL copy is verl's).
+        pl.col("source").cast(pl.String).replace({"verl_jsonl": "verl"}).alias("source"),
         pl.format("step {}: {} = {}", pl.col("step"), pl.col("key"), pl.col("value")).alias("message"),
     )
     return conform(rows, EVENT_SCHEMA)

@@ -251,16 +251,20 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
     return findings
 
 
+#: The keys whose non-finite values mean the training numbers diverged (besides the reward).
+NUMERIC_HEALTH = r"grad_norm$|actor_loss/avg$|pg_loss$|(?:^|/)loss$"
+
+
 def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> list[Finding]:
     """Loss, gradient norm or reward non-finite for several steps in a row."""
-    keys = [k for k in sorted(metric_keys(metrics)[0]) if k == primary or k.endswith(("grad_norm", "actor_loss/avg", "pg_loss", "/loss"))]
+    keys = [k for k in sorted(metric_keys(metrics)[0]) if k == primary or re.search(NUMERIC_HEALTH, k)]
     if not keys:
         return []
     flags_frame = (
         metrics.lazy()
         .filter(pl.col("key").is_in(keys) & pl.col("step").is_not_null())
         .group_by("step")
-        .agg((~pl.col("value").is_finite()).any().alias("bad"))
+        .agg((~pl.col("value").is_finite()).any().alias("bad"), pl.col("key").filter(~pl.col("value").is_finite()).unique().alias("bad_keys"))
         .sort("step")
         .collect()
     )
@@ -271,7 +275,11 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
         run = _run_length(flags, i)
         if flags[i] == 1.0 and run >= t.nan_run:
             end = steps[i + run] if i + run < len(steps) else None
-            return [Finding("nan_inf", primary, steps[i], end, f"non-finite loss/gradient/reward for {run} steps from step {steps[i]}")]
+            # Named after what went non-finite first: the reward when it did, else the first of the rest.
+            bad = sorted(str(k) for k in flags_frame["bad_keys"][i])
+            metric = primary if primary in bad else bad[0]
+            went = ", ".join(bad)
+            return [Finding("nan_inf", metric, steps[i], end, f"non-finite {went} for {run} steps from step {steps[i]}")]
         i += run
     return []
 

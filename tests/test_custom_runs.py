@@ -128,3 +128,18 @@ def test_a_time_format_that_parses_no_time_is_warned(tmp_path: Path) -> None:
     result = runner.invoke(app, ["analyze", str(log), "--log-format", str(fmt), "--no-cache", "--no-html"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "warning: train.log: no time parsed with time_format '%d/%m/%Y %H:%M': times are null" in result.output
+
+
+def test_a_loop_whose_loss_diverges_names_the_loss(tmp_path: Path) -> None:
+    """A plain ``loss`` key (no ``…/loss`` prefix) going NaN, the reward finite: the incident and
+    its events name what diverged and come from the loop's own log (source ``custom``)."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(
+        f"2025-06-01 14:{s:02d}:12 | step {s} | reward=0.{50 + s} reward_std=0.3125 loss={'nan' if s >= 30 else -s / 100} grad_norm=0.87\n"
+        for s in range(1, 41)
+    ))
+    [run] = analyze([log], custom_format=FORMAT).runs
+    [incident] = run.incidents
+    assert (incident.kind, incident.metric, incident.onset_step, incident.cause) == ("nan_inf", "loss", 30, "numerical_divergence")
+    events = run.events.filter(pl.col("kind") == "nan_inf")
+    assert events.height == 11 and set(events["source"]) == {"custom"} and events["message"][0] == "step 30: loss = NaN"

@@ -6,6 +6,7 @@ import math
 from datetime import timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from areal_builder import Outage, RunSpec, binomial_reward, healthy_reward, schedule, write_run
 from typer.testing import CliRunner
@@ -90,7 +91,10 @@ def test_non_finite_gradients(tmp_path: Path) -> None:
     run = only_run(write_run(tmp_path / "outputs", RunSpec(last_step=80, stats_tweak=nan_from_60)).fileroot)
     [incident] = [i for i in run.incidents if i.kind == "nan_inf"]
     assert (incident.onset_step, incident.cause) == (60, "numerical_divergence")
+    # Named after what went non-finite (the gradient, not the finite reward), as its events are.
+    assert incident.metric == "grpo_actor/grad_norm" and "non-finite grpo_actor/grad_norm for" in incident.summary
     assert {"nan_inf", "overflow_skip"} <= set(run.events["kind"].to_list())
+    assert set(run.events.filter(pl.col("kind") == "nan_inf")["source"]) == {"areal"}
 
 
 def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
