@@ -18,7 +18,7 @@ from pathlib import Path
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers.custom import CustomFormat, looks_like_custom_loop
-from parsers.verl import looks_like_verl_log
+from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
 
 # Folders that hold weights, dumps or traces, never a run's logs.
@@ -82,7 +82,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
         as_file = not given.is_dir()  # a file, or a pipe given by name
-        sources, problems = _classify([given], custom_format) if as_file else _walk(given, custom_format)
+        sources, problems = _classify([given], custom_format, given=True) if as_file else _walk(given, custom_format)
         runs.extend(_group(given, sources, problems))
         skipped += problems
     if not runs:
@@ -158,7 +158,9 @@ def _holds_ray_logs(folder: Path, dirs: list[str]) -> bool:
     return "logs" in dirs and any(os.path.isfile(folder / "logs" / name) for name in _RAY_LOGS)
 
 
-def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:
+def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: bool = False) -> tuple[list[LogSource], list[str]]:
+    """The sources among ``files``. A file ``given`` by name is also read as a console log when it
+    holds a failure (a driver's output saved or pasted); in a folder such files are left alone."""
     sources, problems = [], []
     for path in files:
         try:
@@ -169,6 +171,8 @@ def _classify(files: list[Path], custom_format: CustomFormat | None) -> tuple[li
             if path.stat().st_size == 0:
                 continue
             kind = _kind(path, custom_format)
+            if kind is None and given and looks_like_ray_console(path):
+                kind = "console_log"
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")
             continue

@@ -240,7 +240,8 @@ class RunAnalysis:
             failed = self.events.filter(pl.col("severity").is_in(["error", "fatal"]))["kind"].value_counts(sort=True)
             if failed.height:
                 kinds = ", ".join(f"{kind} ×{n}" for kind, n in failed.head(4).iter_rows())
-                why += f"; yet {failed['count'].sum()} failures were logged ({kinds}): see the events"
+                n = failed["count"].sum()
+                why += f"; yet {n} {'failure was' if n == 1 else 'failures were'} logged ({kinds}): see the events"
         return why
 
     def data_lost(self) -> list[str]:

@@ -226,6 +226,11 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
         steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
         return Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
                        log.notes, log.facts)
+    if reader == "console":  # Ray's and torch's failures in a console log verl did not write: the same reader
+        log = read_verl_log(path)
+        events = log.events.with_columns(pl.col("source").replace({"verl": "ray"}))
+        return Parsed(reader, empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(events, EVENT_SCHEMA), log.lines,
+                      log.unparsed_lines, tuple(n for n in log.notes if not n.startswith("no verl step")))
     if reader == "ray":
         session = read_ray_session(path)
         reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes) for r in session.sources)
@@ -272,6 +277,7 @@ _READERS: dict[str, tuple[str, ...]] = {
     "wandb": ("wandb",),
     "tensorboard": ("tensorboard",),
     "verl_log": ("verl",),
+    "console_log": ("console",),
     "verl_jsonl": ("verl_jsonl",),
     "ray_session": ("ray",),
 }

@@ -37,7 +37,7 @@ from parsers._lines import ANSI, collect_lines, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
 from parsers.schema import MAX_STEP, METRIC_SCHEMA, STEP_SCHEMA, conform, later_lines_win, step_number, with_keys
 
-__all__ = ["VerlLog", "looks_like_verl_log", "read_verl_log"]
+__all__ = ["VerlLog", "looks_like_ray_console", "looks_like_verl_log", "read_verl_log"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,19 @@ def looks_like_verl_log(path: Path) -> bool:
     """True when the head of ``path`` has verl metric lines, verl's trainer prefix or file-logger records."""
     head = re.sub(ANSI, "", sniff(Path(path), 1 << 20))
     return bool(re.search(r"(?m)(?:^|\) )step:\d+ - [^\s:]+:|\((?:TaskRunner|main_task) pid=\d+\)|^\{\"step\": ?\d+, ?\"data\"", head))
+
+
+def looks_like_ray_console(path: Path) -> bool:
+    """True when the head of ``path`` holds a failure this reader's console rules know (a Ray or
+    torch error, a traceback): a driver's or worker's console pasted or saved without metric lines."""
+    lines = re.sub(ANSI, "", sniff(Path(path), 1 << 20)).splitlines()
+    if not lines:
+        return False
+    fmt = _console_format()
+    text = pl.Series(lines, dtype=pl.String)
+    for prefix in fmt.prefixes.values():
+        text = text.str.replace(prefix, "")
+    return bool(text.str.contains(fmt.any_event).any() or text.str.contains(fmt.traceback_start).any())
 
 
 def read_verl_log(path: Path, *, keys: str | None = None) -> VerlLog:

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import tree_state
+from typer.testing import CliRunner
 from verl_builder import (
     VerlRunSpec,
     metric_line,
@@ -21,6 +22,8 @@ from verl_builder import (
     zero_score_run,
 )
 
+from forensics import analyze
+from forensics.cli import app
 from parsers.schema import CHECKPOINT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 from parsers.verl import looks_like_verl_log, read_verl_log
 from parsers.verl_checkpoints import (
@@ -406,3 +409,27 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         for frame in ("steps", "metrics", "events"):
             assert getattr(got, frame).equals(getattr(want, frame)), (path.name, frame)
         assert (got.lines, got.unparsed_lines, got.notes, got.facts) == (want.lines, want.unparsed_lines, want.notes, want.facts)
+
+
+@needs_samples
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("issue1158_nccl_alltoall_timeout.log", "nccl_timeout"), ("issue2828_cuda_oom.log", "cuda_oom"),
+     ("issue2950_ray_oom_kill.log", "host_oom_kill"), ("issue4921_actor_died_sigkill.log", "actor_died")],
+)
+def test_a_console_excerpt_given_alone_is_read_for_its_failures(name: str, kind: str) -> None:
+    """A driver's output pasted without metric lines, given by name: its failures are events (it was
+    "no training run found", exit 2); in a folder such a file is not a run of its own."""
+    result = CliRunner().invoke(app, ["events", str(EXCERPTS / name)])
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert kind in {e["kind"] for e in events} and {e["source"] for e in events} <= {"ray", "torch"}
+    [run] = analyze([EXCERPTS / name]).runs
+    assert run.framework == "unknown" and run.sources[0].kind == "console_log" and run.sources[0].unparsed_lines == 0
+    assert "failure" in (run.unjudged() or "")
+
+
+def test_a_console_log_in_a_folder_is_no_run(tmp_path: Path) -> None:
+    (tmp_path / "notes.log").write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: x\n")
+    assert CliRunner().invoke(app, ["events", str(tmp_path)]).exit_code == 2
+    assert CliRunner().invoke(app, ["events", str(tmp_path / "notes.log")]).exit_code == 0
