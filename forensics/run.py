@@ -270,7 +270,7 @@ def _read_sglang(path: Path, keys: str | None) -> Parsed:
 #: lines with SGLang's own output, so both read it.
 _READERS: dict[str, tuple[str, ...]] = {
     "areal_trainer": ("areal",),
-    "areal_log": ("areal",),
+    "areal_log": ("sglang", "areal"),  # a realhf worker's or merged log may carry the server's own lines too
     "areal_server": ("sglang",),  # the SGLang parser reads the wrapper lines with AReaL's patterns
     "sglang_server": ("sglang",),
     "custom_log": ("custom",),

@@ -247,3 +247,15 @@ def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> N
     values = ["step", "key", "value"]
     assert hurt.metrics.filter(pl.col("step").is_not_null()).select(values).equals(
         plain.metrics.filter(pl.col("step").is_not_null()).select(values))
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+def test_a_worker_log_carrying_the_servers_lines_has_their_failures() -> None:
+    """A realhf generation-server worker's log holds SGLang's own lines: the server's scheduler
+    exception and failed cache flush are events of the run, as in an llm_server.log."""
+    from forensics import analyze
+
+    [run] = analyze(SAMPLES / "issue145_realhf_gserver_weight_update_crash.log").runs
+    assert run.sources[0].kind == "areal_log"
+    by_line = dict(run.events.select("line", "kind").iter_rows())
+    assert by_line[10] == "cache_flush_failed" and by_line[11] == "scheduler_exception"
