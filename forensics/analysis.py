@@ -312,7 +312,8 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     if hit.is_empty():
         return None
     row = hit.row(0, named=True)
-    text = f"Train step {row['step']} done: {row['key']} = {row['value']:.4e}"
+    # What the line logged, said as such: not a quote of it (AReaL's table cell, a loop's line, a copy's record).
+    text = f"step {row['step']}: {row['key']} = {row['value']:.4g}"
     return Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)
 
 
