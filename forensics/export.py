@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
@@ -75,14 +76,31 @@ def write_metrics(frames: Iterable[pl.DataFrame], fmt: str, target: IO[Any] | st
         return written
     first = True
     for part in frames:
+        # Times as the analysis document gives them: ISO 8601, milliseconds only when there are some.
+        part = part.with_columns(pl.col("time").dt.to_string("%Y-%m-%dT%H:%M:%S%.3f").str.strip_suffix(".000"))
         if fmt == "csv":
             part.write_csv(target, include_header=first)
-        else:  # times as ISO 8601, as the CSV writes them (JSON has no datetime of its own)
-            part.with_columns(pl.col("time").dt.to_string("%Y-%m-%dT%H:%M:%S%.3f")).write_ndjson(target)
+        else:
+            part.select(_json_line()).write_csv(target, include_header=False, quote_style="never")
         first, written = False, written + part.height
     if first and fmt == "csv":
         pl.DataFrame(schema=EXPORT_SCHEMA).write_csv(target)
     return written
+
+
+def _json_line() -> pl.Expr:
+    """Each row as one JSON object. JSON has no NaN or infinity: those values are the strings
+    ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (what ``float()`` reads back), not ``null``."""
+    value = pl.col("value")
+    token = (
+        pl.when(value.is_nan()).then(pl.lit('"NaN"'))
+        .when(value == math.inf).then(pl.lit('"Infinity"'))
+        .when(value == -math.inf).then(pl.lit('"-Infinity"'))
+        .otherwise(value.cast(pl.String))
+        .fill_null("null")
+    )
+    head = pl.struct(pl.all().exclude("value")).struct.json_encode().str.strip_suffix("}")
+    return pl.concat_str(head, pl.lit(',"value":'), token, pl.lit("}"))
 
 
 def _export_form(run: RunData) -> Iterator[pl.DataFrame]:

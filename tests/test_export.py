@@ -89,3 +89,31 @@ def test_analyze_each_judges_a_run_once_the_one_before_is_consumed(fixture_run, 
     shutil.rmtree(second)
     [gone] = list(runs)  # found before, read only now: nothing left to read
     assert gone.steps.is_empty() and all(s.lines == 0 for s in gone.sources)
+
+
+def test_jsonl_keeps_nan_and_infinity_and_times_as_analyze_gives_them(tmp_path: Path) -> None:
+    """JSON has no NaN or infinity: they are written as the strings float() reads back, not null;
+    whole-second times carry no '.000' (as in the analysis document and events)."""
+    import json
+    import math
+
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    log.write_text("".join(f"2025-06-01 14:{s:02d}:12 | step {s} | reward=0.5 reward_std=0.3 loss={loss} grad_norm=0.87\n"
+                           for s, loss in enumerate(["0.1", "nan", "inf", "-inf"], 1)))
+    fmt = Path(__file__).parent / "fixtures" / "custom_format_example.toml"
+    for kind in ("jsonl", "csv"):
+        result = CliRunner().invoke(app, ["metrics", str(log.parent), "--log-format", str(fmt), "--format", kind,
+                                          "--output", str(tmp_path / f"m.{kind}")])
+        assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    loss = [float(r["value"]) for r in rows if r["key"] == "loss"]
+    assert loss[0] == 0.1 and math.isnan(loss[1]) and loss[2:] == [math.inf, -math.inf]
+    assert rows[0]["time"] == "2025-06-01T14:01:12" and isinstance(rows[0]["value"], float)
+    assert ",2025-06-01T14:01:12," in (tmp_path / "m.csv").read_text() and ".000" not in (tmp_path / "m.csv").read_text()
+    csv = pl.read_csv(tmp_path / "m.csv", schema=EXPORT_SCHEMA)
+    assert csv.filter(pl.col("key") == "loss")["value"].is_nan().sum() == 1
