@@ -8,9 +8,15 @@ from typing import Any
 
 from forensics.model import Cause
 
+#: How each framework keeps the rollouts a reward was computed from, to read them.
+_ROLLOUT_DUMPS = {
+    "areal": "AReaL can dump them with rollout.dump_to_file / the workflow's dump_dir",
+    "verl": "verl writes them to JSONL with trainer.rollout_data_dir",
+}
 
-def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int]) -> tuple[str, ...]:
-    """Suggestions for ``cause``; ``seen`` counts event kinds around the onset."""
+
+def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framework: str = "areal") -> tuple[str, ...]:
+    """Suggestions for ``cause`` in a run of ``framework``; ``seen`` counts event kinds around the onset."""
 
     def setting(key: str) -> str:
         return f"{key}={config[key]}" if key in config else key
@@ -29,20 +35,19 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int]) -> tuple
         )
     if cause == "inference_server_oom":
         pressure = ", ".join(f"{n} {k}" for k, n in sorted(seen.items()) if k in {"kv_cache_retract", "kv_cache_oom", "cuda_oom"})
+        knobs = (f"{setting('sglang.mem_fraction_static')} or {setting('rollout.max_concurrent_rollouts')}" if framework == "areal"
+                 else "the server's memory fraction (SGLang --mem-fraction-static; verl actor_rollout_ref.rollout.gpu_memory_utilization) or the concurrent requests")
         return (
-            f"The server ran out of memory before it died ({pressure or 'memory errors'}): lower "
-            f"{setting('sglang.mem_fraction_static')} or {setting('rollout.max_concurrent_rollouts')}, or shorten "
+            f"The server ran out of memory before it died ({pressure or 'memory errors'}): lower {knobs}, or shorten "
             "max_new_tokens, so the KV cache is not exhausted at peak load.",
         )
     if cause == "inference_server_crash":
-        return (
-            "The server process went away (refused or reset connections, exit): read llm_server.log just before its "
-            f"exit for the reason; {setting('recover.mode')} only relaunches on failures the launcher notices.",
-        )
+        relaunch = f"; {setting('recover.mode')} only relaunches on failures the launcher notices" if framework == "areal" else ""
+        return (f"The server process went away (refused or reset connections, exit): read its log just before its exit for the reason{relaunch}.",)
     if cause == "reward_pipeline":
         return (
             "No infrastructure fault was logged around the onset: check the reward function and answer parsing on the "
-            "rollouts of the onset step (AReaL can dump them with rollout.dump_to_file / the workflow's dump_dir).",
+            f"rollouts of the onset step ({_ROLLOUT_DUMPS.get(framework, 'dump a batch of them with their rewards')}).",
         )
     if cause == "numerical_divergence":
         return ("Loss or gradients went non-finite: lower the learning rate, check gradient clipping and the loss scale.",)

@@ -248,7 +248,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         wasted_hours=hours,
         summary=" ".join(p for p in (f"{finding.summary}.", _step_in_progress(finding, run, events), verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
-        suggestions=suggest(verdict.cause, run.config, verdict.seen),
+        suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
     )
 
 

@@ -22,6 +22,7 @@ def test_seed003_dead_batches_with_reward_std_evidence_and_slow_second_iteration
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("zero_variance", 1, "reward_pipeline")
     assert incident.metric == "reward/std"
+    assert not any("AReaL" in s for s in incident.suggestions)  # a hand-rolled loop gets no AReaL setting
     assert any(e.kind == "zero_advantages" and "rewards_grouped=[[0.0" in e.text for e in incident.evidence)
     # The onset's own value, said as a value: not dressed as a line AReaL would print.
     assert incident.onset_evidence is not None and incident.onset_evidence.text == "step 1: reward/std = 0"
