@@ -92,6 +92,16 @@ class Incident:
     onset_evidence: Evidence | None = None
     suggestions: tuple[str, ...] = ()
 
+    @property
+    def wasted(self) -> str:
+        """What the incident cost, in words: steps learned from garbage, and the wall clock; a
+        stall wastes time with no step (``13.41 h with no step logged``)."""
+        hours = f"{self.wasted_hours:.2f} h" if self.wasted_hours is not None else None
+        if self.wasted_steps == 0 and hours:
+            return f"{hours} with no step logged"
+        unit = "step" if self.wasted_steps == 1 else "steps"
+        return f"{self.wasted_steps} {unit}" + (f" ({hours})" if hours else "")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -119,11 +119,10 @@ def _end(run: RunAnalysis, inc: Incident) -> str:
 
 
 def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
-    hours = inc.wasted_hours
     rows = [
         ("onset", f"<strong>step {inc.onset_step}</strong> · {e(fmt_time(inc.onset_time))}"),
         ("end", _end(run, inc)),
-        ("wasted", f"{inc.wasted_steps} steps" + (f" · {hours:.2f} h wall clock" if hours is not None else "")),
+        ("wasted", e(inc.wasted)),
         ("cause", f"<strong>{e(inc.cause)}</strong> (confidence {inc.confidence:.2f})"),
         ("metric", f"<code>{e(inc.metric or '—')}</code>"),
     ]

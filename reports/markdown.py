@@ -48,10 +48,9 @@ def block(value: str, lang: str = "") -> str:
 def _incident(run: RunAnalysis, inc: Incident) -> list[str]:
     end = (f"recovered at step {inc.end_step}" if inc.recovered and inc.end_step is not None
            else f"ended at step {inc.end_step}" if inc.end_step is not None else "**not recovered**")
-    hours = f", {inc.wasted_hours:.2f} h" if inc.wasted_hours is not None else ""
     lines = [
         f"- **{text(inc.id)} · {text(inc.kind)}** from step {inc.onset_step} ({iso(inc.onset_time) or 'time unknown'}),"
-        f" {end}; wasted {inc.wasted_steps} steps{hours}. Cause: {code(inc.cause)} (confidence {inc.confidence:.2f})."
+        f" {end}; wasted {inc.wasted}. Cause: {code(inc.cause)} (confidence {inc.confidence:.2f})."
     ]
     for ev in inc.evidence[:TOP_EVIDENCE]:
         lines.append(f"  - {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")

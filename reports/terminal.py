@@ -95,8 +95,7 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
         grid.add_row("end", Text(f"step {inc.end_step}" + (" (recovered)" if inc.recovered else "")))
     else:
         grid.add_row("end", Text("NOT RECOVERED", style="bold red"))
-    hours = inc.wasted_hours
-    grid.add_row("wasted", Text(f"{inc.wasted_steps} steps" + (f" ({hours:.2f} h)" if hours is not None else "")))
+    grid.add_row("wasted", Text(inc.wasted))
     grid.add_row("cause", Text.assemble((inc.cause, "bold"), f" (confidence {inc.confidence:.2f})"))
     if inc.summary:
         grid.add_row("summary", Text(inc.summary))

@@ -163,7 +163,7 @@ def test_verdict_comes_before_any_chart(collapse_html: str) -> None:
         assert expected in verdict, expected
     assert "<pre><code>python -m areal.launcher" in verdict
     # 81 steps at 30 s each from onset to the last step: 80 * 30 s = 0.67 h
-    assert "0.67 h wall clock" in verdict
+    assert "81 steps (0.67 h)" in verdict
 
 
 def test_verdict_says_how_long_a_recovered_incident_lasted() -> None:
@@ -398,7 +398,7 @@ def test_empty_run_renders() -> None:
 def test_markdown_summary() -> None:
     md = render_markdown(Analysis(runs=[_run()]))
     assert md.startswith("#### grpo-forensics: gsm8k-grpo/trial0 — 1 incident")
-    assert "from step 120 (2025-11-11T11:00:00), **not recovered**; wasted 81 steps, 0.67 h" in md
+    assert "from step 120 (2025-11-11T11:00:00), **not recovered**; wasted 81 steps (0.67 h)" in md
     assert "Cause: `inference_server_unresponsive` (confidence 0.90)" in md
     assert "`logs/trainer.log:1181`" in md
     assert f"**Resume from step 100:** `{CKPT_100}`" in md
@@ -451,3 +451,11 @@ def test_cli_analyze_markdown(fixture_run, tmp_path: Path) -> None:
     assert stdout.exit_code == 0 and stdout.stdout == md  # the terminal summary went to stderr
     both = CliRunner().invoke(app, [*args, "-", "--json", "-"])
     assert both.exit_code == 2 and len(both.stderr.strip().splitlines()) == 1
+
+
+def test_a_stall_wastes_hours_not_steps(fixture_run) -> None:
+    """seed 000's stall: no step for 13.4 h. Said as time with no step, not '0 steps (13.41 h)'."""
+    from forensics import analyze
+
+    stall = analyze(fixture_run("areal_seed000")).runs[0].incidents[-1]
+    assert stall.kind == "stall" and stall.wasted == "13.41 h with no step logged"
