@@ -152,6 +152,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
                 stuck.append((at, values[at]))
         described = ", then ".join([f"{_stuck(v)} from step {steps[at]}" for at, v in stuck[:3]] + ["…"] * (len(stuck) > 3))
         span = f"until step {end_step}" if end_step is not None else "and never recovered"
+        if never_varied:  # not a collapse from something healthy: the reward was never anything else
+            described, span = f"{_stuck(value)} at every step from the first (step {onset})", "and never took another value"
         findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} {span}", value))
         if end is None:
             break

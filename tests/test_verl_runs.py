@@ -44,6 +44,7 @@ def test_score_zero_from_the_first_step_is_reward_wiring(tmp_path: Path) -> None
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 1, "reward_pipeline")
     assert run.primary_metric == "critic/score/mean"
+    assert "exactly zero at every step from the first (step 1) and never took another value" in incident.summary
     # verl's own way to keep the rollouts, not AReaL's
     assert any("trainer.rollout_data_dir" in s for s in incident.suggestions)
     assert not any("AReaL" in s for s in incident.suggestions)
