@@ -277,7 +277,7 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
         run = _run_length(flags, i)
         if flags[i] == 1.0 and run >= t.nan_run:
             end = steps[i + run] if i + run < len(steps) else None
-            # Named after what went non-finite first: the reward when it did, else the first of the rest.
+            # Named after what went non-finite: the reward when it did, else the first of the others by name.
             bad = sorted(str(k) for k in flags_frame["bad_keys"][i])
             metric = primary if primary in bad else bad[0]
             went = ", ".join(bad)
