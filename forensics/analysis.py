@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -36,7 +37,7 @@ from forensics.detect import (
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
-from forensics.model import Analysis, Evidence, Incident, RunAnalysis, data_lost, unjudged
+from forensics.model import Analysis, Evidence, Incident, RunAnalysis, data_lost, step_span, unjudged
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
@@ -246,7 +247,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         evidence=verdict.evidence,
         wasted_steps=wasted,
         wasted_hours=hours,
-        summary=" ".join(p for p in (f"{finding.summary}.", _step_in_progress(finding, run, events), verdict.explanation) if p),
+        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events), _step_in_progress(finding, run, events),
+                                     verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
     )
@@ -256,6 +258,39 @@ def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:
     failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"]))
     times = failed["time"].drop_nulls()
     return times.min() if len(times) else None  # type: ignore[return-value]
+
+
+#: How close a return of the reward must follow a server coming back (or precede it going down) to be put down to it.
+_NEAR_STEPS = 3
+
+
+def _brief_returns(finding: Finding, run: RunData, events: pl.DataFrame) -> str:
+    """A collapse the reward came back from for a few steps at a time, too briefly to count as
+    recovered: when, and whether each return followed the server coming back (seed 001's spikes)."""
+    if finding.kind != "reward_collapse" or finding.metric is None or finding.value is None:
+        return ""
+    stop = finding.end_step if finding.end_step is not None else math.inf
+    values = series(run.metrics, finding.metric).filter((pl.col("step") > finding.onset_step) & (pl.col("step") < stop))
+    off = values.filter(pl.col("value").is_finite() & (pl.col("value") + 0.0 != finding.value + 0.0))
+    if off.is_empty():
+        return ""
+    stretches = (
+        off.with_columns((pl.col("step").diff() != 1).fill_null(True).cum_sum().alias("stretch"))
+        .group_by("stretch", maintain_order=True)
+        .agg(pl.col("step").min().alias("first"), pl.col("step").max().alias("last"), pl.col("value").max().alias("peak"))
+    )
+    came_back = events.filter(pl.col("kind").is_in(["server_ready", "run_resumed"]))["step"].drop_nulls().to_list()
+    went_down = events.filter(pl.col("kind") == "server_exit")["step"].drop_nulls().to_list()
+    rows = list(stretches.iter_rows(named=True))
+    listed = [f"{step_span(r['first'], r['last'])} (up to {r['peak']:.4g})" for r in rows[:4]]
+    after = sum(any(r["first"] - _NEAR_STEPS <= s <= r["first"] for s in came_back) for r in rows)
+    ended = sum(any(r["last"] <= s <= r["last"] + _NEAR_STEPS for s in went_down) for r in rows)
+    n = len(rows)
+    text = f"It came back briefly {n} {'time' if n == 1 else 'times'}: {', '.join(listed)}{', …' if n > 4 else ''}"
+    if after:
+        text += (f"; {after} of them right after the server or the run was relaunched"
+                 + (f", {ended} ending as the server exited again" if ended else ""))
+    return text + "."
 
 
 def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> str:

@@ -96,3 +96,14 @@ def test_a_stall_names_its_one_step_and_claims_nothing_after_it(fixture_run) -> 
     stall = analyze(fixture_run("sglang_hang")).runs[0].incidents[-1]
     assert stall.onset_step == 421 and "73 connection_refused in step 421 vs 0 in the 50 steps before" in stall.summary
     assert "–421" not in stall.summary and "after the onset" not in stall.summary
+
+
+def test_brief_returns_are_told_with_the_relaunches_behind_them(fixture_run) -> None:
+    """seed 001: after step 188 the reward came back for a few steps five times, each time a
+    relaunched server answered until it died again. Said, not hidden in 'never recovered'."""
+    from forensics import analyze
+
+    [collapse] = analyze(fixture_run("areal_seed001")).runs[0].incidents
+    assert collapse.onset_step == 188 and not collapse.recovered
+    assert "It came back briefly 5 times: steps 683–686 (up to 0.4375), steps 731–734" in collapse.summary
+    assert "5 of them right after the server or the run was relaunched, 5 ending as the server exited again" in collapse.summary
