@@ -210,8 +210,10 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
     before = spans.baseline[1] - spans.baseline[0] + 1
     for row in kinds.sort("p_value", maintain_order=True).iter_rows(named=True):
         seen = f"{row['in_window']} {row['kind']} in {step_span(*spans.window)}"
+        p = row["p_value"]
+        chance = "p<1e-15" if p < 1e-15 else f"p={p:.1g}"  # a tail too small for a float reads 0: not "p=0"
         # With no step before the window there is nothing to compare with: the count alone.
-        parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before (p={row['p_value']:.1g})" if before > 0 else seen)
+        parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before ({chance})" if before > 0 else seen)
     return "; ".join(parts) + f"; first: {first['kind']} at {_when(first['time'])} (step {first['step']})."
 
 

@@ -96,6 +96,7 @@ def test_a_stall_names_its_one_step_and_claims_nothing_after_it(fixture_run) -> 
     stall = analyze(fixture_run("sglang_hang")).runs[0].incidents[-1]
     assert stall.onset_step == 421 and "73 connection_refused in step 421 vs 0 in the 50 steps before" in stall.summary
     assert "–421" not in stall.summary and "after the onset" not in stall.summary
+    assert "(p<1e-15)" in stall.summary and "(p=0)" not in stall.summary  # a tail below float precision
 
 
 def test_brief_returns_are_told_with_the_relaunches_behind_them(fixture_run) -> None:
