@@ -211,7 +211,9 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     console = _Console(stderr="-" in (json_out, markdown))
     render_fleet_summary(result.runs_table, console)
     sick = sum(1 for r in result.runs if r.run and r.run["incidents"])
-    console.print(f"{len(result.runs)} run(s), {sick} with incidents, {len(result.failed)} not analyzed; "
+    unsure = sum(1 for r in result.runs if r.run and not r.run["incidents"] and r.caveat)
+    console.print(f"{len(result.runs)} run(s), {sick} with incidents, " + (f"{unsure} not judged, " if unsure else "")
+                  + f"{len(result.failed)} not analyzed; "
                   f"{result.seconds:.1f} s on {result.backend}", markup=False, highlight=False)
     if json_out is not None:
         _write_json(result.to_document(), json_out)

@@ -64,7 +64,7 @@ RUN_COLUMNS: dict[str, Any] = {
     "first_onset_time": pl.Datetime("ms"), "first_cause": pl.String, "first_confidence": pl.Float64,
     "first_recovered": pl.Boolean, "checkpoint": pl.String, "checkpoint_step": pl.Int64,
     "report": pl.String, "sources": pl.Int64, "lines": pl.Int64, "unparsed_lines": pl.Int64,
-    "seconds": pl.Float64, "error": pl.String,
+    "seconds": pl.Float64, "error": pl.String, "caveat": pl.String,
 }
 INCIDENT_COLUMNS: dict[str, Any] = {
     "slug": pl.String, "run_id": pl.String, "id": pl.String, "kind": pl.String, "metric": pl.String,
@@ -92,6 +92,8 @@ class FleetRun:
     unusable: bool = False
     """``error`` was unusable input (exit 2), not a bug."""
     seconds: float = 0.0
+    caveat: str | None = None
+    """Why a run with no incident is not called healthy (nothing could be judged, logs unread)."""
 
 
 @dataclass
@@ -295,7 +297,7 @@ def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:
             "checkpoint_step": rec.get("step"), "report": r.report,
             "sources": len(sources) if r.run else None, "lines": sum(s["lines"] for s in sources) if r.run else None,
             "unparsed_lines": sum(s["unparsed_lines"] for s in sources) if r.run else None,
-            "seconds": round(r.seconds, 3), "error": r.error,
+            "seconds": round(r.seconds, 3), "error": r.error, "caveat": None if incidents else r.caveat,
         })
         for inc in incidents:
             incident_rows.append({
@@ -324,8 +326,9 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         single = Analysis([run])
         page = render_html(single) if task.html else None
         markdown = render_markdown(single) if task.markdown else None
+        caveat = run.unjudged() or ("part of the logs could not be read" if run.data_lost() else None)
         return {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
-                "html": page, "markdown": markdown, "seconds": time.perf_counter() - started}
+                "html": page, "markdown": markdown, "caveat": caveat, "seconds": time.perf_counter() - started}
     except Exception as exc:  # reported as the run's error; the caller decides the exit code
         return _failure(task, exc, time.perf_counter() - started)
     finally:
@@ -378,7 +381,7 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
     return FleetRun(
         slug=outcome["slug"], run_id=outcome["run_id"], root=outcome["root"], run=outcome["run"], report=report,
         markdown=outcome.get("markdown"), error=outcome.get("error"), detail=outcome.get("detail"),
-        unusable=outcome.get("unusable", False), seconds=outcome.get("seconds", 0.0),
+        unusable=outcome.get("unusable", False), seconds=outcome.get("seconds", 0.0), caveat=outcome.get("caveat"),
     )
 
 

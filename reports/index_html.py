@@ -58,11 +58,13 @@ def render_index_html(runs: pl.DataFrame, incidents: pl.DataFrame) -> str:
     labels = dict(zip(runs["slug"].to_list(), run_labels(runs["run_id"].to_list(), runs["root"].to_list()), strict=True))
     sick = sum(1 for r in rows if r["n_incidents"])
     failed = sum(1 for r in rows if r["error"])
-    healthy = len(rows) - sick - failed
+    unsure = sum(1 for r in rows if not r["n_incidents"] and not r["error"] and r["caveat"])
+    healthy = len(rows) - sick - failed - unsure
     status = "bad" if sick or failed else "ok"
     parts = [
         f"<h1>{len(rows)} run(s)</h1>",
         f'<div class="status {status}">{sick} with incidents · {healthy} healthy'
+        + (f" · {unsure} not judged (no incident, but nothing or not all could be read)" if unsure else "")
         + (f" · {failed} could not be analyzed" if failed else "") + "</div>",
         _causes(incidents),
         '<h2 id="runs">Runs</h2>',
@@ -117,7 +119,8 @@ def _run_row(r: dict[str, Any], label: str) -> list[tuple[str, str, Any]]:
         return [("", _link(label, None, r["root"]), label),
                 ("text", f'<span class="nr">not analyzed:</span> {e(r["error"])}', None), *[("", "", "")] * 8]
     steps = f"{r['first_step']}–{r['last_step']} ({r['step_count']})" if r["step_count"] else "none"
-    first = _link(r["first_kind"], r["report"] and f"{r['report']}#incident-1") if r["first_kind"] else "—"
+    first = (_link(r["first_kind"], r["report"] and f"{r['report']}#incident-1") if r["first_kind"]
+             else f"— ({e(r['caveat'])})" if r["caveat"] else "—")
     lines = f"{r['lines']:,} ({r['unparsed_lines']:,})" if r["lines"] is not None else ""
     return [
         ("", _link(label, r["report"], r["root"]), label),

@@ -188,14 +188,16 @@ def render_fleet_summary(runs: pl.DataFrame, console: Console) -> None:
         if r["error"]:
             table.add_row(Text(label), "", Text("not analyzed: " + r["error"], style="bold red"), "", "")
             continue
-        incidents = Text(str(r["n_incidents"]), style="bold red" if r["n_incidents"] else "green")
+        incidents = Text(str(r["n_incidents"]), style="bold red" if r["n_incidents"] else "yellow" if r["caveat"] else "green")
         if r["first_kind"]:
             incidents.append(f": {r['first_kind']} @ {r['first_onset_step']}")
+        elif r["caveat"]:
+            incidents.append(", not judged")
         table.add_row(
             Text(label, style="bold cyan"),
             f"{r['first_step']}-{r['last_step']}" if r["step_count"] else "none",
             incidents,
-            Text(r["first_cause"] or ""),
+            Text(r["first_cause"] or "") if r["first_cause"] or not r["caveat"] else Text(r["caveat"], style="yellow"),
             "none" if r["checkpoint_step"] is None else f"step {r['checkpoint_step']}",
         )
     console.print(table)

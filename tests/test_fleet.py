@@ -244,6 +244,24 @@ def test_a_path_with_no_run_is_said_not_left_out(fixture_run, tmp_path: Path) ->
     assert len(json.loads((tmp_path / "one.json").read_text())["runs"]) == 1
 
 
+def test_a_run_with_nothing_to_judge_is_not_counted_healthy(fixture_run, tmp_path: Path) -> None:
+    """A log with a CUDA OOM and no training step: no incident can be placed, but the run is not
+    healthy either — the index, its page and the terminal say 'not judged' and why."""
+    console = tmp_path / "console" / "driver.log"
+    console.parent.mkdir()
+    console.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), str(console), "--workers", "1",
+                                 "--out", str(tmp_path / "out"), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    index = pl.read_parquet(tmp_path / "out" / "index.parquet").sort("run_id")
+    assert index["n_incidents"].to_list() == [0, 0]
+    [caveat] = index["caveat"].drop_nulls().to_list()
+    assert "no training step was logged" in caveat and "cuda_oom" in caveat
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "0 with incidents · 1 healthy · 1 not judged" in page
+    assert "1 not judged" in " ".join(result.output.split())
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
