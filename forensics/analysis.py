@@ -188,10 +188,12 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     found += non_finite(run.metrics, primary, t)
     crashed = crashes(run.steps, events)
     found += crashed
-    stalled = stall(run.steps, events, step_durations(run.steps), t)
+    planned = _planned_steps(run.facts)
+    # A run that logged every step it was launched for has nothing left to stall on.
+    stalled = stall(run.steps, events, step_durations(run.steps), t) if planned is None or last < planned else None
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(_cut_short(stalled, run))
-    ended = ended_by_exception(run.steps, events, _planned_steps(run.facts))
+    ended = ended_by_exception(run.steps, events, planned)
     if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
         found.append(ended)
     return found

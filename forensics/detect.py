@@ -355,16 +355,20 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
     nor a traceback once the run reached its ``planned`` number of steps."""
     if steps.is_empty():
         return None
-    last = int(steps["step"].max())
-    if planned is not None and last >= planned:
+    last = steps.sort("step").row(-1, named=True)
+    if planned is not None and last["step"] >= planned:
         return None
-    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("step") > last)).sort("time", "line", nulls_last=True)
+    # After the last step: placed in a later step, or below the last step's line in its file (a
+    # traceback borrows the time of the dated line above it, which may be that step's own).
+    after = (pl.col("step") > last["step"]) | ((pl.col("file") == last["file"]) & (pl.col("line") > last["line"]))
+    raised = events.filter((pl.col("kind") == "traceback") & after).sort("time", "line", nulls_last=True)
     raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$"))
     if raised.is_empty():
         return None
-    step, message = int(raised["step"][0]), raised["message"][0] or ""
+    step, message = max(int(raised["step"][0] or 0), last["step"] + 1), raised["message"][0] or ""
     exception = message.rsplit("… ", 1)[-1].strip()[:120] or "a traceback"
-    return Finding("crash", None, step, None, f"an uncaught exception during step {step} ({exception}), and the run logged no step after it")
+    return Finding("crash", None, step, None, f"an uncaught exception during step {step} ({exception}), and the run logged no step after it",
+                   last_step_time=last["time"] if step == last["step"] + 1 else None)
 
 
 def _run_length(values: list[float], i: int) -> int:

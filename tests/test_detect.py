@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -110,6 +111,32 @@ def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
     assert stall.onset_step == 61
     assert stall.cause == "inference_server_crash"
     assert stall.evidence[0].kind == "server_exit"
+
+
+def test_a_run_that_logged_every_planned_step_has_no_stall(tmp_path: Path) -> None:
+    """``Train step 60/60``: the run is done; a server going away afterwards is no stall of it."""
+    base = RunSpec(last_step=60, step_seconds=(60, 60), steps_per_epoch=30, total_epochs=2)
+    end = schedule(base)[-1].time
+    outage = Outage(end + timedelta(seconds=30), end + timedelta(hours=3), kind="refused", server_exit=True)
+    run = only_run(write_run(tmp_path / "outputs", replace(base, outages=(outage,))).fileroot)
+    assert not [i for i in run.incidents if i.kind == "stall"]
+
+
+@pytest.mark.parametrize(("planned", "crashed"), [(60, False), (90, True)])
+def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Path, planned: int, crashed: bool) -> None:
+    """An uncaught exception printed to the trainer log after step 60 (it borrows step 60's time):
+    a crash at step 61 when the run was launched for more steps, teardown noise when it was not."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, steps_per_epoch=30, total_epochs=planned // 30))
+    paths.trainer_log.write_text(paths.trainer_log.read_text() + "Traceback (most recent call last):\n"
+                                 '  File "train.py", line 9, in <module>\nValueError: bad batch shape\n')
+    run = only_run(paths.fileroot)
+    if not crashed:
+        assert run.incidents == []
+        return
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 61, "training_worker_crash")
+    assert "ValueError: bad batch shape" in incident.summary
+    assert incident.onset_time == run.steps.filter(run.steps["step"] == 60)["time"][0]
 
 
 @pytest.mark.parametrize(
