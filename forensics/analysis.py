@@ -139,7 +139,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     primary, why_primary = choose_primary(run.metrics)
     events = pl.concat([run.events, _metric_events(run.metrics, primary)]).sort("time", "file", "line", nulls_last=True)
     findings = _findings(run, primary, events, t)
-    incidents = [_incident(i, f, run, events) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
+    incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = to_checkpoints(run.checkpoints)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
@@ -186,9 +186,9 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
-    crashed = crashes(run.steps, events)
-    found += crashed
     planned = _planned_steps(run.facts)
+    crashed = crashes(run.steps, events, planned)
+    found += crashed
     # A run that logged every step it was launched for has nothing left to stall on.
     stalled = stall(run.steps, events, step_durations(run.steps), t) if planned is None or last < planned else None
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
@@ -226,9 +226,10 @@ def _cut_short(stalled: Finding, run: RunData) -> Finding:
     return replace(stalled, summary=f"{stalled.summary}; but {lost[-1]} (the steps may go on past where this copy ends)")
 
 
-def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame) -> Incident:
+def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
-    onset_time = onset_row["time"][0] if onset_row.height else finding.last_step_time or _first_failure(finding, events)
+    onset_time = (onset_row["time"][0] if onset_row.height
+                  else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
@@ -249,7 +250,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame)
         evidence=verdict.evidence,
         wasted_steps=wasted,
         wasted_hours=hours,
-        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events), _step_in_progress(finding, run, events),
+        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events, t.min_run), _step_in_progress(finding, run, events),
                                      verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
@@ -266,14 +267,16 @@ def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:
 _NEAR_STEPS = 3
 
 
-def _brief_returns(finding: Finding, run: RunData, events: pl.DataFrame) -> str:
+def _brief_returns(finding: Finding, run: RunData, events: pl.DataFrame, min_run: int) -> str:
     """A collapse the reward came back from for a few steps at a time, too briefly to count as
     recovered: when, and whether each return followed the server coming back (seed 001's spikes)."""
     if finding.kind != "reward_collapse" or finding.metric is None or finding.value is None:
         return ""
     stop = finding.end_step if finding.end_step is not None else math.inf
     values = series(run.metrics, finding.metric).filter((pl.col("step") > finding.onset_step) & (pl.col("step") < stop))
-    off = values.filter(pl.col("value").is_finite() & (pl.col("value") + 0.0 != finding.value + 0.0))
+    # Stuck is any value held for min_run steps or more (zero, or the value before it); the rest came back.
+    held = pl.len().over(pl.col("value").rle_id()) >= min_run
+    off = values.filter(pl.col("value").is_finite() & ~held & (pl.col("value") + 0.0 != finding.value + 0.0))
     if off.is_empty():
         return ""
     stretches = (

@@ -15,6 +15,7 @@ import re
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import polars as pl
 
@@ -66,6 +67,8 @@ class Finding:
     last_step_time: datetime | None = None
     until: datetime | None = None
     """For a stall: the last thing logged after the last step."""
+    failed_at: datetime | None = None
+    """For a failure in a step never logged: when it was seen."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -321,54 +324,67 @@ CRASH_KINDS = (
 )
 
 
-def crashes(steps: pl.DataFrame, events: pl.DataFrame) -> list[Finding]:
+def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> list[Finding]:
     """A training worker died (or a collective hung), reported even when no metric moved.
 
-    One finding per step in which a crash happened; a crash after the last logged step ended
-    the run, one before it was survived (the run logged steps again).
+    One finding per step in which a crash happened; a crash in or after the last logged step ended
+    the run, one before it was survived (the run logged steps again). Once the run logged all
+    ``planned`` steps, failures after the last are its teardown, and one in the last was survived.
     """
     dead = events.filter(pl.col("kind").is_in(CRASH_KINDS) & pl.col("step").is_not_null())
+    last = int(steps["step"].max()) if not steps.is_empty() else None
+    finished = planned is not None and last is not None and last >= planned
+    if finished:
+        dead = dead.filter(~after_last_step(steps))
     if dead.is_empty():
         return []
-    last = int(steps["step"].max()) if not steps.is_empty() else None
-    # When a failure ended the run, one placed in the last logged step is the same one placed by
-    # line order (verl prints a step's line after its workers' output got through): one finding, at
-    # the step the run did not finish, not a survived crash and a fatal one.
-    ending = last is None or int(dead["step"].max()) > last
+    # A failure placed in the last logged step and one after it are the same one placed by line
+    # order (verl prints a step's line after its workers' output got through): one finding, at the
+    # step the run did not finish, not a survived crash and a fatal one.
     crashed: list[tuple[int, set[str], bool]] = []
     for step, kinds in dead.group_by("step").agg(pl.col("kind").unique()).sort("step").iter_rows():
-        kinds, ended = set(kinds), ending and (last is None or step >= last)
+        kinds, ended = set(kinds), not finished and (last is None or step >= last)
         if ended and crashed and crashed[-1][2]:
             crashed[-1] = (int(step), crashed[-1][1] | kinds, True)
         else:
             crashed.append((int(step), kinds, ended))
+    fate = {True: "and the run logged no step after it", False: "and the run went on"}
     return [
-        Finding("crash", None, step, None if ended else step + 1, f"a training process failed during step {step} "
-                f"({', '.join(sorted(kinds))}) {'and the run logged no step after it' if ended else 'and the run went on'}")
+        Finding("crash", None, step, None if ended else min(step + 1, last) if finished else step + 1,
+                f"a training process failed during step {step} ({', '.join(sorted(kinds))}) "
+                + ("and the run still logged every step it was launched for" if finished and step == last else fate[ended]))
         for step, kinds, ended in crashed
     ]
 
 
 def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> Finding | None:
-    """The run's last logged act was an uncaught exception: a traceback after its last step, none
-    after it. Tracebacks a run logged and went on from are events, not this; a Ctrl-C is no crash,
-    nor a traceback once the run reached its ``planned`` number of steps."""
-    if steps.is_empty():
+    """The run's last logged act was the trainer's own uncaught exception: a traceback after the
+    step it logged last, no step after it. Tracebacks a run logged and went on from are events,
+    not this; nor is a Ctrl-C, the server's traceback, or one once the run logged all ``planned`` steps."""
+    if steps.is_empty() or (planned is not None and int(steps["step"].max()) >= planned):
         return None
-    last = steps.sort("step").row(-1, named=True)
-    if planned is not None and last["step"] >= planned:
-        return None
-    # After the last step: placed in a later step, or below the last step's line in its file (a
-    # traceback borrows the time of the dated line above it, which may be that step's own).
-    after = (pl.col("step") > last["step"]) | ((pl.col("file") == last["file"]) & (pl.col("line") > last["line"]))
-    raised = events.filter((pl.col("kind") == "traceback") & after).sort("time", "line", nulls_last=True)
-    raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$"))
+    last = _logged_last(steps)
+    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("source") != "sglang") & after_last_step(steps))
+    raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$")).sort("time", "line", nulls_last=True)
     if raised.is_empty():
         return None
-    step, message = max(int(raised["step"][0] or 0), last["step"] + 1), raised["message"][0] or ""
-    exception = message.rsplit("… ", 1)[-1].strip()[:120] or "a traceback"
+    step, first = last["step"] + 1, raised.row(0, named=True)
+    exception = (first["message"] or "").rsplit("… ", 1)[-1].strip()[:120] or "a traceback"
     return Finding("crash", None, step, None, f"an uncaught exception during step {step} ({exception}), and the run logged no step after it",
-                   last_step_time=last["time"] if step == last["step"] + 1 else None)
+                   failed_at=first["time"] or last["time"])
+
+
+def after_last_step(steps: pl.DataFrame) -> pl.Expr:
+    """Events logged after the step the run logged last: later than it, or below its line in its
+    file (an undated line borrows the time of the dated one above it, which may be that step's own)."""
+    last = _logged_last(steps)
+    after = (pl.col("file") == last["file"]) & (pl.col("line") > last["line"])
+    return after | (pl.col("time") > last["time"]).fill_null(False) if last["time"] is not None else after
+
+
+def _logged_last(steps: pl.DataFrame) -> dict[str, Any]:
+    """The row of the step logged last (a relaunch logs lower steps after higher ones)."""
+    return steps.sort("time", "line", nulls_last=False).row(-1, named=True)
 
 
 def _run_length(values: list[float], i: int) -> int:

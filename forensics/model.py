@@ -97,8 +97,8 @@ class Incident:
         """What the incident cost, in words: steps learned from garbage, and the wall clock; a
         stall wastes time with no step (``13.41 h with no step logged``)."""
         hours = f"{self.wasted_hours:.2f} h" if self.wasted_hours is not None else None
-        if self.wasted_steps == 0 and hours:
-            return f"{hours} with no step logged"
+        if self.wasted_steps == 0:
+            return f"{hours} with no step logged" if self.wasted_hours and self.wasted_hours >= 0.005 else "0 steps"
         unit = "step" if self.wasted_steps == 1 else "steps"
         return f"{self.wasted_steps} {unit}" + (f" ({hours})" if hours else "")
 

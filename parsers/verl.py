@@ -295,7 +295,8 @@ def _facts(rows: pl.DataFrame) -> dict[str, str]:
         for key, value in regex.findall(text):
             facts.setdefault(key, value.strip("'"))
         if found := re.search(r"Total training steps: (\d+)", text):
-            facts.setdefault("total_training_steps", found[1])
+            # What the trainer computed wins over the config's own (``None``: "from the epochs").
+            facts["total_training_steps"] = found[1]
     return facts
 
 

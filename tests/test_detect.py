@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from areal_builder import Outage, RunSpec, binomial_reward, healthy_reward, schedule, write_run
+from areal_builder import Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -61,6 +61,7 @@ def test_stuck_then_zero_names_both(tmp_path: Path) -> None:
     [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
     assert incident.onset_step == 50 and incident.end_step is None
     assert "stuck at 0.5 from step 50, then exactly zero from step 58 and never recovered" in incident.summary
+    assert "came back" not in incident.summary  # the zeros after the stuck value are no return of the reward
 
 
 def test_sparse_rewards_with_short_zero_runs_raise_nothing(tmp_path: Path) -> None:
@@ -135,8 +136,45 @@ def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Pat
         return
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 61, "training_worker_crash")
-    assert "ValueError: bad batch shape" in incident.summary
+    assert "ValueError: bad batch shape" in incident.summary and incident.wasted == "0 steps"
     assert incident.onset_time == run.steps.filter(run.steps["step"] == 60)["time"][0]
+
+
+@pytest.mark.parametrize("where", ["trainer", "server"])
+def test_teardown_failures_of_a_finished_run_and_a_servers_traceback_are_no_crash(tmp_path: Path, where: str) -> None:
+    """A run that logged all 60 of its 60 steps, then an actor died at shutdown: teardown. A run cut
+    short at 60 of 90 whose only traceback after it is the server's own: not the trainer's exception."""
+    planned = 60 if where == "trainer" else 90
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, steps_per_epoch=30, total_epochs=planned // 30))
+    end = only_run(paths.fileroot).steps["time"].max()
+    if where == "trainer":
+        paths.trainer_log.write_text(paths.trainer_log.read_text() + "Traceback (most recent call last):\n"
+                                     '  File "train.py", line 9, in <module>\n'
+                                     "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
+    else:
+        stamp = (end + timedelta(seconds=20)).strftime("[%Y-%m-%d %H:%M:%S]")
+        server = paths.log_dir / "llm_server.log"
+        server.write_text(server.read_text() + f"{stamp} Exception in ASGI application\nTraceback (most recent call last):\n"
+                          '  File "uvicorn/protocols/http/h11_impl.py", line 403, in run_asgi\nValueError: bad request\n')
+    run = only_run(paths.fileroot)
+    assert run.events.filter(pl.col("kind").is_in(["actor_died", "traceback"])).height == 1
+    assert not [i for i in run.incidents if i.kind == "crash"]
+
+
+def test_the_first_attempts_traceback_is_not_the_end_of_a_relaunched_run(tmp_path: Path) -> None:
+    """Steps 1–20 logged, a traceback, a relaunch from step 15 that logs 16–17 and stops there: the
+    run went on after the traceback (at lower step numbers), so that traceback did not end it."""
+    spec = RunSpec(last_step=20, steps_per_epoch=10, total_epochs=3, recover_mode="auto",
+                   relaunch=Relaunch(stop_after=20, resume_from=15))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    headers = [i for i, line in enumerate(lines) if "Train step " in line]
+    launch = next(i for i in range(headers[19], len(lines)) if "LocalLauncher" in lines[i])
+    traceback = ["Traceback (most recent call last):\n", '  File "train.py", line 9, in <module>\n', "ValueError: bad batch\n"]
+    paths.trainer_log.write_text("".join(lines[:launch] + traceback + lines[launch:headers[22]]))  # ends after the relaunch's 17
+    run = only_run(paths.fileroot)
+    assert run.events.filter(pl.col("kind") == "traceback").height == 1
+    assert not [i for i in run.incidents if i.kind == "crash"]
 
 
 @pytest.mark.parametrize(
