@@ -400,8 +400,8 @@ def watch(
     """Follow a live run and raise an alarm when an incident starts.
 
     Alarms: reward_collapse, zero_variance, nan_inf, server_errors, server_down, stall, crash.
-    Exit codes: 0 done (an alarm raised, --timeout reached, or --replay), 2 unusable input; with
-    --fail-on-alarm, 5 when an alarm fired.
+    Exit codes: 0 done (an alarm raised or not), 2 unusable input; with --fail-on-alarm, 5 when an
+    alarm fired (with --replay: when one would have).
 
     Example: grpo-forensics watch outputs/ --on-alarm 'scancel "$SLURM_JOB_ID"' --report-dir /tmp/alarm
     """
@@ -425,7 +425,7 @@ def watch(
                 _write_json({"alarms": alarms, "runs": [r.to_dict() for r in results]}, "-")
             else:
                 render_replay(results, console)
-            return 0
+            return EXIT_ALARM if fail_on_alarm and any(r.alarms for r in results) else 0
         if not path.exists():
             raise UnusableInput(f"{path}: no such file or directory")
         watcher = Watcher(path, settings=settings, state_dir=state_dir, custom_format=fmt)

@@ -171,7 +171,7 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
             if path.stat().st_size == 0:
                 continue
             kind = _kind(path, custom_format)
-            if kind is None and given and looks_like_ray_console(path):
+            if kind is None and given and _LOG_NAME.match(path.name) and looks_like_ray_console(path):
                 kind = "console_log"
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror or exc}")

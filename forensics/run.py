@@ -20,6 +20,7 @@ from forensics.merge import merge_sources, step_offset
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
 from parsers import read_areal_log, read_sglang_log
+from parsers._formats import load_format
 from parsers._lines import gzip_damage
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
@@ -150,7 +151,12 @@ def parse_source(
     Raises:
         OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
     """
-    return [_read_through(cache, reader, source.path, custom_format, keys) for reader in _READERS[source.kind]]
+    parsed = [_read_through(cache, reader, source.path, custom_format, keys) for reader in _READERS[source.kind]]
+    if source.kind == "areal_log":  # the server's lines only: AReaL's own are its reader's to tell
+        areal = load_format("areal").kinds
+        parsed = [replace(p, events=p.events.filter(~pl.col("kind").is_in(areal))) if p.source == "sglang" else p
+                  for p in parsed]
+    return parsed
 
 
 def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:

@@ -74,6 +74,11 @@ class LogFormat:
         by_kind = kind.replace_strict({p.kind: p.severity for p in self.events}, default=None)
         return pl.coalesce(by_kind, by_level)
 
+    @property
+    def kinds(self) -> frozenset[str]:
+        """Every event kind this format can give a line."""
+        return frozenset({p.kind for p in self.events} | {kind for kind, _ in self.traceback_kinds} | {"traceback"})
+
     def traceback_kind(self, exception_line: pl.Expr) -> pl.Expr:
         expr: Any = pl.lit("traceback")
         for kind, regex in reversed(self.traceback_kinds):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -259,3 +260,22 @@ def test_a_worker_log_carrying_the_servers_lines_has_their_failures() -> None:
     assert run.sources[0].kind == "areal_log"
     by_line = dict(run.events.select("line", "kind").iter_rows())
     assert by_line[10] == "cache_flush_failed" and by_line[11] == "scheduler_exception"
+
+
+def test_a_worker_log_is_not_read_twice_for_areals_own_lines(tmp_path: Path) -> None:
+    """A worker log in AReaL's format is read by both readers; the SGLang reader adds only the
+    server's own kinds, so AReaL's retries are not counted again as refused connections."""
+    from forensics import analyze
+
+    trainer = next((Path(__file__).parent / "fixtures" / "areal_seed001" / "outputs" / "logs").rglob("trainer.log.gz"))
+    (tmp_path / "as_trainer").mkdir()
+    (tmp_path / "as_worker").mkdir()
+    shutil.copy(trainer, tmp_path / "as_trainer" / "trainer.log.gz")
+    shutil.copy(trainer, tmp_path / "as_worker" / "model_worker-0.gz")
+    [alone], [worker] = (analyze(tmp_path / name).runs for name in ("as_trainer", "as_worker"))
+    assert worker.sources[0].kind == "areal_log"
+
+    def counted(run):
+        return sorted(run.events.select("line", "kind").iter_rows())
+
+    assert counted(worker) == counted(alone) and worker.events.height > 1000

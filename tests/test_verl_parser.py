@@ -433,3 +433,20 @@ def test_a_console_log_in_a_folder_is_no_run(tmp_path: Path) -> None:
     (tmp_path / "notes.log").write_text("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: x\n")
     assert CliRunner().invoke(app, ["events", str(tmp_path)]).exit_code == 2
     assert CliRunner().invoke(app, ["events", str(tmp_path / "notes.log")]).exit_code == 0
+
+
+def test_the_planned_steps_are_the_trainers_count_not_the_configs_none(tmp_path: Path) -> None:
+    """verl prints its config (``'total_training_steps': None`` by default), then the count it
+    computed: the count is the planned number of steps."""
+    log = tmp_path / "train.log"
+    log.write_text("(TaskRunner pid=1) {'trainer': {'total_training_steps': None, 'total_epochs': 2}}\n"
+                   "(TaskRunner pid=1) Total training steps: 12\n"
+                   "(TaskRunner pid=1) step:1 - critic/score/mean:0.5 - timing_s/step:1.0\n")
+    assert read_verl_log(log).facts["total_training_steps"] == "12"
+
+
+def test_a_file_that_is_no_log_is_not_read_as_one_even_given_by_name(tmp_path: Path) -> None:
+    """Prose about failures (a README) names them without any having happened."""
+    notes = tmp_path / "README.md"
+    notes.write_text("If you see `Traceback (most recent call last):` or `CUDA out of memory`, lower the batch.\n")
+    assert CliRunner().invoke(app, ["events", str(notes)]).exit_code == 2

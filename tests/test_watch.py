@@ -295,3 +295,10 @@ def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(t
     stalls = [a for a in alarms if a.kind == "stall"]
     assert [a.onset_step for a in stalls] == [1870], [a.summary for a in stalls]
     assert [a.step for a in alarms if a.kind == "server_down"] == [1870]
+
+
+def test_replay_exits_5_when_asked_and_an_alarm_would_have_fired() -> None:
+    outputs = str(FIXTURES / "sglang_healthy_collapse" / "outputs")
+    assert runner.invoke(app, ["watch", outputs, "--replay"]).exit_code == 0
+    assert runner.invoke(app, ["watch", outputs, "--replay", "--fail-on-alarm"]).exit_code == 5
+    assert runner.invoke(app, ["watch", str(FIXTURES / "areal_healthy_sparse" / "outputs"), "--replay", "--fail-on-alarm"]).exit_code == 0
