@@ -188,6 +188,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER)).alias("lite_step"),
         # ``Train step g/G``: G, the steps the run was launched for (a traceback after the last is teardown).
         pl.when(text.str.contains("Train step ", literal=True)).then(text.str.extract(_LITE_HEADER, 6)).alias("planned"),
+        text.str.contains("Training completes! Total time elapsed", literal=True).alias("completes"),
         pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER)).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
         text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
@@ -467,4 +468,6 @@ def _facts(logged: pl.DataFrame) -> dict[str, str]:
     planned = logged["planned"].drop_nulls()
     if len(planned):
         facts["total_training_steps"] = str(planned[-1])
+    if logged["completes"].any():  # StatsLogger.close: the run ended as launched, whatever came after
+        facts["training_completed"] = "yes"
     return facts

@@ -140,14 +140,16 @@ def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Pat
     assert incident.onset_time == run.steps.filter(run.steps["step"] == 60)["time"][0]
 
 
-@pytest.mark.parametrize("where", ["trainer", "server"])
+@pytest.mark.parametrize("where", ["trainer", "completed", "server"])
 def test_teardown_failures_of_a_finished_run_and_a_servers_traceback_are_no_crash(tmp_path: Path, where: str) -> None:
-    """A run that logged all 60 of its 60 steps, then an actor died at shutdown: teardown. A run cut
-    short at 60 of 90 whose only traceback after it is the server's own: not the trainer's exception."""
+    """A run that logged all 60 of its 60 steps (or said ``Training completes!`` at 60 of 90), then
+    an actor died at shutdown: teardown. A run cut short at 60 of 90 whose only traceback after it
+    is the server's own: not the trainer's exception."""
     planned = 60 if where == "trainer" else 90
-    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, steps_per_epoch=30, total_epochs=planned // 30))
+    spec = RunSpec(last_step=60, steps_per_epoch=30, total_epochs=planned // 30, finished=where == "completed")
+    paths = write_run(tmp_path / "outputs", spec)
     end = only_run(paths.fileroot).steps["time"].max()
-    if where == "trainer":
+    if where != "server":
         paths.trainer_log.write_text(paths.trainer_log.read_text() + "Traceback (most recent call last):\n"
                                      '  File "train.py", line 9, in <module>\n'
                                      "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
