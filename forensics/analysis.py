@@ -37,7 +37,7 @@ from forensics.detect import (
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
-from forensics.model import Analysis, Evidence, Incident, RunAnalysis, data_lost, step_span, unjudged
+from forensics.model import LOGS_UNREAD, Analysis, Evidence, Incident, RunAnalysis, data_lost, step_span, unjudged
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
@@ -131,7 +131,7 @@ def read_log_format(path: PathArg | None) -> CustomFormat | None:
 
 def _caveat(run: RunData, primary: str | None) -> str | None:
     """Why no incident would not make ``run`` healthy: nothing judged, or part of its logs unread."""
-    return unjudged(run.steps.is_empty(), primary) or ("part of the logs could not be read" if data_lost(run.sources) else None)
+    return unjudged(run.steps.is_empty(), primary) or (LOGS_UNREAD if data_lost(run.sources) else None)
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:

@@ -350,7 +350,7 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
             crashed.append((int(step), kinds, ended))
     fate = {True: "and the run logged no step after it", False: "and the run went on"}
     return [
-        Finding("crash", None, step, None if ended else min(step + 1, last) if finished else step + 1,
+        Finding("crash", None, step, None if ended else (min(step + 1, last) if finished else step + 1),
                 f"a training process failed during step {step} ({', '.join(sorted(kinds))}) "
                 + ("and the run still logged every step it was launched for" if finished and step == last else fate[ended]))
         for step, kinds, ended in crashed

@@ -326,9 +326,8 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         single = Analysis([run])
         page = render_html(single) if task.html else None
         markdown = render_markdown(single) if task.markdown else None
-        caveat = run.unjudged() or ("part of the logs could not be read" if run.data_lost() else None)
         return {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
-                "html": page, "markdown": markdown, "caveat": caveat, "seconds": time.perf_counter() - started}
+                "html": page, "markdown": markdown, "caveat": run.caveat(), "seconds": time.perf_counter() - started}
     except Exception as exc:  # reported as the run's error; the caller decides the exit code
         return _failure(task, exc, time.perf_counter() - started)
     finally:

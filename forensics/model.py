@@ -193,6 +193,10 @@ class SourceReport:
         }
 
 
+#: The caveat of a run part of whose logs could not be read.
+LOGS_UNREAD = "part of the logs could not be read"
+
+
 def unjudged(no_steps: bool, primary_metric: str | None) -> str | None:
     """Why finding no incident says nothing of a run's health, or ``None`` when it does."""
     if no_steps:
@@ -253,6 +257,10 @@ class RunAnalysis:
                 n = failed["count"].sum()
                 why += f"; yet {n} {'failure was' if n == 1 else 'failures were'} logged ({kinds}): see the events"
         return why
+
+    def caveat(self) -> str | None:
+        """Why no incident would not make this run healthy: nothing judged, or logs left unread."""
+        return self.unjudged() or (LOGS_UNREAD if self.data_lost() else None)
 
     def data_lost(self) -> list[str]:
         """``file: note`` for every source note saying part of a source could not be read."""
