@@ -277,11 +277,13 @@ def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
 
     NUL bytes at the very start are dropped: ``logrotate``'s ``copytruncate`` leaves the writer
     going on at its old offset, and the file then starts with a hole of zeros before its first line.
+    So is a UTF-8 byte-order mark (an editor's or Windows tool's save), which is no part of line 1.
     """
     blocks = _blocks(path, size)
     first = next(blocks, None)
     if first is not None:
-        yield first.lstrip(b"\0") if first[:1] == b"\0" else first
+        first = first.lstrip(b"\0") if first[:1] == b"\0" else first
+        yield first[3:] if first[:3] == b"\xef\xbb\xbf" else first
         yield from blocks
 
 
@@ -353,4 +355,4 @@ def _last_line_end(fd: int, offset: int, size: int) -> int | None:
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:
     """The first ``n_bytes`` of ``path`` (decompressed, lossily decoded) for format detection."""
     with _open(path) as fh:
-        return fh.read(n_bytes).decode("utf-8", errors="replace")
+        return fh.read(n_bytes).decode("utf-8", errors="replace").removeprefix("\ufeff")

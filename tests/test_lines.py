@@ -89,8 +89,10 @@ def test_each_batch_result_comes_in_one_chunk_per_column(tmp_path: Path) -> None
     [("areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0/trainer.log.gz", "read_areal_log"),
      ("sglang_hang/outputs/logs/root/gsm8k-grpo-hang/trial0/llm_server.log.gz", "read_sglang_log")],
 )
-def test_a_copytruncate_hole_before_the_first_line_is_skipped(tmp_path: Path, fixture: str, read: str) -> None:
-    """``copytruncate`` leaves a writer going on at its old offset: the file starts with zeros."""
+@pytest.mark.parametrize("head", [b"\0" * 300_000, b"\xef\xbb\xbf"], ids=["copytruncate-hole", "byte-order-mark"])
+def test_a_copytruncate_hole_before_the_first_line_is_skipped(tmp_path: Path, fixture: str, read: str, head: bytes) -> None:
+    """``copytruncate`` leaves a writer going on at its old offset: the file starts with zeros. An
+    editor's save may start it with a byte-order mark. Neither is part of the first line."""
     import gzip
 
     import parsers
@@ -98,7 +100,7 @@ def test_a_copytruncate_hole_before_the_first_line_is_skipped(tmp_path: Path, fi
     text = gzip.decompress((Path(__file__).parent / "fixtures" / fixture).read_bytes())
     plain, holed = tmp_path / "plain.log", tmp_path / "holed.log"
     plain.write_bytes(text)
-    holed.write_bytes(b"\0" * 300_000 + text)
+    holed.write_bytes(head + text)
     a, b = getattr(parsers, read)(plain), getattr(parsers, read)(holed)
     assert (a.lines, a.unparsed_lines) == (b.lines, b.unparsed_lines)
     for name in ("metrics", "events"):
