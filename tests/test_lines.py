@@ -90,7 +90,7 @@ def test_each_batch_result_comes_in_one_chunk_per_column(tmp_path: Path) -> None
      ("sglang_hang/outputs/logs/root/gsm8k-grpo-hang/trial0/llm_server.log.gz", "read_sglang_log")],
 )
 @pytest.mark.parametrize("head", [b"\0" * 300_000, b"\xef\xbb\xbf"], ids=["copytruncate-hole", "byte-order-mark"])
-def test_a_copytruncate_hole_before_the_first_line_is_skipped(tmp_path: Path, fixture: str, read: str, head: bytes) -> None:
+def test_a_copytruncate_hole_or_a_byte_order_mark_before_the_first_line_is_skipped(tmp_path: Path, fixture: str, read: str, head: bytes) -> None:
     """``copytruncate`` leaves a writer going on at its old offset: the file starts with zeros. An
     editor's save may start it with a byte-order mark. Neither is part of the first line."""
     import gzip
