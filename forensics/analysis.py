@@ -319,18 +319,16 @@ def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> s
     typical = float(durations["seconds"].median())
     if typical <= 0 or ran < 0:
         return ""
-    if run.estimated_step_times:
-        # Estimated step times leave out the run's start-up: the step ran at most this long.
-        if ran > 3 * typical:
-            return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed ({ran / typical:.1f}× the "
-                    f"run's median step, {_duration(typical)}), by step times estimated from the Ray session's start: "
-                    "whether it hung cannot be told from them.")
-        verdict = "within a normal step's time: not stuck"
-        return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed, {ran / typical:.1f}× the run's "
-                f"median step ({_duration(typical)}): {verdict}.")
+    # Estimated step times leave out the run's start-up: the step ran at most this long, which can
+    # show it was not stuck but never that it was.
+    at_most = "at most " if run.estimated_step_times else ""
+    if at_most and ran > 3 * typical:
+        return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed ({ran / typical:.1f}× the "
+                f"run's median step, {_duration(typical)}), by step times estimated from the Ray session's start: "
+                "whether it hung cannot be told from them.")
     verdict = ("far longer than a step takes: stuck, not slow" if ran > 3 * typical
                else "within a normal step's time: not stuck")
-    return (f"Step {finding.onset_step} had run {_duration(ran)} when it failed, {ran / typical:.1f}× the run's "
+    return (f"Step {finding.onset_step} had run {at_most}{_duration(ran)} when it failed, {ran / typical:.1f}× the run's "
             f"median step ({_duration(typical)}): {verdict}.")
 
 

@@ -335,7 +335,7 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     last = int(steps["step"].max()) if not steps.is_empty() else None
     finished = planned is not None and last is not None and last >= planned
     if finished:
-        dead = dead.filter(~after_last_step(steps))
+        dead = dead.filter(~_after(_logged_last(steps)))
     if dead.is_empty():
         return []
     # A failure placed in the last logged step and one after it are the same one placed by line
@@ -364,7 +364,7 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
     if steps.is_empty() or (planned is not None and int(steps["step"].max()) >= planned):
         return None
     last = _logged_last(steps)
-    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("source") != "sglang") & after_last_step(steps))
+    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("source") != "sglang") & _after(last))
     raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$")).sort("time", "line", nulls_last=True)
     if raised.is_empty():
         return None
@@ -374,10 +374,9 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
                    failed_at=first["time"] or last["time"])
 
 
-def after_last_step(steps: pl.DataFrame) -> pl.Expr:
-    """Events logged after the step the run logged last: later than it, or below its line in its
-    file (an undated line borrows the time of the dated one above it, which may be that step's own)."""
-    last = _logged_last(steps)
+def _after(last: dict[str, Any]) -> pl.Expr:
+    """Events logged after the step row ``last``: later than it, or below its line in its file (an
+    undated line borrows the time of the dated one above it, which may be that step's own)."""
     after = (pl.col("file") == last["file"]) & (pl.col("line") > last["line"])
     return after | (pl.col("time") > last["time"]).fill_null(False) if last["time"] is not None else after
 
