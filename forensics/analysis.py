@@ -186,7 +186,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
-    planned = _planned_steps(run.facts, last)
+    planned = planned_steps(run.facts, last)
     crashed = crashes(run.steps, events, planned)
     found += crashed
     # A run that logged every step it was launched for has nothing left to stall on.
@@ -199,7 +199,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     return found
 
 
-def _planned_steps(facts: dict[str, str], last: int) -> int | None:
+def planned_steps(facts: dict[str, str], last: int) -> int | None:
     """The steps the run was launched for; a run that said it completed planned the ones it logged."""
     if facts.get("training_completed"):
         return last

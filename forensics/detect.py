@@ -357,21 +357,32 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     ]
 
 
+#: A traceback the run's own processes printed (the inference server's are its own failures)...
+RUN_TRACEBACK = ((pl.col("kind") == "traceback") & (pl.col("source") != "sglang")).fill_null(False)
+#: ...and one begun by a Ctrl-C (a message names the exceptions after ``… ``, the first first):
+#: whoever pressed it stopped the run, whatever it raised next.
+CTRL_C = pl.col("message").str.contains(r"^[^…]*… KeyboardInterrupt\b").fill_null(False)
+
+
 def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> Finding | None:
     """The run's last logged act was the trainer's own uncaught exception: a traceback after the
     step it logged last, no step after it. Tracebacks a run logged and went on from are events,
-    not this; nor is a Ctrl-C, the server's traceback, or one once the run logged all ``planned`` steps."""
+    not this; nor is a Ctrl-C (and what it raised while stopping), the server's traceback, or one
+    once the run logged all ``planned`` steps."""
     if steps.is_empty() or (planned is not None and int(steps["step"].max()) >= planned):
         return None
     last = _logged_last(steps)
-    raised = events.filter((pl.col("kind") == "traceback") & (pl.col("source") != "sglang") & _after(last))
-    raised = raised.filter(~pl.col("message").str.contains(r"KeyboardInterrupt\s*$")).sort("time", "line", nulls_last=True)
-    if raised.is_empty():
+    raised = events.filter(RUN_TRACEBACK & _after(last)).sort("time", "line", nulls_last=True)
+    if raised.is_empty() or raised.select(CTRL_C.first()).item():
         return None
     step, first = last["step"] + 1, raised.row(0, named=True)
-    exception = (first["message"] or "").rsplit("… ", 1)[-1].strip()[:120] or "a traceback"
-    return Finding("crash", None, step, None, f"an uncaught exception during step {step} ({exception}), and the run logged no step after it",
-                   failed_at=first["time"] or last["time"])
+    return Finding("crash", None, step, None, uncaught_summary(step, first["message"]), failed_at=first["time"] or last["time"])
+
+
+def uncaught_summary(step: int, message: str | None) -> str:
+    """What a run ended by its own exception during ``step`` is told, the exception named."""
+    exception = (message or "").split("… ", 1)[-1].strip()[:160] or "a traceback"
+    return f"an uncaught exception during step {step} ({exception}), and the run logged no step after it"
 
 
 def _after(last: dict[str, Any]) -> pl.Expr:

@@ -11,7 +11,8 @@ record at a time, in the order the run wrote them:
 - ``server_down``: the inference server exited, the trainer kept calling it, and no new server
   came up within ``server_down_minutes``;
 - ``stall``: no new step for far longer than the run's own step time;
-- ``crash``: a training process died or a collective hung.
+- ``crash``: a training process died or a collective hung, or the run raised an exception of its
+  own after its newest step and logged no step in about two of its steps since.
 
 Each rule is latched once it fires and re-armed only when the run looks healthy again, so one
 incident is one alarm. A :class:`Watcher` polls the run's files (through the parse cache, so
@@ -40,11 +41,13 @@ from typing import Any
 
 import polars as pl
 
-from forensics.analysis import analyze_run
+from forensics.analysis import analyze_run, planned_steps
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.causes import CAUSE_OF_KIND, explain
 from forensics.detect import (
     CRASH_KINDS,
+    CTRL_C,
+    RUN_TRACEBACK,
     Finding,
     Thresholds,
     choose_primary,
@@ -54,6 +57,7 @@ from forensics.detect import (
     learning_signals,
     metric_keys,
     same_value,
+    uncaught_summary,
     value_token,
 )
 from forensics.discover import PathArg, find_runs
@@ -164,7 +168,8 @@ def replay(
     for location in find_runs(paths, custom_format=custom_format):
         run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
-        alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in follower.feed(run)]
+        triggers = follower.feed(run) + follower.at_end()
+        alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in triggers]
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
         offline = analyze_run(run, s.thresholds)
         last = int(run.steps["step"].max()) if not run.steps.is_empty() else None
@@ -345,6 +350,10 @@ class _Follower:
         self._exit: Evidence | None = None
         self._called_after_exit = False
         self._launching = False
+        self._raised: tuple[Evidence, bool] | None = None
+        """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
+        self._finished = False
+        """The run logged every step it was launched for: a traceback after it is its teardown."""
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -353,8 +362,12 @@ class _Follower:
         silence count while the logs say nothing, and holds back the newest step until its table
         is surely complete."""
         self._wall = live_now
+        if not run.steps.is_empty():
+            last = int(run.steps["step"].max())
+            planned = planned_steps(run.facts, last)
+            self._finished = planned is not None and last >= planned
         steps = self._new_steps(run, live=live_now is not None)
-        events = self._new_events(run.events)
+        events = self._new_events(run.events.with_columns(RUN_TRACEBACK.alias("own"), CTRL_C.alias("ctrl_c")))
         fired: list[_Trigger] = []
         for kind, record in _in_log_order(steps, events):
             if kind == "step":
@@ -364,6 +377,12 @@ class _Follower:
         if live_now is not None:
             fired += self._tick(self._now(live_now))
         return fired
+
+    def at_end(self) -> list[_Trigger]:
+        """The logs are over (a replay): a traceback of the run's own with no step after it ended the run."""
+        if self._raised is None or self._raised[1] or "crash" in self._latched:
+            return []
+        return self._uncaught(self._raised[0].time)
 
     def still_open(self, kind: str) -> bool:
         """Whether the incident behind the last alarm of ``kind`` is still going on."""
@@ -437,6 +456,8 @@ class _Follower:
             self._latched.pop(kind, None)  # the run logged a step: it is moving again
         if self._exit is not None:
             self._called_after_exit = True
+        if self._raised is not None and _logged_after(row, self._raised[0]):
+            self._raised = None  # the run went on from it
         primary = self._roles.primary
         if primary is not None and primary in row.values:
             fired += self._reward_rule(row, primary)
@@ -561,6 +582,8 @@ class _Follower:
             self._called_after_exit = True
         if kind in CRASH_KINDS:
             return fired + self._crash(row, evidence)
+        if row["own"] and self._steps_seen and self._raised is None and not self._finished:
+            self._raised = (evidence, row["ctrl_c"])
         if when is not None and kind in _REFUSALS | _TIMEOUTS:
             fired += self._burst(kind, when, row, evidence)
         return fired
@@ -571,6 +594,13 @@ class _Follower:
         self._latched["crash"] = True
         summary = f"a training process failed during step {row['step']} ({row['kind']})"
         return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]
+
+    def _uncaught(self, at: datetime | None) -> list[_Trigger]:
+        assert self._raised is not None
+        evidence, self._raised = self._raised[0], None
+        self._latched["crash"] = True
+        step = (self._latest_step()[1] or 0) + 1
+        return [_Trigger("crash", step, at, step, uncaught_summary(step, evidence.text), (evidence,))]
 
     def _burst(self, kind: str, when: datetime, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
         refused = kind in _REFUSALS
@@ -617,6 +647,12 @@ class _Follower:
                 step = last + 1 if last is not None else self._exit.step
                 fired.append(_Trigger("server_down", step, at, self._exit.step, summary, (self._exit,)))
                 self._exit = None
+        if self._raised is not None and not self._raised[1] and self._raised[0].time is not None and "crash" not in self._latched:
+            # A process that raised and died writes nothing more; one that caught it logs its next
+            # step within about a step's time.
+            wait = max(2 * statistics.median(self._durations), 120.0) if self._durations else self.t.stall_min_seconds
+            if (now - self._raised[0].time).total_seconds() >= wait:
+                fired += self._uncaught(self._raised[0].time + timedelta(seconds=wait))
         if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched:
             typical = statistics.median(self._durations)
             limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
@@ -722,6 +758,14 @@ def _in_log_order(steps: list[_Step], events: list[dict[str, Any]]) -> Iterator[
 
     items = [("step", s) for s in steps] + [("event", e) for e in events]
     return iter(sorted(items, key=key))
+
+
+def _logged_after(row: _Step, evidence: Evidence) -> bool:
+    """Whether step ``row`` was logged after the line of ``evidence`` (in another file at the same
+    or no time: taken as after, so that no crash is claimed from an order not known)."""
+    if row.time is not None and evidence.time is not None and row.time != evidence.time:
+        return row.time > evidence.time
+    return row.file != evidence.file or row.line > evidence.line
 
 
 def _roles(metrics: pl.DataFrame) -> _Roles:

@@ -301,6 +301,7 @@ def scan_parts(
             text.filter(pl.col("is_start")).first().str.head(_MESSAGE_CHARS).alias("start_text"),
             pl.col("line").filter(pl.col("is_exc")).max().alias("exc_line"),
             text.filter(pl.col("is_exc")).last().str.head(_MESSAGE_CHARS).alias("exc_text"),
+            text.filter(pl.col("is_exc")).first().str.head(_MESSAGE_CHARS).alias("first_exc"),
             pl.col("line").max().alias("end"),
             pl.col("dated_line").filter(pl.col("is_start")).first().alias("dated_line"),
             pl.col("record").filter(pl.col("is_start")).first().alias("record"),
@@ -355,6 +356,7 @@ def stitch_parts(pieces: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFram
             pl.col("start_text").drop_nulls().first(),
             pl.col("exc_line").max(),
             pl.col("exc_text").drop_nulls().last(),
+            pl.col("first_exc").drop_nulls().first(),
             pl.col("end").max(),
             pl.col("dated_line").drop_nulls().first(),
             pl.col("record").drop_nulls().first(),
@@ -518,12 +520,22 @@ def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: dat
         .with_columns(
             fmt.traceback_kind(pl.col("exception")).alias("kind"),
             pl.lit(1, pl.Int64).alias("count"),
-            pl.concat_str(pl.col("start_text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
+            pl.concat_str(
+                pl.col("start_text"),
+                # A Ctrl-C in a chain is named, before what followed it: a run stopped by hand, or one
+                # that raised and then hung until someone pressed it.
+                pl.when(pl.col("first_exc").str.contains(_CTRL_C) != pl.col("exc_text").str.contains(_CTRL_C))
+                .then(pl.lit(" … ") + pl.col("first_exc")).otherwise(pl.lit("")),
+                pl.lit(" … "),
+                pl.col("exc_text").fill_null("(no exception line)"),
+            ).alias("message"),
         )
+        .drop("first_exc")
         .with_columns(pl.lit("ERROR").alias("level"))
     )
 
 
+_CTRL_C = r"^\s*KeyboardInterrupt\b"
 _EXIT_TYPE = r"(?:Worker exit type: |exit_type = |exits, type=|Owner worker exit type: |exit_type=)([A-Z_]+)"
 _PID = r"(?:Worker PID: |\bpid=|\bpid: |\(pid=)(\d+)"
 _WORKER_ID = r"(?:worker[ _]id ?[=:] ?|Worker ID: |on worker )([0-9a-f]{56})"

@@ -100,6 +100,10 @@ def test_a_run_ended_by_its_own_exception_is_a_crash() -> None:
     [
         ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nValueError: bad sample\n", True),
         ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nKeyboardInterrupt\n", False),
+        # a Ctrl-C and what the run raised while it stopped: stopped by hand all the same
+        ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nKeyboardInterrupt\n\n"
+         "During handling of the above exception, another exception occurred:\n\n"
+         "Traceback (most recent call last):\n  File \"x.py\", line 5, in <module>\nRuntimeError: cleanup failed\n", False),
     ],
 )
 def test_a_caught_exception_or_a_ctrl_c_is_no_crash(tmp_path: Path, tail: str, after: bool) -> None:
@@ -107,6 +111,15 @@ def test_a_caught_exception_or_a_ctrl_c_is_no_crash(tmp_path: Path, tail: str, a
     (tmp_path / "train.log").write_text("".join(lines[:2]) + tail + (lines[2] if after else ""))
     [run] = analyze([tmp_path / "train.log"]).runs
     assert run.incidents == [] and len(run.events.filter(pl.col("kind") == "traceback")) == 1
+
+
+def test_an_exception_then_a_ctrl_c_while_it_hung_is_a_crash(tmp_path: Path) -> None:
+    lines = "".join(f"step:{s} - critic/score/mean:0.{s} - timing_s/step:1.0\n" for s in (1, 2))
+    raised = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nValueError: bad sample\n"
+    ctrl_c = "Traceback (most recent call last):\n  File \"x.py\", line 9, in <module>\nKeyboardInterrupt\n"
+    (tmp_path / "train.log").write_text(lines + raised + ctrl_c)
+    [incident] = analyze([tmp_path / "train.log"]).runs[0].incidents
+    assert (incident.kind, incident.onset_step) == ("crash", 3) and "ValueError: bad sample" in incident.summary
 
 
 def test_a_traceback_after_the_planned_last_step_is_no_crash(tmp_path: Path) -> None:

@@ -18,10 +18,12 @@ from conftest import tree_state
 from typer.testing import CliRunner
 from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
 
+from forensics import analyze
 from forensics.cli import app
 from forensics.watch import Watcher, WatchSettings, replay
 
 FIXTURES = Path(__file__).parent / "fixtures"
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
 SETTINGS = WatchSettings()
 runner = CliRunner()
 
@@ -295,6 +297,54 @@ def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(t
     stalls = [a for a in alarms if a.kind == "stall"]
     assert [a.onset_step for a in stalls] == [1870], [a.summary for a in stalls]
     assert [a.step for a in alarms if a.kind == "server_down"] == [1870]
+
+
+_RAISED = (
+    b"Traceback (most recent call last):\n"
+    b'  File "/AReaL/examples/countdown/train.py", line 210, in <module>\n'
+    b"    main(sys.argv[1:])\n"
+    b"ValueError: reward function returned None\n"
+)
+
+
+@pytest.mark.parametrize("went_on", [False, True])
+def test_a_run_s_own_exception_after_its_newest_step_alarms_once_no_step_follows(tmp_path: Path, went_on: bool) -> None:
+    """The trainer raised after step 61 (its traceback borrows step 61's time). Live, no alarm until
+    about two of the run's steps passed with no step; then a crash at step 62, as ``analyze`` says.
+    A run that logged step 62 after it had caught it: no alarm."""
+    [source] = trial_dir("areal_healthy_sparse").glob("trainer.log*")
+    lines = gzip.decompress(source.read_bytes()).splitlines(keepends=True)
+    header = [i for i, line in enumerate(lines) if b"Train step 62/300 done" in line or b"Train step 63/300 done" in line]
+    target = tmp_path / "logs"
+    target.mkdir()
+    (target / "trainer.log").write_bytes(b"".join(lines[: header[0]]) + _RAISED
+                                          + (b"".join(lines[header[0]: header[1]]) if went_on else b""))
+    now = [1000.0]
+    watcher = Watcher(target, state_dir=tmp_path / "state", clock=lambda: now[0])
+    alarms = watcher.poll() + watcher.poll()
+    now[0] += 60  # within two median steps (~30 s each) and the two-minute floor
+    alarms += watcher.poll()
+    assert alarms == []
+    now[0] += 120
+    alarms += watcher.poll() + watcher.poll()
+    if went_on:
+        assert alarms == []
+        return
+    [crash] = alarms
+    assert (crash.kind, crash.step, crash.onset_step, crash.cause) == ("crash", 62, 62, "training_worker_crash")
+    assert "ValueError: reward function returned None" in crash.summary
+    assert crash.evidence[0].kind == "traceback" and crash.evidence[0].file.endswith("trainer.log")
+    assert [(i.kind, i.onset_step) for i in analyze([target]).runs[0].incidents] == [("crash", 62)]
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+def test_replay_of_a_run_ended_by_its_own_exception_alarms_where_analyze_puts_the_crash() -> None:
+    """Real Ray session: the driver died of a ZeroDivisionError after step 2 of 5."""
+    [result] = replay([SAMPLES / "c_task_exception"])
+    [alarm] = result.alarms
+    assert (alarm.kind, alarm.step, alarm.cause) == ("crash", 3, "training_worker_crash")
+    assert result.offline_onsets == [("crash", 3)]
+    assert (Path(alarm.evidence[0].file).name, alarm.evidence[0].line) == ("driver.log", 10)
 
 
 def test_replay_exits_5_when_asked_and_an_alarm_would_have_fired() -> None:
