@@ -97,7 +97,7 @@ def explain(
     in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
-    seen = dict(in_window.group_by("kind", maintain_order=True).len().iter_rows())
+    seen = dict(_failures(in_window, "kind").iter_rows())
     server = server_context(metrics, onset, onset_time, spans.window, has_server_log=has_server_log)
 
     if finding.kind == "nan_inf":
@@ -178,13 +178,30 @@ def _rate_test(window: pl.DataFrame, baseline: pl.DataFrame, spans: _Windows) ->
     w_len = spans.window[1] - spans.window[0] + 1
     b_len = max(spans.baseline[1] - spans.baseline[0] + 1, 1)
     # Kinds in order of first appearance: ties in p-value then read the same in every process.
-    counts = window.group_by("kind", "cause", maintain_order=True).agg(pl.len().alias("in_window"))
-    base = baseline.group_by("kind").agg(pl.len().alias("in_baseline"))
+    counts = _failures(window, "kind", "cause").rename({"len": "in_window"})
+    base = _failures(baseline, "kind").rename({"len": "in_baseline"})
     rows = counts.join(base, on="kind", how="left", maintain_order="left").with_columns(pl.col("in_baseline").fill_null(0))
     p_values = [
         _poisson_tail(k, (b + 0.5) / b_len * w_len) for k, b in zip(rows["in_window"], rows["in_baseline"], strict=True)
     ]
     return rows.with_columns(pl.Series("p_value", p_values, dtype=pl.Float64))
+
+
+def _failures(events: pl.DataFrame, *by: str) -> pl.DataFrame:
+    """How many failures of each ``by`` group ``events`` show, groups in order of first appearance.
+
+    Ray tells of one failure in several files (the raylet's event log, the GCS log, the driver, the
+    worker's own log): a Ray group counts as many as the one file (rotated parts together) that
+    saw the most of it. Any other source's lines count one each.
+    """
+    stream = pl.col("file").str.replace(r"\.\d+$", "")
+    ray = events.filter(pl.col("source") == "ray")
+    counts = pl.concat([
+        ray.group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
+        events.filter(pl.col("source") != "ray").group_by(*by).len(),
+    ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32))
+    order = events.select(*by).unique(maintain_order=True)
+    return order.join(counts, on=list(by), how="left", maintain_order="left", nulls_equal=True)
 
 
 def _poisson_tail(k: int, lam: float) -> float:

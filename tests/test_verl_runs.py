@@ -144,6 +144,17 @@ def test_a_segfault_printed_before_the_last_step_line_is_one_crash() -> None:
     assert "stuck, not slow" not in incident.summary
 
 
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+@pytest.mark.parametrize(("name", "counted"), [("a_actor_exit", "1 worker_died in steps 0–5; 1 actor_died"),
+                                               ("e_oom", "2 host_oom_kill in steps 0–5; 2 actor_died")])
+def test_one_failure_told_by_several_ray_files_is_counted_once(name: str, counted: str) -> None:
+    """Real Ray sessions: one worker's death is in the raylet's event log, the GCS log and the
+    driver (a_actor_exit); the memory monitor killed two workers, each told of in several files (e_oom)."""
+    [incident] = analyze([SAMPLES / name]).runs[0].incidents
+    assert counted in incident.summary
+    assert len({Path(e.file).name for e in incident.evidence}) >= 3  # every file that told of it is still cited
+
+
 def test_steps_without_times_are_not_called_unfinished(tmp_path: Path) -> None:
     lines = [f"step:{s} - critic/score/mean:0.{s} - timing_s/step:1.0\n" for s in (1, 2)]
     fault = "[rank0]:[E419 03:28:41.000000000 ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout\n"
