@@ -25,6 +25,7 @@ from forensics.detect import (
     NUMERIC_HEALTH,
     Finding,
     Thresholds,
+    abandoned_collapses,
     choose_primary,
     crashes,
     dead_batches,
@@ -179,10 +180,14 @@ def framework_of(run: RunData) -> str:
 
 def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
     found: list[Finding] = []
+    last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     if primary:
         values = series(run.metrics, primary)
         found += [_after_gap(f, values) for f in reward_collapses(values, primary, t)]
-    last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
+        # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
+        seen = [(f.onset_step, f.end_step or last + 1) for f in found]
+        found += [f for f in abandoned_collapses(values, run.superseded, primary, t)
+                  if not any(a <= f.onset_step < b for a, b in seen)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
@@ -231,7 +236,7 @@ def _cut_short(stalled: Finding, run: RunData) -> Finding:
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
-    onset_time = (onset_row["time"][0] if onset_row.height
+    onset_time = (finding.onset_row["time"] if finding.onset_row else onset_row["time"][0] if onset_row.height
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
@@ -257,6 +262,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
                                      verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
+        redone=finding.redone is not None,
     )
 
 
@@ -273,8 +279,8 @@ _NEAR_STEPS = 3
 def _brief_returns(finding: Finding, run: RunData, events: pl.DataFrame, min_run: int) -> str:
     """A collapse the reward came back from for a few steps at a time, too briefly to count as
     recovered: when, and whether each return followed the server coming back (seed 001's spikes)."""
-    if finding.kind != "reward_collapse" or finding.metric is None or finding.value is None:
-        return ""
+    if finding.kind != "reward_collapse" or finding.metric is None or finding.value is None or finding.redone:
+        return ""  # (an abandoned attempt's steps were logged again: the run's series there is the relaunch's)
     stop = finding.end_step if finding.end_step is not None else math.inf
     values = series(run.metrics, finding.metric).filter((pl.col("step") > finding.onset_step) & (pl.col("step") < stop))
     # Stuck is any value held for min_run steps or more (zero, or the value before it); the rest came back.
@@ -350,9 +356,9 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
         row = last.row(0, named=True)
         return Evidence("last_step", row["time"], row["step"], row["file"], row["line"], f"last step logged: {row['step']}")
     hit = run.metrics.filter((pl.col("step") == finding.onset_step) & (pl.col("key") == finding.metric))
-    if hit.is_empty():
+    if finding.onset_row is None and hit.is_empty():
         return None
-    row = hit.row(0, named=True)
+    row = finding.onset_row or hit.row(0, named=True)
     # What the line logged, said as such: not a quote of it (AReaL's table cell, a loop's line, a copy's record).
     text = f"step {row['step']}: {row['key']} = {row['value']:.4g}"
     return Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)

@@ -244,9 +244,11 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     parts = [rows_where(old, stepped & ~again)]
     if rule != "header":  # per key: the head keeps a re-logged step's keys the tail does not log again
         parts.append(old.filter(again).join(new.select("step", "key").unique(), on=["step", "key"], how="anti"))
+    else:  # the earlier copies the tail replaced are kept as such, as AReaL's reader keeps its own
+        frames["superseded"] = pl.concat([head["superseded"], old.filter(stepped & again), tail["superseded"]]).sort("line", maintain_order=True)
     parts += [new.filter(stepped), rows_where(old, loose), new.filter(loose)]
     frames["metrics"] = pl.concat(parts, how="vertical_relaxed")
-    if rule == "key+step":
+    if rule != "header":  # these readers list a re-logged step once, its latest copy (AReaL: every copy)
         frames["steps"] = frames["steps"].unique("step", keep="last").sort("line")
     return frames
 

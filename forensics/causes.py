@@ -138,7 +138,7 @@ def explain(
 #: When failures land together, the one that explains the others: a hung collective or an
 #: exhausted memory kills workers, not the other way round.
 _ROOT_FIRST: tuple[Cause, ...] = ("nccl_timeout", "inference_server_oom", "numerical_divergence")
-_TOGETHER_SECONDS = 10.0
+TOGETHER_SECONDS = 10.0
 
 
 def _root_cause(deciding: pl.DataFrame) -> Cause:
@@ -146,7 +146,7 @@ def _root_cause(deciding: pl.DataFrame) -> Cause:
     first = deciding.row(0, named=True)
     if first["time"] is not None:
         near = deciding.filter(
-            (pl.col("time") - first["time"]).dt.total_milliseconds().abs() <= _TOGETHER_SECONDS * 1000
+            (pl.col("time") - first["time"]).dt.total_milliseconds().abs() <= TOGETHER_SECONDS * 1000
         )["cause"].to_list()
         for cause in _ROOT_FIRST:
             if cause in near:
@@ -191,14 +191,15 @@ def _failures(events: pl.DataFrame, *by: str) -> pl.DataFrame:
     """How many failures of each ``by`` group ``events`` show, groups in order of first appearance.
 
     Ray tells of one failure in several files (the raylet's event log, the GCS log, the driver, the
-    worker's own log): a Ray group counts as many as the one file (rotated parts together) that
-    saw the most of it. Any other source's lines count one each.
+    worker's own log; a worker's torch watchdog line in its ``.err`` and, forwarded, in the driver's
+    console): such a group counts as many as the one file (rotated parts together) that saw the
+    most of it. Any other source's lines count one each.
     """
     stream = pl.col("file").str.replace(r"\.\d+$", "")
-    ray = events.filter(pl.col("source") == "ray")
+    told_twice = pl.col("source").is_in(["ray", "torch"]).fill_null(False)
     counts = pl.concat([
-        ray.group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
-        events.filter(pl.col("source") != "ray").group_by(*by).len(),
+        events.filter(told_twice).group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
+        events.filter(~told_twice).group_by(*by).len(),
     ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32))
     order = events.select(*by).unique(maintain_order=True)
     return order.join(counts, on=list(by), how="left", maintain_order="left", nulls_equal=True)

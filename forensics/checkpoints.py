@@ -43,8 +43,14 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
     complete = [c for c in checkpoints if c.complete]
     skipped = [c for c in checkpoints if not c.complete]
     warnings = [f"skipped incomplete checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
+    redone = [i for i in incidents if i.redone]
+    incidents = [i for i in incidents if not i.redone]  # a relaunch from before them re-ran their steps
     if not incidents:
         found = f"No incident found, but {caveat}" if caveat else "No incident found"
+        if redone:
+            found = (f"No incident in the run's final history (the {'incident' if len(redone) == 1 else 'incidents'} at "
+                     f"step {', '.join(str(i.onset_step) for i in redone)} {'was' if len(redone) == 1 else 'were'} in an "
+                     "attempt a relaunch abandoned and re-ran)" + (f", but {caveat}" if caveat else ""))
         if not complete:
             reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))

@@ -13,7 +13,7 @@ import itertools
 import math
 import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -66,9 +66,15 @@ class Finding:
     value: float | None = None
     last_step_time: datetime | None = None
     until: datetime | None = None
-    """For a stall: the last thing logged after the last step."""
+    """For a stall: the last thing logged after the last step; for a collapse in an abandoned
+    attempt: when the attempt logged its last collapsed step."""
     failed_at: datetime | None = None
     """For a failure in a step never logged: when it was seen."""
+    redone: tuple[int, int] | None = None
+    """For a collapse in an attempt a relaunch abandoned: the steps it logged again (first, last)."""
+    onset_row: dict[str, Any] | None = None
+    """The abandoned attempt's row at the onset (``time``, ``file``, ``line``, ``value``): the run's
+    own rows at that step are the relaunch's."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -161,6 +167,38 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         if end is None:
             break
         resumed = healthy_from = end
+    return findings
+
+
+def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
+    """Collapses in attempts the run abandoned: a relaunch from an earlier checkpoint logged their
+    steps again, so ``values`` (``series`` of the run) holds the later copies only. ``earlier``:
+    the earlier copies' rows of ``key`` (``step``, ``time``, ``value``, ``file``, ``line``).
+
+    Each attempt is judged as the run would have been had it gone on: the run's values before
+    its first step, then its own.
+    """
+    rows = earlier.filter((pl.col("key") == key) & pl.col("step").is_not_null()).sort("time", "line", nulls_last=True)
+    if rows.is_empty():
+        return []
+    # An attempt runs while its steps go up; a step at or below the one before is the next attempt's.
+    rows = rows.with_columns((pl.col("step").diff() <= 0).fill_null(False).cum_sum().alias("attempt"))
+    findings = []
+    for _, attempt in rows.group_by("attempt", maintain_order=True):
+        attempt = attempt.unique("step", keep="last", maintain_order=True).sort("step")
+        first, last = int(attempt["step"][0]), int(attempt["step"][-1])
+        judged = pl.concat([values.filter(pl.col("step") < first).select("step", "value"), attempt.select("step", "value")])
+        for found in reward_collapses(judged, key, t):
+            if found.onset_step < first:
+                continue
+            row = attempt.filter(pl.col("step") == found.onset_step).row(0, named=True)
+            ended = found.end_step if found.end_step is not None and found.end_step <= last else last + 1
+            span = f"until step {found.end_step}" if ended == found.end_step else f"to step {last}, the attempt's last,"
+            summary = (f"{key} {_stuck(found.value or 0.0)} from step {found.onset_step} {span} in an attempt the run "
+                       f"abandoned: a relaunch from step {first - 1} logged steps {first}–{last} again")
+            until = attempt.filter(pl.col("step") == ended - 1)["time"]
+            findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,
+                                    until=until[0] if len(until) else None))
     return findings
 
 

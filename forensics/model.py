@@ -91,6 +91,9 @@ class Incident:
     summary: str = ""
     onset_evidence: Evidence | None = None
     suggestions: tuple[str, ...] = ()
+    redone: bool = False
+    """In an attempt a relaunch from an earlier checkpoint abandoned and logged again: not in the
+    run's final history (the checkpoint choice passes over it)."""
 
     @property
     def wasted(self) -> str:

@@ -8,9 +8,10 @@ from typing import Any
 import polars as pl
 
 from forensics.model import SourceReport
+from parsers.schema import METRIC_SCHEMA, empty
 
 #: The frames of a parse, each with ``file`` and ``line`` columns.
-FRAMES = ("steps", "metrics", "events")
+FRAMES = ("steps", "metrics", "events", "superseded")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Parsed:
     facts: dict[str, str] = field(default_factory=dict)
     reports: tuple[SourceReport, ...] = ()
     """Per-file coverage when one source is many files (a Ray session)."""
+    superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
+    """Metric rows of a step's earlier copies, which a relaunch logged again (``metrics`` has the latest)."""
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAMES}
@@ -46,7 +49,7 @@ class Parsed:
     def from_parts(meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> Parsed:
         reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
         return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
-                      meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports)
+                      meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"])
 
     def before(self, line: int) -> Parsed:
         """The rows that come from lines before ``line`` (counts are the caller's to fix)."""

@@ -61,6 +61,11 @@ class RunData:
     estimated_step_times: bool = False
     """Step times are the Ray session's start plus the summed step durations (the log has none):
     late by however long the run took to start."""
+    superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
+    """Table values of steps a relaunch logged again, from the earlier copies (``metrics`` holds
+    the latest): what an abandoned attempt logged."""
+    superseded_steps: pl.DataFrame = field(default_factory=lambda: empty(STEP_SCHEMA))
+    """The step rows of those earlier copies."""
 
 
 def load_run(
@@ -76,7 +81,7 @@ def load_run(
     ``keys`` (a regex, e.g. :data:`forensics.keys.ANALYSIS_KEYS`) keeps only the metrics whose key
     it finds something in; ``None`` keeps all.
     """
-    steps, events, sources = [], [], []
+    steps, events, sources, superseded = [], [], [], []
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
@@ -92,6 +97,8 @@ def load_run(
             # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
             # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
+            if p.superseded.height:
+                superseded.append(with_keys(p.superseded, keys).with_columns(pl.lit(p.source).cast(pl.Categorical).alias("source")))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
@@ -100,7 +107,8 @@ def load_run(
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
-        latest[name] = _latest_copy(metrics.pop(name))
+        latest[name], older = _latest_copy(metrics.pop(name))
+        superseded.append(older.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")))
     shifted, shifts = _in_log_units(latest)
     del latest
     merged = merge_sources(shifted)
@@ -124,9 +132,10 @@ def load_run(
         checkpoints = read_verl_checkpoints(location.checkpoint_dir)
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
+    latest_steps = _latest_steps(all_steps)
     return RunData(
         location=location,
-        steps=_latest_steps(all_steps),
+        steps=latest_steps,
         metrics=assign_steps(metrics_frame, clock),
         events=assign_steps(events_frame, clock).sort("time", "file", "line", nulls_last=True),
         checkpoints=checkpoints,
@@ -136,6 +145,8 @@ def load_run(
         series_sources=merged.series_sources,
         notes=notes,
         estimated_step_times=estimated,
+        superseded=pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA),
+        superseded_steps=all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
     )
 
 
@@ -221,7 +232,8 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
 def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
     if reader == "areal":
         log = read_areal_log(path, keys=keys)
-        return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts)
+        return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts,
+                      superseded=log.superseded)
     if reader == "sglang":
         return _read_sglang(path, keys)
     if reader == "custom":
@@ -343,22 +355,25 @@ def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _latest_copy(ranked: list[tuple[int, pl.DataFrame]]) -> pl.DataFrame:
+def _latest_copy(ranked: list[tuple[int, pl.DataFrame]]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One parser's frames (with the rank of their file): table values from the newest file win
-    for a step; line metrics (memory) are all kept."""
+    for a step, the others' are returned apart (a relaunch logging into a rotated log's successor);
+    line metrics (memory) are all kept."""
+    older = empty(METRIC_SCHEMA)
     if len(ranked) == 1:
         metrics = ranked[0][1].select(list(METRIC_SCHEMA))
     else:
         metrics = pl.concat(frame.with_columns(pl.lit(rank).alias("rank")) for rank, frame in ranked)
-        newest = pl.col("rank") == pl.col("rank").max().over("step")
-        metrics = metrics.filter(pl.col("step").is_null() | newest).select(list(METRIC_SCHEMA))
+        newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
+        older = metrics.filter(~newest).select(list(METRIC_SCHEMA))
+        metrics = metrics.filter(newest).select(list(METRIC_SCHEMA))
     # A table parser's values are in time order within each step: a stable sort by step alone
     # (several times cheaper than by two columns) is then the whole sort.
     if not _in_step_time_order(metrics):
         metrics = metrics.sort("step", nulls_last=True, maintain_order=True)
     if not _in_step_time_order(metrics):
         metrics = metrics.sort("step", "time", nulls_last=True, multithreaded=True)
-    return metrics
+    return metrics, older
 
 
 def _in_step_time_order(frame: pl.DataFrame, rows: int = 1 << 18) -> bool:

@@ -34,7 +34,7 @@ import statistics
 import time as _time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ import polars as pl
 
 from forensics.analysis import analyze_run, planned_steps
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.causes import CAUSE_OF_KIND, explain
+from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, explain
 from forensics.detect import (
     CRASH_KINDS,
     CTRL_C,
@@ -389,7 +389,8 @@ class _Follower:
         return kind in self._latched
 
     def _new_steps(self, run: RunData, *, live: bool) -> list[_Step]:
-        steps = run.steps
+        # Every copy of a step, as the run wrote them: an attempt a relaunch abandoned went by live too.
+        steps = pl.concat([run.steps, run.superseded_steps]) if run.superseded_steps.height else run.steps
         if self._last_step_time is not None:
             steps = steps.filter(pl.col("time") > self._last_step_time)
         elif self._last_step is not None:
@@ -406,8 +407,10 @@ class _Follower:
             return []
         self._roles = _roles(run.metrics)
         values = _values(run.metrics, self._roles.keys, steps["step"])
+        earlier = _values(run.superseded, self._roles.keys, steps["step"], by_line=True) if run.superseded.height else {}
         return [
-            _Step(r["step"], r["time"], r["file"], r["line"], *values.get(r["step"], ({}, {})))
+            _Step(r["step"], r["time"], r["file"], r["line"],
+                  *earlier.get((r["step"], r["file"], r["line"]), values.get(r["step"], ({}, {}))))
             for r in steps.iter_rows(named=True)
         ]
 
@@ -673,17 +676,25 @@ class _Follower:
 
 
 def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
-    """Name the trigger's cause as the offline analysis would, from what was logged up to it."""
+    """Name the trigger's cause as the offline analysis would, from what was logged up to it
+    (for a crash, up to seconds after it: failures that land together are told apart as offline)."""
     events, metrics = run.events, run.metrics
     if as_of_trigger:
-        events, metrics = _up_to(events, trigger), _up_to(metrics, trigger)
+        horizon = trigger
+        if trigger.kind == "crash" and trigger.time is not None:
+            horizon = replace(trigger, time=trigger.time + timedelta(seconds=TOGETHER_SECONDS))
+        events, metrics = _up_to(events, horizon, borrow=True), _up_to(metrics, trigger)
     onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
     finding_kind = "stall" if trigger.kind == "stall" else "crash" if trigger.kind == "crash" else "reward_collapse"
     if onset is None:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
                      trigger.evidence)
-    onset_row = run.steps.filter(pl.col("step") == onset)
-    onset_time = onset_row["time"][0] if onset_row.height else trigger.time
+    # The copy of the onset step logged last before the alarm (a relaunch logs it again later).
+    copies = pl.concat([run.steps, run.superseded_steps]).filter(pl.col("step") == onset)
+    if trigger.time is not None:
+        copies = copies.filter(pl.col("time").is_null() | (pl.col("time") <= trigger.time))
+    copies = copies.sort("time", nulls_last=False)
+    onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary), events, metrics, onset_time,
                       has_server_log=has_server_log)
@@ -700,9 +711,14 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
                  evidence, verdict.confidence)
 
 
-def _up_to(frame: pl.DataFrame, trigger: _Trigger) -> pl.DataFrame:
+def _up_to(frame: pl.DataFrame, trigger: _Trigger, *, borrow: bool = False) -> pl.DataFrame:
+    """The rows logged by the time of ``trigger``. ``borrow``: a row with no time of its own was
+    logged after the dated line above it in its file, so is later than the trigger when that line is."""
     if trigger.time is not None:
-        return frame.filter(pl.col("time").is_null() | (pl.col("time") <= trigger.time))
+        when = pl.col("time")
+        if borrow:
+            when = pl.coalesce(when, when.forward_fill().over("file", order_by="line"))
+        return frame.filter(when.is_null() | (when <= trigger.time))
     if trigger.step is not None:
         return frame.filter(pl.col("step").is_null() | (pl.col("step") <= trigger.step))
     return frame
@@ -776,19 +792,21 @@ def _roles(metrics: pl.DataFrame) -> _Roles:
 
 
 def _values(
-    metrics: pl.DataFrame, keys: list[str], steps: pl.Series
-) -> dict[int, tuple[dict[str, float], dict[str, tuple[str, int]]]]:
-    """``{step: (values, (file, line) of each)}`` for the given steps (the latest copy of each value)."""
+    metrics: pl.DataFrame, keys: list[str], steps: pl.Series, *, by_line: bool = False
+) -> dict[Any, tuple[dict[str, float], dict[str, tuple[str, int]]]]:
+    """``{step: (values, (file, line) of each)}`` for the given steps (the latest copy of each
+    value); ``by_line``: ``{(step, file, line): …}``, one entry per copy of a step (its header's line)."""
     if not keys:
         return {}
     rows = (
         metrics.filter(pl.col("key").is_in(keys) & pl.col("step").is_in(steps.implode()))
-        .group_by("step", "key")
-        .agg(pl.col("value").last(), pl.col("file").last(), pl.col("line").last())
+        .group_by("step", *(("file", "line") if by_line else ()), "key")
+        .agg(pl.col("value").last(), pl.col("file").last().alias("at_file"), pl.col("line").last().alias("at_line"))
+        .select("step", "key", "value", pl.col("at_file").cast(pl.String), "at_line")
     )
-    out: dict[int, tuple[dict[str, float], dict[str, tuple[str, int]]]] = {}
+    out: dict[Any, tuple[dict[str, float], dict[str, tuple[str, int]]]] = {}
     for step, key, value, file, line in rows.iter_rows():
-        values, where = out.setdefault(step, ({}, {}))
+        values, where = out.setdefault((step, file, line) if by_line else step, ({}, {}))
         values[key], where[key] = value, (file, line)
     return out
 

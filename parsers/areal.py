@@ -52,6 +52,8 @@ class AReaLLog:
     unparsed_lines: int
     notes: tuple[str, ...] = ()
     facts: dict[str, str] = field(default_factory=dict)
+    superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
+    """Table values of a step's earlier copies (an attempt a relaunch logged again): not in ``metrics``."""
 
 
 def looks_like_areal(path: Path) -> bool:
@@ -91,7 +93,7 @@ def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
     cells = pieces.pop("cells")
     lined = [pieces.pop(f"metric{i}") for i in range(len(fmt.metrics))]
     log = _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, lined, fmt, pairs)
-    return replace(log, metrics=with_keys(log.metrics, keys))
+    return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys))
 
 
 def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:
@@ -251,7 +253,7 @@ def _assemble(
     headers = _headers(logged)
     damaged = int((headers["step"] == _DAMAGED).sum())
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
-    metrics, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
+    metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
     events = _events(path, untimed, logged, fmt)
 
@@ -280,6 +282,7 @@ def _assemble(
         unparsed_lines=unexplained + broken + damaged,
         notes=tuple(notes),
         facts=_facts(logged),
+        superseded=superseded,
     )
 
 
@@ -305,15 +308,16 @@ def _headers(logged: pl.DataFrame) -> pl.DataFrame:
 
 def _table_metrics(
     path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
-) -> tuple[pl.DataFrame, int, int]:
+) -> tuple[pl.DataFrame, pl.DataFrame, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
     → (step, key, value); the later copy of a re-logged step wins. ``runs``: the whole rows, one
     run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``).
 
-    Returns the metrics, the number of rows that belong to no step, and of non-numeric values.
+    Returns the metrics, the earlier copies' values, the number of rows that belong to no step,
+    and of non-numeric values.
     """
     if runs.is_empty():
-        return pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
+        return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("top")
     anchors = logged.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
     # A table belongs to the stats anchor just above its top border (a few lines at most);
@@ -340,37 +344,41 @@ def _table_metrics(
     several = (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1
     if several:  # a step's tables may straddle two batches: their cells are averaged together
         cells[:] = [pl.concat(cells)]
-    out, bad = [], 0
+    out, earlier, bad = [], [], 0
     while cells:  # each batch's cells are let go once turned into rows: they never coexist with all the rows
-        metrics, nulls = _owned_cells(path, cells.pop(0), owners, several)
+        metrics, superseded, nulls = _owned_cells(path, cells.pop(0), owners, several)
         out.append(metrics)
+        earlier.append(superseded)
         bad += nulls
-    return pl.concat(out, rechunk=False), orphans, bad
+    return pl.concat(out, rechunk=False), pl.concat(earlier), orphans, bad
 
 
-def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: bool) -> tuple[pl.DataFrame, int]:
-    """One batch's cells joined to the step owning their table → metric rows, and the count of
-    non-numeric values."""
-    query = (
+def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: bool) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """One batch's cells joined to the step owning their table → metric rows of each step's
+    latest copy, those of its earlier copies, and the count of non-numeric values."""
+    owned = (
         cells.lazy()
         .join_asof(owners.lazy(), left_on="line", right_on="top")
-        .filter(pl.col("latest").fill_null(False))
-        .select("step", "time", "key", "value", pl.col("header").alias("line"))
+        .filter(pl.col("step").is_not_null() & (pl.col("step") != _DAMAGED))
+        .select("step", "time", "key", "value", pl.col("header").alias("line"), "latest")
     )
-    bad = query.filter(pl.col("value").is_null()).select(pl.len())
-    query = query.filter(pl.col("value").is_not_null())
-    if several:
-        # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
-        query = query.group_by("step", "key", maintain_order=True).agg(
-            pl.col("time").first(), pl.col("value").mean(), pl.col("line").first()
+    bad = owned.filter(pl.col("latest") & pl.col("value").is_null()).select(pl.len())
+    owned = owned.filter(pl.col("value").is_not_null())
+
+    def rows(query: pl.LazyFrame) -> pl.LazyFrame:
+        if several:
+            # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
+            query = query.group_by("line", "key", maintain_order=True).agg(
+                pl.col("step").first(), pl.col("time").first(), pl.col("value").mean()
+            )
+        query = query.with_columns(pl.lit(path).alias("file"))
+        present = query.collect_schema().names()
+        return query.select(
+            (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
         )
-    query = query.with_columns(pl.lit(path).alias("file"))
-    present = query.collect_schema().names()
-    query = query.select(
-        (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
-    )
-    metrics, bad_frame = pl.collect_all([query, bad])
-    return _aligned(metrics), int(bad_frame.item())
+
+    metrics, superseded, bad_frame = pl.collect_all([rows(owned.filter("latest")), rows(owned.filter(~pl.col("latest"))), bad])
+    return _aligned(metrics), superseded, int(bad_frame.item())
 
 
 def _line_metrics(path: str, found: list[list[pl.DataFrame]], fmt: LogFormat) -> pl.DataFrame:

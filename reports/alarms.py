@@ -34,7 +34,11 @@ def render_replay(results: list[ReplayResult], console: Console) -> None:
         console.print(table)
         if result.alarms and result.last_step is not None:
             first = result.alarms[0]
-            console.print(f"would have stopped {result.run_id} at step {first.step} instead of {result.last_step} "
-                          f"({first.kind})", markup=False, soft_wrap=True)
+            if first.step is not None and first.step < result.last_step:
+                said = f"would have stopped {result.run_id} at step {first.step} instead of {result.last_step} ({first.kind})"
+            else:  # the run had stopped logging steps by then: an alarm, but no step saved
+                when = "its last logged step" if first.step == result.last_step else f"after its last logged step, {result.last_step}"
+                said = f"{result.run_id}'s first alarm ({first.kind}) would have come at step {first.step}, {when}: no step saved"
+            console.print(said, markup=False, soft_wrap=True)
         else:
             console.print(f"no alarm would have fired for {result.run_id}", markup=False, soft_wrap=True)

@@ -108,6 +108,11 @@ def test_relaunch_appended_later_copy_wins_and_resume_is_an_event(tmp_path: Path
     assert sorted(rewards) == list(range(1, 31))
     assert all(rewards[s] == 0.5 for s in range(21, 26))
     assert log.events.filter(pl.col("kind") == "run_resumed").height == 1
+    # The first attempt's copies of steps 21–25 are kept apart, at their own header lines.
+    earlier = log.superseded.filter(pl.col("key") == "grpo_actor/task_reward/avg").sort("line")
+    assert earlier["step"].to_list() == list(range(21, 26)) and set(earlier["value"]) == {0.125}
+    headers = log.steps.filter(pl.col("step").is_between(21, 25)).sort("line")["line"].to_list()
+    assert earlier["line"].to_list() == headers[:5] and not set(earlier["line"]) & set(log.metrics["line"])
 
 
 def test_failure_lines_become_events_with_their_lines(tmp_path: Path) -> None:

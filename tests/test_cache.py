@@ -36,7 +36,7 @@ def load(root: Path, cache: ParseCache | None) -> RunData:
 
 
 def assert_same_run(a: RunData, b: RunData) -> None:
-    for name in ("steps", "metrics", "events"):
+    for name in ("steps", "metrics", "events", "superseded", "superseded_steps"):
         left, right = getattr(a, name), getattr(b, name)
         order = [c for c in ("file", "line", "key", "kind") if c in left.columns]
         assert left.sort(order).equals(right.sort(order)), name

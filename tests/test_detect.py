@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from datetime import timedelta
@@ -216,3 +217,33 @@ def test_a_trial_folder_a_single_log_and_a_tree_of_runs(tmp_path: Path) -> None:
     [single] = analyze([a.trainer_log]).runs
     assert single.step_range()["last"] == 10
     assert [s.path for s in single.sources] == [str(a.trainer_log)]
+
+
+def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_path: Path) -> None:
+    """Seed 002's "just rerun, it auto-resumes": the server died at step 60 and the reward sat at 0
+    to step 80; the launcher relaunched from the recover checkpoint of step 50 and steps 51–120 are
+    healthy. The later copies win the run's series, but the abandoned attempt's collapse is told,
+    with its own lines, and the checkpoint choice passes over it (the relaunch re-ran its steps)."""
+    base = RunSpec(last_step=120, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    first = {t.step: t.time for t in schedule(base) if t.attempt == 0}
+    down = Outage(start=first[60] - timedelta(seconds=20), end=first[80] + timedelta(seconds=2), server_exit=True, in_flight=2)
+    paths = write_run(tmp_path / "outputs", replace(base, outages=(down,)))
+    run = only_run(paths.fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.end_step, incident.recovered) == ("reward_collapse", 60, 81, True)
+    assert incident.cause == "inference_server_crash" and incident.wasted_steps == 21
+    assert "in an attempt the run abandoned: a relaunch from step 50 logged steps 51–80 again" in incident.summary
+    assert "came back" not in incident.summary  # the relaunch's healthy values are no return from it
+    onset = incident.onset_evidence
+    assert onset is not None and onset.text == "step 60: grpo_actor/task_reward/avg = 0"
+    line = paths.trainer_log.read_text().splitlines()[onset.line - 1]
+    assert "Train step 60/" in line and line.count("Train step 60/") == 1
+    assert abs((onset.time - first[60]).total_seconds()) < 0.001  # the first attempt's, not the relaunch's
+    assert run.recommendation.step == 120 and "abandoned and re-ran" in run.recommendation.reason
+    # Replayed as if live: the first attempt's steps go by in their time; no stall at the relaunch.
+    result = runner.invoke(app, ["watch", "--replay", str(paths.fileroot), "--json"])
+    alarms = [(a["kind"], a["onset_step"]) for a in json.loads(result.stdout)["alarms"]]
+    assert alarms[0] == ("server_errors", 60) and ("reward_collapse", 60) in alarms
+    assert not [a for a in alarms if a[0] == "stall"], alarms

@@ -76,12 +76,21 @@ def test_replay_of_verl_runs(tmp_path: Path, build, onset: int, kind: str) -> No
     # a score constant since the first step waits out the warm-up
     assert onset <= first.step <= onset + max(SETTINGS.zero_steps, SETTINGS.warmup_steps)
     assert any(a.kind == "crash" for a in result.alarms) == (build is not zero_score_run)
+    for alarm in result.alarms:  # named from what was logged by then: no line from after the alarm
+        assert all(e.time is None or e.time <= alarm.time for e in alarm.evidence if alarm.kind != "crash"), alarm
+    if build is nccl_hang_run:  # a collective hang, as analyze says, not the worker deaths it caused
+        stall, crash = result.alarms
+        assert (stall.cause, crash.cause) == ("unknown", "nccl_timeout"), (stall.summary, crash.summary)
+        assert not [e for e in stall.evidence if e.kind in ("worker_died", "actor_died")]
 
 
 def test_replay_of_the_hand_rolled_loop_catches_dead_batches_at_the_second_dead_step() -> None:
     [result] = replay([FIXTURES / "seed003"])
     [alarm] = result.alarms
     assert (alarm.kind, alarm.onset_step, alarm.step, alarm.cause) == ("zero_variance", 1, 2, "reward_pipeline")
+    # at the run's last logged step: an alarm, but no step it would have saved
+    table = runner.invoke(app, ["watch", "--replay", str(FIXTURES / "seed003")]).stdout
+    assert "instead of" not in table and "would have come at step 2, its last logged step: no step saved" in table
 
 
 def test_healthy_sparse_rewards_never_alarm() -> None:
