@@ -148,6 +148,10 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         notes.append(f"{len(run.series_sources)} series were found in several copies; taken from: {', '.join(taken)}")
     if run.steps.is_empty():
         notes.append("no training steps found: events are reported, no metric could be judged")
+    if unread := unread_steps(run):
+        last = int(run.steps["step"].max())
+        notes.append(f"steps after step {last} could not be read ({unread}): the run may have gone on, so whether it "
+                     "stalled, crashed or recovered after it cannot be told")
     return RunAnalysis(
         run_id=run.location.run_id,
         framework=framework_of(run),  # type: ignore[arg-type]
@@ -181,9 +185,10 @@ def framework_of(run: RunData) -> str:
 def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
     found: list[Finding] = []
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
+    unread = unread_steps(run)
     if primary:
         values = series(run.metrics, primary)
-        found += [_after_gap(f, values) for f in reward_collapses(values, primary, t)]
+        found += [_read_to(_after_gap(f, values), last, unread) for f in reward_collapses(values, primary, t)]
         # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
         seen = [(f.onset_step, f.end_step or last + 1) for f in found]
         found += [f for f in abandoned_collapses(values, run.superseded, primary, t)
@@ -194,10 +199,11 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     planned = planned_steps(run.facts, last)
     crashed = crashes(run.steps, events, planned)
     found += crashed
-    # A run that logged every step it was launched for has nothing left to stall on.
-    stalled = stall(run.steps, events, step_durations(run.steps), t) if planned is None or last < planned else None
+    # A run that logged every step it was launched for has nothing left to stall on; where the
+    # steps could not all be read, silence after the last is the copy's end, not the run's.
+    stalled = stall(run.steps, events, step_durations(run.steps), t) if (planned is None or last < planned) and not unread else None
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
-        found.append(_cut_short(stalled, run))
+        found.append(stalled)
     ended = ended_by_exception(run.steps, events, planned)
     if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
         found.append(ended)
@@ -224,14 +230,25 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
                                     f"steps {last + 1} and {finding.onset_step}")
 
 
-def _cut_short(stalled: Finding, run: RunData) -> Finding:
-    """A stall whose step log's copy stops early (a torn .gz, a file cut off) says so: the steps
-    may have gone on past where the copy ends."""
-    last_file = run.steps.sort("step")["file"][-1]
-    lost = data_lost([s for s in run.sources if s.path == last_file])
-    if not lost:
-        return stalled
-    return replace(stalled, summary=f"{stalled.summary}; but {lost[-1]} (the steps may go on past where this copy ends)")
+def unread_steps(run: RunData) -> str | None:
+    """Why the run may have logged steps after the last one read: the step log's copy stops early
+    (a torn .gz, a file cut off), or checkpoints were saved past it."""
+    if run.steps.is_empty():
+        return None
+    last = run.steps.sort("step").row(-1, named=True)
+    why = [f"{note} " for note in data_lost([s for s in run.sources if s.path == last["file"]])[-1:]]
+    later = run.checkpoints.filter(pl.col("step") > last["step"])["step"]
+    if len(later):
+        why.append(f"checkpoints were saved up to step {later.max()}")
+    return "; ".join(w.strip() for w in why) or None
+
+
+def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:
+    """A collapse the steps that could be read never came back from: said as far as they go."""
+    if unread is None or finding.end_step is not None:
+        return finding
+    return replace(finding, summary=finding.summary.replace(
+        " and never recovered", f" and had not recovered by step {last}, the last step that could be read"))
 
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds) -> Incident:

@@ -18,6 +18,7 @@ import pytest
 from conftest import FIXTURES, tree_state
 from typer.testing import CliRunner
 
+from forensics import analyze
 from forensics.cli import app
 
 runner = CliRunner()
@@ -370,6 +371,24 @@ def test_an_unread_part_is_warned_wherever_the_verdict_is(tmp_path: Path, damage
     if damage == "junk":  # nothing judged: the newest checkpoint (saved after the collapse) is not called healthy
         best = invoke("best-checkpoint", str(tmp_path / "run"), "--no-cache")
         assert best.exit_code == 2 and best.stdout == "" and "no checkpoint can be called healthy" in best.stderr
-    if damage == "cut":  # the step log's copy ends early: its "stall" may be only where the copy ends
-        stalls = [i for i in run["incidents"] if i["kind"] == "stall"]
-        assert stalls and all("the steps may go on past where this copy ends" in i["summary"] for i in stalls)
+    if damage == "cut":  # the step log's copy ends early: silence after it is the copy's end, not the run's
+        assert [i["kind"] for i in run["incidents"]] == ["reward_collapse"]  # no stall invented where the copy ends
+        last = run["steps"]["last"]
+        assert f"had not recovered by step {last}, the last step that could be read" in run["incidents"][0]["summary"]
+        assert any(n.startswith(f"steps after step {last} could not be read") and "checkpoints were saved up to step 1869" in n
+                   for n in run["notes"]), run["notes"]
+
+
+def test_checkpoints_saved_past_the_last_step_read_mean_the_run_went_on(tmp_path: Path) -> None:
+    """A trainer.log copied while the run was young (cut at a line, nothing torn): checkpoints go
+    to step 1869, so the silence after its last step is no stall, and the collapse is said as far
+    as the steps go."""
+    packed, data = _seed_trial(tmp_path)
+    text = gzip.decompress(data)
+    packed.unlink()
+    packed.with_suffix("").write_bytes(text[: text.rindex(b"\n", 0, len(text) * 11 // 20) + 1])
+    [run] = analyze([tmp_path / "run"]).runs
+    assert [i.kind for i in run.incidents] == ["reward_collapse"]
+    last = int(run.steps["step"].max())
+    assert last < 1869 and f"had not recovered by step {last}" in run.incidents[0].summary
+    assert any("checkpoints were saved up to step 1869" in n for n in run.notes), run.notes
