@@ -10,9 +10,11 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 
 import polars as pl
 
@@ -38,7 +40,7 @@ from forensics.detect import (
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
-from forensics.model import LOGS_UNREAD, Analysis, Evidence, Incident, RunAnalysis, data_lost, step_span, unjudged
+from forensics.model import LOGS_UNREAD, Analysis, Evidence, Incident, RunAnalysis, data_lost, iso, step_span, unjudged
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
@@ -275,12 +277,39 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         evidence=verdict.evidence,
         wasted_steps=wasted,
         wasted_hours=hours,
-        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events, t.min_run), _step_in_progress(finding, run, events),
-                                     verdict.explanation) if p),
+        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events, t.min_run), _relaunches(finding, events),
+                                     _step_in_progress(finding, run, events), verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
         redone=finding.redone is not None,
     )
+
+
+#: The step a resume line names, in log units: AReaL's ``global_step=N`` counts from 0, verl's
+#: ``global_step_N`` folder from 1.
+_RESUMED_FROM = re.compile(r"global_step(=|_)(\d+)")
+
+
+def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
+    """The run relaunched (automatic recovery) while its numbers were broken: from where, and so
+    whether the relaunch carried the broken state on (seed 001: recover.mode resumed after the onset)."""
+    if finding.kind not in ("reward_collapse", "zero_variance", "nan_inf") or finding.redone:
+        return ""
+    stop = finding.end_step if finding.end_step is not None else math.inf
+    resumed = events.filter((pl.col("kind") == "run_resumed") & (pl.col("step") > finding.onset_step) & (pl.col("step") < stop))
+    if resumed.is_empty():
+        return ""
+    first = resumed.row(0, named=True)
+    froms = [int(m[2]) + (m[1] == "=") for m in (_RESUMED_FROM.search(r or "") for r in resumed["message"]) if m]
+    n = resumed.height
+    where = f"{iso(first['time'])}, {Path(first['file']).name}:{first['line']}"
+    text = f"The run was relaunched once after the onset (at {where})" if n == 1 else \
+        f"The run was relaunched {n} times after the onset (first at {where})"
+    if froms and len(froms) == n and min(froms) >= finding.onset_step:
+        steps = f"step{'s' if n > 1 else ''} {', '.join(str(s) for s in froms[:5])}{', …' if n > 5 else ''}"
+        text += (f", resuming from a checkpoint saved after it ({steps}): the relaunch carried the broken state on" if n == 1 else
+                 f", each resuming from a checkpoint saved after it ({steps}): the relaunches carried the broken state on")
+    return text + "."
 
 
 def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:

@@ -108,3 +108,6 @@ def test_brief_returns_are_told_with_the_relaunches_behind_them(fixture_run) -> 
     assert collapse.onset_step == 188 and not collapse.recovered
     assert "It came back briefly 5 times: steps 683–686 (up to 0.4375), steps 731–734" in collapse.summary
     assert "5 of them right after the server or the run was relaunched, 5 ending as the server exited again" in collapse.summary
+    # recover.mode relaunched the run from its recover checkpoint, saved long after the onset (StepInfo global_step=680)
+    assert ("The run was relaunched once after the onset (at 2025-11-13T03:27:53.940, trainer.log.gz:39020), resuming "
+            "from a checkpoint saved after it (step 681): the relaunch carried the broken state on.") in collapse.summary
