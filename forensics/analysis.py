@@ -234,12 +234,13 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
 
 def unread_steps(run: RunData) -> str | None:
     """Why the run may have logged steps after the last one read: the step log's copy stops early
-    (a torn .gz, a file cut off), or checkpoints were saved past it."""
+    (a torn .gz, a file cut off), or checkpoints were saved past it — more than the one step past
+    it that AReaL saves before it logs that step (a run can hang right after that save)."""
     if run.steps.is_empty():
         return None
     last = run.steps.sort("step").row(-1, named=True)
     why = [f"{note} " for note in data_lost([s for s in run.sources if s.path == last["file"]])[-1:]]
-    later = run.checkpoints.filter(pl.col("step") > last["step"])["step"]
+    later = run.checkpoints.filter(pl.col("step") > last["step"] + 1)["step"]
     if len(later):
         why.append(f"checkpoints were saved up to step {later.max()}")
     return "; ".join(w.strip() for w in why) or None

@@ -247,3 +247,20 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     alarms = [(a["kind"], a["onset_step"]) for a in json.loads(result.stdout)["alarms"]]
     assert alarms[0] == ("server_errors", 60) and ("reward_collapse", 60) in alarms
     assert not [a for a in alarms if a[0] == "stall"], alarms
+
+
+def test_a_checkpoint_saved_just_before_a_hang_is_no_sign_the_run_went_on(tmp_path: Path) -> None:
+    """AReaL saves step 40's export before it logs step 40: a run that hung between the two has a
+    checkpoint one step past its last logged step, and an hour of request timeouts after it."""
+    t40 = schedule(RunSpec(last_step=40))[39].time
+    spec = RunSpec(last_step=40, save_freq_steps=10, request_timeout=120,
+                   outages=(Outage(start=t40 + timedelta(seconds=60), end=t40 + timedelta(minutes=70), kind="timeout"),))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    header = next(i for i, line in enumerate(lines) if "Train step 40/" in line)
+    end = next(i for i in range(header + 1, len(lines)) if lines[i].startswith("\u2558")) + 1
+    paths.trainer_log.write_text("".join(lines[:header] + lines[end:]))  # step 40 never logged
+    run = only_run(paths.fileroot)
+    assert 40 in [c.step for c in run.checkpoints]
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("stall", 40)]
+    assert not any("could not be read" in n for n in run.notes)
