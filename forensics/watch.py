@@ -583,6 +583,8 @@ class _Follower:
             return fired
         if kind in _TRAINER_CALLING and self._exit is not None:
             self._called_after_exit = True
+        if kind in _TRAINER_CALLING and self._raised is not None and row["file"] == self._raised[0].file:
+            self._raised = None  # the process that printed the traceback is still at work: it caught it
         if kind in CRASH_KINDS:
             return fired + self._crash(row, evidence)
         if row["own"] and self._steps_seen and self._raised is None and not self._finished:

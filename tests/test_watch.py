@@ -361,3 +361,24 @@ def test_replay_exits_5_when_asked_and_an_alarm_would_have_fired() -> None:
     assert runner.invoke(app, ["watch", outputs, "--replay"]).exit_code == 0
     assert runner.invoke(app, ["watch", outputs, "--replay", "--fail-on-alarm"]).exit_code == 5
     assert runner.invoke(app, ["watch", str(FIXTURES / "areal_healthy_sparse" / "outputs"), "--replay", "--fail-on-alarm"]).exit_code == 0
+
+
+def test_a_traceback_the_trainer_went_on_from_is_no_crash_alarm(tmp_path: Path) -> None:
+    """A caught exception's traceback after step 30, then a 15-minute step while the server times
+    requests out: the trainer that printed it is still logging, so no crash alarm, as analyze says."""
+    from datetime import datetime, timedelta
+
+    from areal_builder import LogLine, Outage, RunSpec, schedule, write_run
+
+    ticks = schedule(RunSpec(last_step=60))
+    t30 = ticks[29].time
+    anchors = {1: datetime(2025, 11, 10, 9), 30: t30, 31: t30 + timedelta(minutes=15), 60: ticks[59].time + timedelta(minutes=15)}
+    traceback = ('Traceback (most recent call last):\n  File "/AReaL/areal/utils/evaluator.py", line 88, in evaluate\n'
+                 "    score = reward_fn(sample)\nValueError: reward function returned None")
+    spec = RunSpec(last_step=60, anchors=anchors, request_timeout=120, extra_lines=(LogLine(t30 + timedelta(seconds=10), traceback),),
+                   outages=(Outage(start=t30 + timedelta(seconds=30), end=t30 + timedelta(minutes=13), kind="timeout",
+                                   burst_every=(60.0, 90.0)),))
+    paths = write_run(tmp_path / "outputs", spec)
+    [result] = replay([paths.fileroot])
+    assert not [a for a in result.alarms if a.kind == "crash"], [a.summary for a in result.alarms]
+    assert not [i for i in analyze([paths.fileroot]).runs[0].incidents if i.kind == "crash"]
