@@ -25,7 +25,16 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, line_batch_pieces, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, keys_kept, step_number, with_keys
+from parsers.schema import (
+    EVENT_SCHEMA,
+    METRIC_SCHEMA,
+    STEP_SCHEMA,
+    conform,
+    keys_kept,
+    step_number,
+    traceback_message,
+    with_keys,
+)
 
 __all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
 
@@ -431,9 +440,11 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     exceptions = untimed.filter(pl.col("exc") & ~pl.col("continues")).select(
         pl.col("line").alias("exc_line"), pl.col("text").alias("exc_text")
     )
+    firsts = untimed.filter("exc").select(pl.col("line").alias("first_line"), pl.col("text").alias("first_exc"))
     errors_at = named.filter(is_error).select((pl.col("line") + 1).alias("line"))
     tracebacks = (
         starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
+        .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
         .join_asof(
             logged.select(pl.col("line").alias("timed_line"), "time").sort("timed_line"),
             left_on="line",
@@ -444,7 +455,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         .with_columns(
             fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"),
             pl.lit("error").alias("severity"),
-            pl.concat_str(pl.col("text"), pl.lit(" … "), pl.col("exc_text").fill_null("(no exception line)")).alias("message"),
+            traceback_message(pl.col("text"), pl.col("first_exc"), pl.col("exc_text")).alias("message"),
         )
     )
     events = pl.concat(

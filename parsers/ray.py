@@ -44,7 +44,7 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_blocks, only_block, sniff
-from parsers.schema import EVENT_SCHEMA
+from parsers.schema import EVENT_SCHEMA, traceback_message
 
 __all__ = [
     "RAY_EVENT_SCHEMA",
@@ -520,22 +520,13 @@ def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: dat
         .with_columns(
             fmt.traceback_kind(pl.col("exception")).alias("kind"),
             pl.lit(1, pl.Int64).alias("count"),
-            pl.concat_str(
-                pl.col("start_text"),
-                # A Ctrl-C in a chain is named, before what followed it: a run stopped by hand, or one
-                # that raised and then hung until someone pressed it.
-                pl.when(pl.col("first_exc").str.contains(_CTRL_C) != pl.col("exc_text").str.contains(_CTRL_C))
-                .then(pl.lit(" … ") + pl.col("first_exc")).otherwise(pl.lit("")),
-                pl.lit(" … "),
-                pl.col("exc_text").fill_null("(no exception line)"),
-            ).alias("message"),
+            traceback_message(pl.col("start_text"), pl.col("first_exc"), pl.col("exc_text")).alias("message"),
         )
         .drop("first_exc")
         .with_columns(pl.lit("ERROR").alias("level"))
     )
 
 
-_CTRL_C = r"^\s*KeyboardInterrupt\b"
 _EXIT_TYPE = r"(?:Worker exit type: |exit_type = |exits, type=|Owner worker exit type: |exit_type=)([A-Z_]+)"
 _PID = r"(?:Worker PID: |\bpid=|\bpid: |\(pid=)(\d+)"
 _WORKER_ID = r"(?:worker[ _]id ?[=:] ?|Worker ID: |on worker )([0-9a-f]{56})"

@@ -69,6 +69,22 @@ def step_number(digits: pl.Expr) -> pl.Expr:
     return pl.when(step <= MAX_STEP).then(step)
 
 
+_CTRL_C = r"^\s*KeyboardInterrupt\b"
+
+
+def traceback_message(start: pl.Expr, first: pl.Expr, last: pl.Expr) -> pl.Expr:
+    """A traceback event's message: its first line, then its exception (the chain's last, ``…``
+    between). A Ctrl-C in a chain is named before what followed it (a run stopped by hand, or
+    one that raised and then hung until someone pressed it): the first exception too, then."""
+    named_first = first.str.contains(_CTRL_C).fill_null(False) != last.str.contains(_CTRL_C).fill_null(False)
+    return pl.concat_str(
+        start,
+        pl.when(named_first).then(pl.lit(" … ") + first).otherwise(pl.lit("")),
+        pl.lit(" … "),
+        last.fill_null("(no exception line)"),
+    )
+
+
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """An empty frame with ``schema``."""
     return pl.DataFrame(schema=schema)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from areal_builder import Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
+from areal_builder import LogLine, Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -264,3 +264,23 @@ def test_a_checkpoint_saved_just_before_a_hang_is_no_sign_the_run_went_on(tmp_pa
     assert 40 in [c.step for c in run.checkpoints]
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("stall", 40)]
     assert not any("could not be read" in n for n in run.notes)
+
+
+_CTRL_C = ('Traceback (most recent call last):\n  File "/AReaL/examples/math/gsm8k_grpo.py", line 210, in <module>\n'
+           "    main(sys.argv[1:])\nKeyboardInterrupt")
+_CLEANUP = ('Traceback (most recent call last):\n  File "/AReaL/examples/math/gsm8k_grpo.py", line 215, in <module>\n'
+            "    engine.destroy()\nRuntimeError: cleanup failed")
+_DURING = "\n\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+@pytest.mark.parametrize(("chain", "crash"), [(_CTRL_C + _DURING + _CLEANUP, False), (_CLEANUP + _DURING + _CTRL_C, True)])
+def test_a_ctrl_c_that_began_a_chain_in_trainer_log_is_no_crash(tmp_path: Path, chain: str, crash: bool) -> None:
+    """Stopped by hand after step 40, raising again while stopping: no crash. Raised, then hung until
+    a Ctrl-C: a crash, named after what it raised."""
+    spec = RunSpec(last_step=40, save_freq_steps=10)
+    spec = replace(spec, extra_lines=(LogLine(schedule(spec)[-1].time + timedelta(seconds=5), chain),))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    crashes = [(i.kind, i.onset_step) for i in run.incidents if i.kind == "crash"]
+    assert crashes == ([("crash", 41)] if crash else [])
+    if crash:
+        assert "RuntimeError: cleanup failed … KeyboardInterrupt" in run.incidents[-1].summary
