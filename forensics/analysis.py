@@ -40,7 +40,18 @@ from forensics.detect import (
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
-from forensics.model import LOGS_UNREAD, Analysis, Evidence, Incident, RunAnalysis, data_lost, iso, step_span, unjudged
+from forensics.model import (
+    LOGS_UNREAD,
+    Analysis,
+    Checkpoint,
+    Evidence,
+    Incident,
+    RunAnalysis,
+    data_lost,
+    iso,
+    step_span,
+    unjudged,
+)
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
@@ -143,7 +154,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     events = pl.concat([run.events, _metric_events(run.metrics, primary)]).sort("time", "file", "line", nulls_last=True)
     findings = _findings(run, primary, events, t)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
-    checkpoints = to_checkpoints(run.checkpoints)
+    checkpoints, abandoned = _abandoned_checkpoints(to_checkpoints(run.checkpoints), run)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
@@ -162,7 +173,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary)),
+        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
+                                 abandoned=abandoned),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -193,7 +205,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
         found += [_read_to(_after_gap(f, values), last, unread) for f in reward_collapses(values, primary, t)]
         # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
         seen = [(f.onset_step, f.end_step or last + 1) for f in found]
-        found += [f for f in abandoned_collapses(values, run.superseded, primary, t)
+        copies = pl.concat([run.steps, run.superseded_steps])
+        found += [f for f in abandoned_collapses(values, run.superseded, copies, primary, t)
                   if not any(a <= f.onset_step < b for a, b in seen)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
@@ -232,6 +245,18 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
                                     f"steps {last + 1} and {finding.onset_step}")
 
 
+def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Checkpoint], frozenset[str]]:
+    """Checkpoints saved past the run's own last step by an attempt a relaunch abandoned (the
+    relaunch never got that far again): said so, and never chosen."""
+    if run.superseded_steps.is_empty() or run.steps.is_empty():
+        return checkpoints, frozenset()
+    last, reached = int(run.steps["step"].max()), int(run.superseded_steps["step"].max())
+    said = (f"saved by an attempt a relaunch abandoned (it reached step {reached}; "
+            f"the run's own steps end at {last})")
+    marked = [replace(c, problems=(*c.problems, said)) if last + 1 < c.step <= reached + 1 else c for c in checkpoints]
+    return marked, frozenset(c.path for c in marked if said in c.problems)
+
+
 def unread_steps(run: RunData) -> str | None:
     """Why the run may have logged steps after the last one read: the step log's copy stops early
     (a torn .gz, a file cut off), or checkpoints were saved past it — more than the one step past
@@ -240,7 +265,9 @@ def unread_steps(run: RunData) -> str | None:
         return None
     last = run.steps.sort("step").row(-1, named=True)
     why = [f"{note} " for note in data_lost([s for s in run.sources if s.path == last["file"]])[-1:]]
-    later = run.checkpoints.filter(pl.col("step") > last["step"] + 1)["step"]
+    # (past an abandoned attempt's steps too: its own saves, not a sign the run went on)
+    reached = max([last["step"], *run.superseded_steps["step"].to_list()])
+    later = run.checkpoints.filter(pl.col("step") > reached + 1)["step"]
     if len(later):
         why.append(f"checkpoints were saved up to step {later.max()}")
     return "; ".join(w.strip() for w in why) or None
@@ -263,6 +290,9 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height
+    if finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
+        wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)
+                                             & pl.col("time").is_between(finding.onset_row["time"], finding.until or datetime.max)).height
     until = finding.until or _last_time(run.steps.filter(pl.col("step") <= (finding.end_step or last)))
     hours = (until - onset_time).total_seconds() / 3600 if until and onset_time and until >= onset_time else None
     return Incident(

@@ -240,6 +240,8 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
         return frames
     old, new = head["metrics"], tail["metrics"]
     again = pl.col("step").is_in(new["step"].drop_nulls().unique().implode())
+    if rule == "header" and tail["steps"].height:  # the tail going back abandons the head from there on
+        again = pl.col("step") >= tail["steps"]["step"].min()
     stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
     parts = [rows_where(old, stepped & ~again)]
     if rule != "header":  # per key: the head keeps a re-logged step's keys the tail does not log again

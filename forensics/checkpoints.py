@@ -37,20 +37,23 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
-              *, caveat: str | None = None) -> Recommendation:
+              *, caveat: str | None = None, abandoned: frozenset[str] = frozenset()) -> Recommendation:
     """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
-    incident does not make the run healthy (nothing judged, logs not read), when it does not."""
-    complete = [c for c in checkpoints if c.complete]
-    skipped = [c for c in checkpoints if not c.complete]
-    warnings = [f"skipped incomplete checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
+    incident does not make the run healthy (nothing judged, logs not read), when it does not.
+    ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved (never chosen)."""
+    complete = [c for c in checkpoints if c.complete and c.path not in abandoned]
+    skipped = [c for c in checkpoints if not c.complete or c.path in abandoned]
+    warnings = [f"skipped {'' if c.complete else 'incomplete '}checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
     redone = [i for i in incidents if i.redone]
     incidents = [i for i in incidents if not i.redone]  # a relaunch from before them re-ran their steps
     if not incidents:
         found = f"No incident found, but {caveat}" if caveat else "No incident found"
         if redone:
-            found = (f"No incident in the run's final history (the {'incident' if len(redone) == 1 else 'incidents'} at "
-                     f"step {', '.join(str(i.onset_step) for i in redone)} {'was' if len(redone) == 1 else 'were'} in an "
-                     "attempt a relaunch abandoned and re-ran)" + (f", but {caveat}" if caveat else ""))
+            onsets = sorted({i.onset_step for i in redone})
+            found = ("No incident in the run's final history (" + (
+                f"the incident at step {onsets[0]} was in an attempt a relaunch abandoned" if len(redone) == 1 else
+                f"the {len(redone)} incidents, at step {', '.join(map(str, onsets))}, were in attempts relaunches abandoned")
+                + ")" + (f", but {caveat}" if caveat else ""))
         if not complete:
             reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))

@@ -170,23 +170,32 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     return findings
 
 
-def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
-    """Collapses in attempts the run abandoned: a relaunch from an earlier checkpoint logged their
-    steps again, so ``values`` (``series`` of the run) holds the later copies only. ``earlier``:
-    the earlier copies' rows of ``key`` (``step``, ``time``, ``value``, ``file``, ``line``).
+def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
+    """Collapses in attempts the run abandoned: a relaunch from an earlier checkpoint went back to
+    steps they had logged, so ``values`` (``series`` of the run) holds the run's own copies only.
+    ``earlier``: the abandoned copies' metric rows; ``copies``: every step row (``step``, ``time``,
+    ``file``, ``line``), the run's and the abandoned ones, which tell the attempts apart.
 
     Each attempt is judged as the run would have been had it gone on: the run's values before
-    its first step, then its own.
+    its first abandoned step, then its own.
     """
-    rows = earlier.filter((pl.col("key") == key) & pl.col("step").is_not_null()).sort("time", "line", nulls_last=True)
+    rows = earlier.filter((pl.col("key") == key) & pl.col("step").is_not_null())
     if rows.is_empty():
         return []
-    # An attempt runs while its steps go up; a step at or below the one before is the next attempt's.
-    rows = rows.with_columns((pl.col("step").diff() <= 0).fill_null(False).cum_sum().alias("attempt"))
+    # An attempt runs while its steps go up; a step at or below the one before starts the next.
+    attempts = (
+        copies.sort("time", "line", nulls_last=True)
+        .with_columns((pl.col("step").diff() <= 0).fill_null(False).cum_sum().alias("attempt"))
+        .select(pl.col("file").cast(pl.String), "line", "attempt", "step")
+    )
+    restarts = attempts.group_by("attempt").agg(pl.col("step").first().alias("resumed")).sort("attempt")
+    rows = rows.with_columns(pl.col("file").cast(pl.String)).join(attempts.drop("step"), on=["file", "line"], how="inner")
     findings = []
-    for _, attempt in rows.group_by("attempt", maintain_order=True):
-        attempt = attempt.unique("step", keep="last", maintain_order=True).sort("step")
+    for (number,), attempt in rows.group_by("attempt", maintain_order=True):
+        attempt = attempt.sort("step")
         first, last = int(attempt["step"][0]), int(attempt["step"][-1])
+        after = restarts.filter(pl.col("attempt") > number)["resumed"]
+        relaunch = int(after[0]) - 1 if len(after) else first - 1
         judged = pl.concat([values.filter(pl.col("step") < first).select("step", "value"), attempt.select("step", "value")])
         for found in reward_collapses(judged, key, t):
             if found.onset_step < first:
@@ -195,7 +204,7 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, key: str, t
             ended = found.end_step if found.end_step is not None and found.end_step <= last else last + 1
             span = f"until step {found.end_step}" if ended == found.end_step else f"to step {last}, the attempt's last,"
             summary = (f"{key} {_stuck(found.value or 0.0)} from step {found.onset_step} {span} in an attempt the run "
-                       f"abandoned: a relaunch from step {first - 1} logged steps {first}–{last} again")
+                       f"abandoned at step {last}: a relaunch from step {relaunch} took the run on from step {relaunch + 1}")
             until = attempt.filter(pl.col("step") == ended - 1)["time"]
             findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,
                                     until=until[0] if len(until) else None))

@@ -31,6 +31,7 @@ from parsers.schema import (
     EVENT_SCHEMA,
     METRIC_SCHEMA,
     STEP_SCHEMA,
+    abandoned,
     conform,
     cut_alike,
     empty,
@@ -93,7 +94,7 @@ def load_run(
             continue
         sources.extend(_coverage(source, parsed))
         for p in parsed:
-            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank")))
+            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source == "areal").alias("lineage")))
             # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
             # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
@@ -107,13 +108,13 @@ def load_run(
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
-        latest[name], older = _latest_copy(metrics.pop(name))
+        latest[name], older = _latest_copy(metrics.pop(name), lineage=name == "areal")
         superseded.append(older.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")))
     shifted, shifts = _in_log_units(latest)
     del latest
     merged = merge_sources(shifted)
     del shifted
-    all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"))
+    all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"), pl.lit(False).alias("lineage"))
     if all_steps.is_empty() and not merged.metrics.is_empty():
         all_steps = _steps_from_metrics(merged.metrics)
     notes = shifts + list(merged.notes)
@@ -346,25 +347,40 @@ def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: its latest copy (a relaunch re-logs steps after the recovered one)."""
+    """One row per step: its latest copy (a relaunch re-logs steps after the recovered one); of an
+    AReaL log's, none an abandoned attempt logged past where a relaunch went back to."""
+    ordered = steps.sort("rank", "line")
+    if "lineage" not in ordered.columns:  # step rows made from a copy's metrics
+        ordered = ordered.with_columns(pl.lit(False).alias("lineage"))
+    lineage = ordered.filter("lineage")
+    kept = lineage.filter(~abandoned(pl.col("step"))) if lineage.height else lineage
     return (
-        steps.sort("rank", "line")
+        pl.concat([kept, ordered.filter(~pl.col("lineage"))])
+        .sort("rank", "line")
         .unique("step", keep="last", maintain_order=True)
         .sort("step")
         .select(list(STEP_SCHEMA))
     )
 
 
-def _latest_copy(ranked: list[tuple[int, pl.DataFrame]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _latest_copy(ranked: list[tuple[int, pl.DataFrame]], *, lineage: bool = False) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One parser's frames (with the rank of their file): table values from the newest file win
     for a step, the others' are returned apart (a relaunch logging into a rotated log's successor);
-    line metrics (memory) are all kept."""
+    line metrics (memory) are all kept. ``lineage``: a later file's steps going back abandon an
+    earlier file's from there on, re-logged or not (see :func:`parsers.schema.abandoned`)."""
     older = empty(METRIC_SCHEMA)
     if len(ranked) == 1:
         metrics = ranked[0][1].select(list(METRIC_SCHEMA))
     else:
         metrics = pl.concat(frame.with_columns(pl.lit(rank).alias("rank")) for rank, frame in ranked)
         newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
+        if lineage:
+            # Each file's lowest step, and the lowest of the files after it: where they went back to.
+            lowest = metrics.group_by("rank").agg(pl.col("step").min()).sort("rank")
+            after = pl.col("step").reverse().cum_min().forward_fill().reverse().shift(-1)
+            later = dict(zip(lowest["rank"], lowest.select(after)["step"], strict=True))
+            back = pl.col("rank").replace_strict(later, default=None, return_dtype=pl.Int64)
+            newest = pl.col("step").is_null() | (pl.col("step") < back).fill_null(True)
         older = metrics.filter(~newest).select(list(METRIC_SCHEMA))
         metrics = metrics.filter(newest).select(list(METRIC_SCHEMA))
     # A table parser's values are in time order within each step: a stable sort by step alone

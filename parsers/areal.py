@@ -29,6 +29,7 @@ from parsers.schema import (
     EVENT_SCHEMA,
     METRIC_SCHEMA,
     STEP_SCHEMA,
+    abandoned,
     conform,
     keys_kept,
     step_number,
@@ -319,7 +320,7 @@ def _table_metrics(
     path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
-    → (step, key, value); the later copy of a re-logged step wins. ``runs``: the whole rows, one
+    → (step, key, value); an attempt a relaunch abandoned is kept apart. ``runs``: the whole rows, one
     run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``).
 
     Returns the metrics, the earlier copies' values, the number of rows that belong to no step,
@@ -344,7 +345,7 @@ def _table_metrics(
         )
         .filter(pl.col("step").is_not_null())
         .sort("top")
-        .with_columns((pl.col("header") == pl.col("header").max().over("step")).alias("latest"))
+        .join(_current(headers), on="header", how="left")
     )
     owners = owned.select("top", "header", "step", "time", pl.col("latest") & (pl.col("step") != _DAMAGED))
     # A row has an owner when an owned table starts above it: the runs before the first one have none.
@@ -360,6 +361,13 @@ def _table_metrics(
         earlier.append(superseded)
         bad += nulls
     return pl.concat(out, rechunk=False), pl.concat(earlier), orphans, bad
+
+
+def _current(headers: pl.DataFrame) -> pl.DataFrame:
+    """``header`` line → ``latest``: whether the step copy it heads is the run's, not one of an
+    attempt a relaunch abandoned (see :func:`parsers.schema.abandoned`)."""
+    step = pl.when(pl.col("step") != _DAMAGED).then(pl.col("step"))
+    return headers.sort("line").select(pl.col("line").alias("header"), (~abandoned(step)).alias("latest"))
 
 
 def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: bool) -> tuple[pl.DataFrame, pl.DataFrame, int]:

@@ -69,6 +69,14 @@ def step_number(digits: pl.Expr) -> pl.Expr:
     return pl.when(step <= MAX_STEP).then(step)
 
 
+def abandoned(step: pl.Expr) -> pl.Expr:
+    """Over step copies in the order they were logged: whether a later copy goes back to this
+    step or before it (a relaunch resumed from an earlier checkpoint), which abandons the attempt
+    from there on — re-logged or not. Null steps (damaged numbers) are passed over."""
+    later = step.reverse().cum_min().forward_fill().reverse().shift(-1)
+    return (step >= later).fill_null(False)
+
+
 _CTRL_C = r"^\s*KeyboardInterrupt\b"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -234,19 +235,47 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.end_step, incident.recovered) == ("reward_collapse", 60, 81, True)
     assert incident.cause == "inference_server_crash" and incident.wasted_steps == 21
-    assert "in an attempt the run abandoned: a relaunch from step 50 logged steps 51–80 again" in incident.summary
+    assert ("exactly zero from step 60 to step 80, the attempt's last, in an attempt the run abandoned at step 80: "
+            "a relaunch from step 50 took the run on from step 51") in incident.summary
     assert "came back" not in incident.summary  # the relaunch's healthy values are no return from it
     onset = incident.onset_evidence
     assert onset is not None and onset.text == "step 60: grpo_actor/task_reward/avg = 0"
     line = paths.trainer_log.read_text().splitlines()[onset.line - 1]
     assert "Train step 60/" in line and line.count("Train step 60/") == 1
     assert abs((onset.time - first[60]).total_seconds()) < 0.001  # the first attempt's, not the relaunch's
-    assert run.recommendation.step == 120 and "abandoned and re-ran" in run.recommendation.reason
+    assert run.recommendation.step == 120 and "was in an attempt a relaunch abandoned" in run.recommendation.reason
     # Replayed as if live: the first attempt's steps go by in their time; no stall at the relaunch.
     result = runner.invoke(app, ["watch", "--replay", str(paths.fileroot), "--json"])
     alarms = [(a["kind"], a["onset_step"]) for a in json.loads(result.stdout)["alarms"]]
     assert alarms[0] == ("server_errors", 60) and ("reward_collapse", 60) in alarms
     assert not [a for a in alarms if a[0] == "stall"], alarms
+
+
+def test_an_abandoned_attempt_past_where_the_relaunch_got_is_not_the_run(tmp_path: Path) -> None:
+    """The first attempt collapsed at step 60 and saved step 80's export (collapsed weights); the
+    relaunch from step 50 logged steps 51–75, healthy, and the log ends there. The run's steps end
+    at 75 (76–80 are the abandoned attempt's, not a collapse going on); one incident; the step-80
+    export is never chosen, nor taken as a sign the run went on."""
+    base = RunSpec(last_step=120, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    paths = write_run(tmp_path / "outputs", base)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    h75 = [i for i, line in enumerate(lines) if "Train step 75/" in line][-1]
+    cut = next(i for i in range(h75 + 1, len(lines)) if lines[i].startswith("\u2558")) + 1
+    paths.trainer_log.write_text("".join(lines[:cut]))
+    for folder in (paths.checkpoint_root / "default").glob("*globalstep*"):
+        if int(folder.name.rsplit("globalstep", 1)[1]) + 1 > 80:
+            shutil.rmtree(folder)
+    info = paths.checkpoint_root / "recover_info" / "step_info.json"  # the relaunch's last recover save: step 50
+    info.write_text(json.dumps({"epoch": 0, "epoch_step": 49, "global_step": 49, "steps_per_epoch": 935}))
+    run = only_run(paths.fileroot)
+    assert int(run.steps["step"].max()) == 75
+    [incident] = run.incidents
+    assert (incident.onset_step, incident.end_step, incident.recovered, incident.wasted_steps) == (60, 81, True, 21)
+    assert "abandoned at step 80: a relaunch from step 50 took the run on from step 51" in incident.summary
+    assert run.recommendation.step == 60 and any("saved by an attempt a relaunch abandoned" in w for w in run.recommendation.warnings)
+    assert not any("could not be read" in n for n in run.notes)
 
 
 def test_a_checkpoint_saved_just_before_a_hang_is_no_sign_the_run_went_on(tmp_path: Path) -> None:
