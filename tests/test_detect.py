@@ -313,3 +313,44 @@ def test_a_ctrl_c_that_began_a_chain_in_trainer_log_is_no_crash(tmp_path: Path, 
     assert crashes == ([("crash", 41)] if crash else [])
     if crash:
         assert "RuntimeError: cleanup failed … KeyboardInterrupt" in run.incidents[-1].summary
+
+
+def _attempts(*spans: tuple[int, int], reward) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Step copies, in log order, of attempts each logging ``first..last`` (a relaunch going back
+    to its ``first``): the run's series, the abandoned copies' rows, and every copy."""
+    from datetime import datetime
+
+    from parsers.schema import abandoned
+
+    rows, line = [], 0
+    for number, (first, last) in enumerate(spans):
+        for step in range(first, last + 1):
+            line += 10
+            rows.append({"step": step, "time": datetime(2025, 1, 1) + timedelta(minutes=line), "file": "trainer.log",
+                         "line": line, "key": "reward", "value": reward(number, step)})
+    frame = pl.DataFrame(rows).with_columns(abandoned(pl.col("step")).alias("gone"))
+    values = frame.filter(~pl.col("gone")).select("step", "value").sort("step")
+    return values, frame.filter("gone").drop("gone"), frame.select("step", "time", "file", "line")
+
+
+def test_attempts_are_told_apart_by_where_each_relaunch_went_back() -> None:
+    """Three attempts: 1–80, a relaunch from 50 to 100, one from 90 on. Each abandoned attempt had
+    only three zero steps (78–80, 91–93): no collapse, though read as one attempt they make six."""
+    from forensics.detect import Thresholds, abandoned_collapses
+
+    def dips(attempt: int, step: int) -> float:
+        zero = (attempt == 0 and 78 <= step <= 80) or (attempt == 1 and 91 <= step <= 93)
+        return 0.0 if zero else binomial_reward(step, 0.4)
+
+    values, earlier, copies = _attempts((1, 80), (51, 100), (91, 150), reward=dips)
+    assert sorted(set(earlier["step"])) == [*range(51, 81), *range(91, 101)]
+    assert abandoned_collapses(values, earlier, copies, "reward", Thresholds()) == []
+
+    def again(attempt: int, step: int) -> float:  # the first two attempts both collapse at 60
+        return 0.0 if attempt < 2 and step >= 60 else binomial_reward(step, 0.4)
+
+    values, earlier, copies = _attempts((1, 80), (51, 66), (41, 150), reward=again)
+    found = abandoned_collapses(values, earlier, copies, "reward", Thresholds())
+    assert [(f.onset_step, f.end_step) for f in found] == [(60, 81), (60, 67)]
+    assert "a relaunch from step 50 took the run on from step 51" in found[0].summary
+    assert "a relaunch from step 40 took the run on from step 41" in found[1].summary
