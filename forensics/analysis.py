@@ -264,13 +264,13 @@ def unread_steps(run: RunData) -> str | None:
     if run.steps.is_empty():
         return None
     last = run.steps.sort("step").row(-1, named=True)
-    why = [f"{note} " for note in data_lost([s for s in run.sources if s.path == last["file"]])[-1:]]
+    why = data_lost([s for s in run.sources if s.path == last["file"]])[-1:]
     # (past an abandoned attempt's steps too: its own saves, not a sign the run went on)
     reached = max([last["step"], *run.superseded_steps["step"].to_list()])
     later = run.checkpoints.filter(pl.col("step") > reached + 1)["step"]
     if len(later):
         why.append(f"checkpoints were saved up to step {later.max()}")
-    return "; ".join(w.strip() for w in why) or None
+    return "; ".join(why) or None
 
 
 def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:

@@ -71,7 +71,7 @@ class Finding:
     failed_at: datetime | None = None
     """For a failure in a step never logged: when it was seen."""
     redone: tuple[int, int] | None = None
-    """For a collapse in an attempt a relaunch abandoned: the steps it logged again (first, last)."""
+    """For a collapse in an attempt a relaunch abandoned: the attempt's abandoned steps (first, last)."""
     onset_row: dict[str, Any] | None = None
     """The abandoned attempt's row at the onset (``time``, ``file``, ``line``, ``value``): the run's
     own rows at that step are the relaunch's."""

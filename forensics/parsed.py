@@ -29,7 +29,7 @@ class Parsed:
     reports: tuple[SourceReport, ...] = ()
     """Per-file coverage when one source is many files (a Ray session)."""
     superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
-    """Metric rows of a step's earlier copies, which a relaunch logged again (``metrics`` has the latest)."""
+    """Metric rows of attempts a relaunch abandoned (``metrics`` has the run's own)."""
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAMES}

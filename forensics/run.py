@@ -63,10 +63,10 @@ class RunData:
     """Step times are the Ray session's start plus the summed step durations (the log has none):
     late by however long the run took to start."""
     superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
-    """Table values of steps a relaunch logged again, from the earlier copies (``metrics`` holds
-    the latest): what an abandoned attempt logged."""
+    """Table values of attempts a relaunch abandoned (from the step it went back to on), kept
+    apart from ``metrics``, which holds the run's own."""
     superseded_steps: pl.DataFrame = field(default_factory=lambda: empty(STEP_SCHEMA))
-    """The step rows of those earlier copies."""
+    """The step rows of those attempts."""
 
 
 def load_run(

@@ -63,7 +63,7 @@ class AReaLLog:
     notes: tuple[str, ...] = ()
     facts: dict[str, str] = field(default_factory=dict)
     superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
-    """Table values of a step's earlier copies (an attempt a relaunch logged again): not in ``metrics``."""
+    """Table values of attempts a relaunch abandoned (from the step it went back to on): not in ``metrics``."""
 
 
 def looks_like_areal(path: Path) -> bool:
