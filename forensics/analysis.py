@@ -246,28 +246,44 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
 
 
 def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Checkpoint], frozenset[str]]:
-    """Checkpoints saved past the run's own last step by an attempt a relaunch abandoned (the
-    relaunch never got that far again): said so, and never chosen."""
+    """Checkpoints an attempt a relaunch abandoned saved, which the run's own steps never saved
+    again: past its own last step, or saved (by their time) before the run's own copy of the step
+    they follow was logged. Said so, and never chosen."""
     if run.superseded_steps.is_empty() or run.steps.is_empty():
         return checkpoints, frozenset()
     last, reached = int(run.steps["step"].max()), int(run.superseded_steps["step"].max())
-    said = (f"saved by an attempt a relaunch abandoned (it reached step {reached}; "
-            f"the run's own steps end at {last})")
-    marked = [replace(c, problems=(*c.problems, said)) if last + 1 < c.step <= reached + 1 else c for c in checkpoints]
+    own = dict(run.steps.select("step", "time").iter_rows())
+    gone = set(run.superseded_steps["step"].to_list())
+
+    def older(c: Checkpoint) -> bool:
+        if last + 1 < c.step <= reached + 1:
+            return True
+        # AReaL saves step s's export while it runs step s, after step s - 1 was logged
+        before = own.get(c.step - 1)
+        return bool(c.time and before and c.time < before and ({c.step - 1, c.step} & gone))
+
+    said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
+    marked = [replace(c, problems=(*c.problems, said)) if older(c) else c for c in checkpoints]
     return marked, frozenset(c.path for c in marked if said in c.problems)
+
+
+#: A note that the copy of a log stops before the log did (a torn or corrupt .gz).
+_COPY_ENDS_EARLY = re.compile(r"the rest of the (?:log|file)")
 
 
 def unread_steps(run: RunData) -> str | None:
     """Why the run may have logged steps after the last one read: the step log's copy stops early
-    (a torn .gz, a file cut off), or checkpoints were saved past it — more than the one step past
-    it that AReaL saves before it logs that step (a run can hang right after that save)."""
+    (a torn .gz), or checkpoints were saved past it — after it, and more than the one step past it
+    that AReaL saves before it logs that step (a run can hang right after that save)."""
     if run.steps.is_empty():
         return None
     last = run.steps.sort("step").row(-1, named=True)
-    why = data_lost([s for s in run.sources if s.path == last["file"]])[-1:]
-    # (past an abandoned attempt's steps too: its own saves, not a sign the run went on)
+    why = [n for n in data_lost([s for s in run.sources if s.path == last["file"]]) if _COPY_ENDS_EARLY.search(n)][-1:]
+    # (past an abandoned attempt's steps too: its own saves, not a sign the run went on; and not
+    # one dated before the last step: an earlier run's, left in the folder)
     reached = max([last["step"], *run.superseded_steps["step"].to_list()])
-    later = run.checkpoints.filter(pl.col("step") > reached + 1)["step"]
+    later = run.checkpoints.filter((pl.col("step") > reached + 1)
+                                   & (pl.col("time").is_null() | (pl.col("time") >= last["time"]) if last["time"] else True))["step"]
     if len(later):
         why.append(f"checkpoints were saved up to step {later.max()}")
     return "; ".join(why) or None

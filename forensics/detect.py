@@ -203,8 +203,10 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
             row = attempt.filter(pl.col("step") == found.onset_step).row(0, named=True)
             ended = found.end_step if found.end_step is not None and found.end_step <= last else last + 1
             span = f"until step {found.end_step}" if ended == found.end_step else f"to step {last}, the attempt's last,"
+            taken = (f"a relaunch from step {relaunch} took the run on from step {relaunch + 1}" if relaunch > 0
+                     else "the run was started again from its first step")
             summary = (f"{key} {_stuck(found.value or 0.0)} from step {found.onset_step} {span} in an attempt the run "
-                       f"abandoned at step {last}: a relaunch from step {relaunch} took the run on from step {relaunch + 1}")
+                       f"abandoned at step {last}: {taken}")
             until = attempt.filter(pl.col("step") == ended - 1)["time"]
             findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,
                                     until=until[0] if len(until) else None))

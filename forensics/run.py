@@ -35,6 +35,7 @@ from parsers.schema import (
     conform,
     cut_alike,
     empty,
+    stream_of,
     with_keys,
 )
 from parsers.tensorboard import read_tensorboard
@@ -353,7 +354,7 @@ def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
     if "lineage" not in ordered.columns:  # step rows made from a copy's metrics
         ordered = ordered.with_columns(pl.lit(False).alias("lineage"))
     lineage = ordered.filter("lineage")
-    kept = lineage.filter(~abandoned(pl.col("step"))) if lineage.height else lineage
+    kept = lineage.filter(~abandoned(pl.col("step")).over(stream_of(pl.col("file")))) if lineage.height else lineage
     return (
         pl.concat([kept, ordered.filter(~pl.col("lineage"))])
         .sort("rank", "line")
@@ -375,9 +376,9 @@ def _latest_copy(ranked: list[tuple[int, pl.DataFrame]], *, lineage: bool = Fals
         metrics = pl.concat(frame.with_columns(pl.lit(rank).alias("rank")) for rank, frame in ranked)
         newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
         if lineage:
-            # Each file's lowest step, and the lowest of the files after it: where they went back to.
-            lowest = metrics.group_by("rank").agg(pl.col("step").min()).sort("rank")
-            after = pl.col("step").reverse().cum_min().forward_fill().reverse().shift(-1)
+            # Each file's lowest step, and the lowest of the same log's rotated parts after it: where they went back to.
+            lowest = metrics.group_by("rank").agg(pl.col("step").min(), stream_of(pl.col("file").first()).alias("stream")).sort("rank")
+            after = pl.col("step").reverse().cum_min().forward_fill().reverse().shift(-1).over("stream")
             later = dict(zip(lowest["rank"], lowest.select(after)["step"], strict=True))
             back = pl.col("rank").replace_strict(later, default=None, return_dtype=pl.Int64)
             newest = pl.col("step").is_null() | (pl.col("step") < back).fill_null(True)

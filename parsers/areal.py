@@ -346,6 +346,8 @@ def _table_metrics(
         .filter(pl.col("step").is_not_null())
         .sort("top")
         .join(_current(headers), on="header", how="left")
+        # (of a step's copies the run still holds, the latest: a stray damaged header's twin too)
+        .with_columns(pl.col("latest") & (pl.col("header") == pl.col("header").max().over("step")))
     )
     owners = owned.select("top", "header", "step", "time", pl.col("latest") & (pl.col("step") != _DAMAGED))
     # A row has an owner when an owned table starts above it: the runs before the first one have none.

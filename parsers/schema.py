@@ -72,9 +72,18 @@ def step_number(digits: pl.Expr) -> pl.Expr:
 def abandoned(step: pl.Expr) -> pl.Expr:
     """Over step copies in the order they were logged: whether a later copy goes back to this
     step or before it (a relaunch resumed from an earlier checkpoint), which abandons the attempt
-    from there on — re-logged or not. Null steps (damaged numbers) are passed over."""
-    later = step.reverse().cum_min().forward_fill().reverse().shift(-1)
+    from there on — re-logged or not. Null steps (damaged numbers) are passed over, and so is a
+    lone copy below the one before that the next does not follow on from (a digit lost from one
+    header, ``Train step 10/`` between 99 and 101): a relaunch logs on from where it went back."""
+    stray = (step <= step.shift(1)) & step.shift(-1).is_not_null() & (step.shift(-1) != step + 1)
+    later = pl.when(~stray.fill_null(False)).then(step).reverse().cum_min().forward_fill().reverse().shift(-1)
     return (step >= later).fill_null(False)
+
+
+def stream_of(file: pl.Expr) -> pl.Expr:
+    """A log's name without a rotation's number or ``.gz``: ``trainer.log.2.gz`` → ``trainer.log``.
+    Only a log's own rotated parts are one run's attempts in order; two logs side by side are not."""
+    return file.cast(pl.String).str.replace(r"(?:\.\d+)?(?:\.gz)?$", "")
 
 
 _CTRL_C = r"^\s*KeyboardInterrupt\b"

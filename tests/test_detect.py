@@ -354,3 +354,87 @@ def test_attempts_are_told_apart_by_where_each_relaunch_went_back() -> None:
     assert [(f.onset_step, f.end_step) for f in found] == [(60, 81), (60, 67)]
     assert "a relaunch from step 50 took the run on from step 51" in found[0].summary
     assert "a relaunch from step 40 took the run on from step 41" in found[1].summary
+
+
+@pytest.mark.parametrize("damage", ["digit", "unreadable", "midrow", "stale checkpoints"])
+def test_damage_inside_the_log_is_no_relaunch_nor_a_sign_the_run_went_on(tmp_path: Path, damage: str) -> None:
+    """sglang_hang stalls after step 420. A digit lost from step 400's header (read as 40), an
+    unreadable step number, a table row cut in half, or exports at steps 500 and 600 left by an
+    earlier run (dated a week before the log): none abandons steps, and the stall is still told."""
+    import gzip
+    import os
+    from datetime import datetime
+
+    from conftest import FIXTURES
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(FIXTURES / "sglang_hang" / "outputs", outputs)
+    log = next(outputs.rglob("trainer.log.gz"))
+    text = gzip.decompress(log.read_bytes()).decode()
+    if damage == "digit":
+        text = text.replace("Train step 400/", "Train step 40/", 1)
+    elif damage == "unreadable":
+        text = text.replace("Train step 5/", "Train step 99999999999999999999/", 1)
+    elif damage == "midrow":
+        lines = text.split("\n")
+        header = next(i for i, line in enumerate(lines) if "Train step 100/" in line)
+        row = next(j for j in range(header, len(lines)) if lines[j].startswith("\u2502"))
+        lines[row] = lines[row][: len(lines[row]) // 2]
+        text = "\n".join(lines)
+    else:
+        exports = sorted(next(outputs.rglob("default")).glob("epoch*"))
+        week_before = datetime(2025, 11, 10, 12).timestamp()
+        for global_step in (499, 599):
+            copy = exports[-1].with_name(f"epoch0epochstep{global_step}globalstep{global_step}")
+            shutil.copytree(exports[-1], copy)
+            for folder, _, files in os.walk(copy):
+                for name in [*files, "."]:
+                    os.utime(os.path.join(folder, name), (week_before, week_before))
+    log.write_bytes(gzip.compress(text.encode()))
+    run = only_run(outputs)
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 250), ("stall", 421)]
+    assert not any("could not be read" in n for n in run.notes) and int(run.steps["step"].max()) == 420
+    assert not any("abandoned" in i.summary for i in run.incidents)
+
+
+def test_two_runs_logs_side_by_side_abandon_nothing_of_each_other(tmp_path: Path) -> None:
+    """Two AReaL logs in one folder, not one log's rotated parts: the second starting again at
+    step 1 is no relaunch of the first, whichever name sorts first."""
+    (tmp_path / "logs").mkdir()
+    from datetime import datetime
+
+    first = RunSpec(experiment="expA", last_step=200, reward=lambda s: 0.0 if s >= 100 else healthy_reward(s))
+    second = RunSpec(experiment="expB", last_step=60, start=datetime(2025, 11, 12, 9))
+    for name, spec in (("a.log", first), ("b.log", second)):
+        shutil.copy(write_run(tmp_path / name, spec).trainer_log, tmp_path / "logs" / name)
+    run = only_run(tmp_path / "logs")
+    assert [(i.kind, i.onset_step, i.recovered) for i in run.incidents][:1] == [("reward_collapse", 100, False)]
+    assert not any("abandoned" in i.summary for i in run.incidents)
+
+
+def test_a_checkpoint_an_abandoned_attempt_saved_is_told_by_its_time(tmp_path: Path) -> None:
+    """The relaunch from step 50 logged steps 51–79: step 80's export, one step past them, is dated
+    by the first attempt's collapse (10 min into it), before the relaunch logged step 79."""
+    import os
+
+    base = RunSpec(last_step=120, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    first = {t.step: t.time for t in schedule(base) if t.attempt == 0}
+    paths = write_run(tmp_path / "outputs", base)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    h79 = [i for i, line in enumerate(lines) if "Train step 79/" in line][-1]
+    paths.trainer_log.write_text("".join(lines[: next(i for i in range(h79 + 1, len(lines)) if lines[i].startswith("\u2558")) + 1]))
+    for folder in (paths.checkpoint_root / "default").glob("*globalstep*"):
+        step = int(folder.name.rsplit("globalstep", 1)[1]) + 1
+        if step > 80:
+            shutil.rmtree(folder)
+        elif step == 80:
+            for where, _, files in os.walk(folder):
+                for name in [*files, "."]:
+                    os.utime(os.path.join(where, name), (first[80].timestamp(),) * 2)
+    info = paths.checkpoint_root / "recover_info" / "step_info.json"
+    info.write_text(json.dumps({"epoch": 0, "epoch_step": 49, "global_step": 49, "steps_per_epoch": 935}))
+    run = only_run(paths.fileroot)
+    assert run.recommendation.step == 60, run.recommendation.reason
+    assert any("epoch0epochstep79globalstep79: saved by an attempt a relaunch abandoned" in w for w in run.recommendation.warnings)
