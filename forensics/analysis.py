@@ -332,9 +332,10 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     )
 
 
-#: The step a resume line names, in log units: AReaL's ``global_step=N`` counts from 0, verl's
-#: ``global_step_N`` folder from 1.
-_RESUMED_FROM = re.compile(r"global_step(=|_)(\d+)")
+#: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it
+#: goes on with (``Recovering from {last_step_info.next()}``), the checkpoint's in log units;
+#: verl the ``global_step_N`` folder it loads.
+_RESUMED_FROM = re.compile(r"global_step[=_](\d+)")
 
 
 def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
@@ -342,20 +343,24 @@ def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
     whether the relaunch carried the broken state on (seed 001: recover.mode resumed after the onset)."""
     if finding.kind not in ("reward_collapse", "zero_variance", "nan_inf") or finding.redone:
         return ""
+    # (a resume line belongs to the step in progress: the relaunch's first, the recovery's own)
     stop = finding.end_step if finding.end_step is not None else math.inf
-    resumed = events.filter((pl.col("kind") == "run_resumed") & (pl.col("step") > finding.onset_step) & (pl.col("step") < stop))
+    resumed = events.filter((pl.col("kind") == "run_resumed") & (pl.col("step") > finding.onset_step) & (pl.col("step") <= stop))
     if resumed.is_empty():
         return ""
     first = resumed.row(0, named=True)
-    froms = [int(m[2]) + (m[1] == "=") for m in (_RESUMED_FROM.search(r or "") for r in resumed["message"]) if m]
+    froms = [int(m[1]) for m in (_RESUMED_FROM.search(r or "") for r in resumed["message"]) if m]
     n = resumed.height
     where = f"{iso(first['time'])}, {Path(first['file']).name}:{first['line']}"
     text = f"The run was relaunched once after the onset (at {where})" if n == 1 else \
         f"The run was relaunched {n} times after the onset (first at {where})"
     if froms and len(froms) == n and min(froms) >= finding.onset_step:
         steps = f"step{'s' if n > 1 else ''} {', '.join(str(s) for s in froms[:5])}{', …' if n > 5 else ''}"
-        text += (f", resuming from a checkpoint saved after it ({steps}): the relaunch carried the broken state on" if n == 1 else
-                 f", each resuming from a checkpoint saved after it ({steps}): the relaunches carried the broken state on")
+        text += f", {'each ' if n > 1 else ''}resuming from a checkpoint saved after it ({steps})"
+        if finding.end_step is None:
+            text += f": the relaunch{'es' if n > 1 else ''} carried the broken state on"
+        else:  # saved during the collapse, and the reward came back: the weights were not what broke
+            text += f"; the reward came back at step {finding.end_step} all the same"
     return text + "."
 
 

@@ -438,3 +438,15 @@ def test_a_checkpoint_an_abandoned_attempt_saved_is_told_by_its_time(tmp_path: P
     run = only_run(paths.fileroot)
     assert run.recommendation.step == 60, run.recommendation.reason
     assert any("epoch0epochstep79globalstep79: saved by an attempt a relaunch abandoned" in w for w in run.recommendation.warnings)
+
+
+def test_a_relaunch_from_a_checkpoint_saved_during_a_collapse_is_said(tmp_path: Path) -> None:
+    """The reward sat at 0 from step 60; the launcher relaunched from the recover checkpoint of step
+    70, saved during it, and the reward came back. The collapse ends there, and says how."""
+    spec = RunSpec(last_step=120, recover_mode="auto", recover_freq_steps=70,
+                   relaunch=Relaunch(stop_after=80, resume_from=70, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert (incident.onset_step, incident.recovered) == (60, True)
+    assert "resuming from a checkpoint saved after it (step 70); the reward came back at step" in incident.summary
+    assert "carried the broken state on" not in incident.summary

@@ -110,4 +110,4 @@ def test_brief_returns_are_told_with_the_relaunches_behind_them(fixture_run) -> 
     assert "5 of them right after the server or the run was relaunched, 5 ending as the server exited again" in collapse.summary
     # recover.mode relaunched the run from its recover checkpoint, saved long after the onset (StepInfo global_step=680)
     assert ("The run was relaunched once after the onset (at 2025-11-13T03:27:53.940, trainer.log.gz:39020), resuming "
-            "from a checkpoint saved after it (step 681): the relaunch carried the broken state on.") in collapse.summary
+            "from a checkpoint saved after it (step 680): the relaunch carried the broken state on.") in collapse.summary
