@@ -16,6 +16,7 @@ import polars as pl
 from forensics.detect import Finding
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
+from parsers.schema import stream_of
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
 CAUSE_OF_KIND: dict[str, Cause] = {
@@ -195,7 +196,7 @@ def _failures(events: pl.DataFrame, *by: str) -> pl.DataFrame:
     console): such a group counts as many as the one file (rotated parts together) that saw the
     most of it. Any other source's lines count one each.
     """
-    stream = pl.col("file").str.replace(r"\.\d+$", "")
+    stream = stream_of(pl.col("file"))
     told_twice = pl.col("source").is_in(["ray", "torch"]).fill_null(False)
     counts = pl.concat([
         events.filter(told_twice).group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),

@@ -323,8 +323,8 @@ def _table_metrics(
     → (step, key, value); an attempt a relaunch abandoned is kept apart. ``runs``: the whole rows, one
     run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``).
 
-    Returns the metrics, the earlier copies' values, the number of rows that belong to no step,
-    and of non-numeric values.
+    Returns the metrics, the abandoned attempts' values, the number of rows that belong to no
+    step, and of non-numeric values.
     """
     if runs.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
