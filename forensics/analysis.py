@@ -152,7 +152,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     """Detect, explain and recommend for one loaded run."""
     primary, why_primary = choose_primary(run.metrics)
     events = pl.concat([run.events, _metric_events(run.metrics, primary)]).sort("time", "file", "line", nulls_last=True)
-    findings = _findings(run, primary, events, t)
+    unread = unread_steps(run)
+    findings = _findings(run, primary, events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints, abandoned = _abandoned_checkpoints(to_checkpoints(run.checkpoints), run)
     notes = [f"primary metric: {why_primary}", *run.notes]
@@ -161,7 +162,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         notes.append(f"{len(run.series_sources)} series were found in several copies; taken from: {', '.join(taken)}")
     if run.steps.is_empty():
         notes.append("no training steps found: events are reported, no metric could be judged")
-    if unread := unread_steps(run):
+    if unread:
         last = int(run.steps["step"].max())
         notes.append(f"steps after step {last} could not be read ({unread}): the run may have gone on, so whether it "
                      "stalled, crashed or recovered after it cannot be told")
@@ -196,17 +197,15 @@ def framework_of(run: RunData) -> str:
     return "unknown"
 
 
-def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds) -> list[Finding]:
+def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
     found: list[Finding] = []
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
-    unread = unread_steps(run)
     if primary:
         values = series(run.metrics, primary)
         found += [_read_to(_after_gap(f, values), last, unread) for f in reward_collapses(values, primary, t)]
         # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
         seen = [(f.onset_step, f.end_step or last + 1) for f in found]
-        copies = pl.concat([run.steps, run.superseded_steps])
-        found += [f for f in abandoned_collapses(values, run.superseded, copies, primary, t)
+        found += [f for f in abandoned_collapses(values, run.superseded, run.step_copies, primary, t)
                   if not any(a <= f.onset_step < b for a, b in seen)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
@@ -262,9 +261,9 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple
         before = own.get(c.step - 1)
         return bool(c.time and before and c.time < before and ({c.step - 1, c.step} & gone))
 
+    gone_paths = frozenset(c.path for c in checkpoints if older(c))
     said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
-    marked = [replace(c, problems=(*c.problems, said)) if older(c) else c for c in checkpoints]
-    return marked, frozenset(c.path for c in marked if said in c.problems)
+    return [replace(c, problems=(*c.problems, said)) if c.path in gone_paths else c for c in checkpoints], gone_paths
 
 
 #: A note that the copy of a log stops before the log did (a torn or corrupt .gz).

@@ -19,6 +19,8 @@ from typing import Any
 
 import polars as pl
 
+from parsers.schema import relaunches
+
 #: Keys tried in order for the primary metric, then any key that ends like them.
 PRIMARY_CANDIDATES = (
     "grpo_actor/task_reward/avg",
@@ -182,10 +184,10 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
     rows = earlier.filter((pl.col("key") == key) & pl.col("step").is_not_null())
     if rows.is_empty():
         return []
-    # An attempt runs while its steps go up; a step at or below the one before starts the next.
+    # An attempt runs while its steps go up; a relaunch going back starts the next.
     attempts = (
         copies.sort("time", "line", nulls_last=True)
-        .with_columns((pl.col("step").diff() <= 0).fill_null(False).cum_sum().alias("attempt"))
+        .with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
         .select(pl.col("file").cast(pl.String), "line", "attempt", "step")
     )
     restarts = attempts.group_by("attempt").agg(pl.col("step").first().alias("resumed")).sort("attempt")

@@ -69,6 +69,11 @@ class RunData:
     superseded_steps: pl.DataFrame = field(default_factory=lambda: empty(STEP_SCHEMA))
     """The step rows of those attempts."""
 
+    @property
+    def step_copies(self) -> pl.DataFrame:
+        """Every copy of every step logged: the run's own and those of attempts it abandoned."""
+        return pl.concat([self.steps, self.superseded_steps]) if self.superseded_steps.height else self.steps
+
 
 def load_run(
     location: RunLocation,

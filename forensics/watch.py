@@ -390,7 +390,7 @@ class _Follower:
 
     def _new_steps(self, run: RunData, *, live: bool) -> list[_Step]:
         # Every copy of a step, as the run wrote them: an attempt a relaunch abandoned went by live too.
-        steps = pl.concat([run.steps, run.superseded_steps]) if run.superseded_steps.height else run.steps
+        steps = run.step_copies
         if self._last_step_time is not None:
             steps = steps.filter(pl.col("time") > self._last_step_time)
         elif self._last_step is not None:
@@ -692,7 +692,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
                      trigger.evidence)
     # The copy of the onset step logged last before the alarm (a relaunch logs it again later).
-    copies = pl.concat([run.steps, run.superseded_steps]).filter(pl.col("step") == onset)
+    copies = run.step_copies.filter(pl.col("step") == onset)
     if trigger.time is not None:
         copies = copies.filter(pl.col("time").is_null() | (pl.col("time") <= trigger.time))
     copies = copies.sort("time", nulls_last=False)

@@ -75,9 +75,19 @@ def abandoned(step: pl.Expr) -> pl.Expr:
     from there on — re-logged or not. Null steps (damaged numbers) are passed over, and so is a
     lone copy below the one before that the next does not follow on from (a digit lost from one
     header, ``Train step 10/`` between 99 and 101): a relaunch logs on from where it went back."""
-    stray = (step <= step.shift(1)) & step.shift(-1).is_not_null() & (step.shift(-1) != step + 1)
-    later = pl.when(~stray.fill_null(False)).then(step).reverse().cum_min().forward_fill().reverse().shift(-1)
+    later = pl.when(~_stray(step)).then(step).reverse().cum_min().forward_fill().reverse().shift(-1)
     return (step >= later).fill_null(False)
+
+
+def relaunches(step: pl.Expr) -> pl.Expr:
+    """Over step copies in the order they were logged: whether a copy starts an attempt — it goes
+    back to or below the one before it, and is no lone stray (see :func:`abandoned`)."""
+    return ((step <= step.shift(1)) & ~_stray(step)).fill_null(False)
+
+
+def _stray(step: pl.Expr) -> pl.Expr:
+    nxt = step.shift(-1)
+    return ((step <= step.shift(1)) & nxt.is_not_null() & (nxt != step + 1)).fill_null(False)
 
 
 def stream_of(file: pl.Expr) -> pl.Expr:
