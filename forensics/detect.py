@@ -191,7 +191,13 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
         .select(pl.col("file").cast(pl.String), "line", "attempt", "step")
     )
     restarts = attempts.group_by("attempt").agg(pl.col("step").first().alias("resumed")).sort("attempt")
-    rows = rows.with_columns(pl.col("file").cast(pl.String)).join(attempts.drop("step"), on=["file", "line"], how="inner")
+    rows = rows.with_columns(pl.col("file").cast(pl.String))
+    by_line = rows.join(attempts.drop("step"), on=["file", "line"], how="inner")
+    # A copy's values are records of their own (TensorBoard's, one a scalar): found by file and
+    # step instead, where the file holds one copy of the step.
+    single = attempts.filter(pl.len().over("file", "step") == 1).select("file", "step", "attempt")
+    by_step = rows.join(attempts.select("file", "line"), on=["file", "line"], how="anti").join(single, on=["file", "step"], how="inner")
+    rows = pl.concat([by_line, by_step]).sort("attempt", "step")
     findings = []
     for (number,), attempt in rows.group_by("attempt", maintain_order=True):
         attempt = attempt.sort("step")

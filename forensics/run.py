@@ -88,8 +88,9 @@ def load_run(
     ``keys`` (a regex, e.g. :data:`forensics.keys.ANALYSIS_KEYS`) keeps only the metrics whose key
     it finds something in; ``None`` keeps all.
     """
-    steps, events, sources, superseded = [], [], [], []
+    steps, events, sources = [], [], []
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
+    abandoned: dict[str, list[pl.DataFrame]] = {}  # per parser, the rows of attempts a relaunch abandoned
     facts: dict[str, str] = {}
     for rank, source in enumerate(location.logs):
         try:
@@ -105,7 +106,7 @@ def load_run(
             # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
             if p.superseded.height:
-                superseded.append(with_keys(p.superseded, keys).with_columns(pl.lit(p.source).cast(pl.Categorical).alias("source")))
+                abandoned.setdefault(p.source, []).append(with_keys(p.superseded, keys))
             facts.update(p.facts)
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
@@ -115,14 +116,21 @@ def load_run(
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
         latest[name], older = _latest_copy(metrics.pop(name), lineage=name == "areal")
-        superseded.append(older.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")))
-    shifted, shifts = _in_log_units(latest)
+        abandoned.setdefault(name, []).append(older)
+    shifted, shifts, offsets = _in_log_units(latest)
     del latest
+    superseded = [
+        pl.concat(frames).with_columns(pl.col("step") + offsets.get(name, 0), pl.lit(name).cast(pl.Categorical).alias("source"))
+        for name, frames in abandoned.items()
+    ]
     merged = merge_sources(shifted)
     del shifted
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"), pl.lit(False).alias("lineage"))
+    abandoned_steps = empty(STEP_SCHEMA)
     if all_steps.is_empty() and not merged.metrics.is_empty():
+        # A run known only from copies: its steps from their values, an abandoned attempt's from its own.
         all_steps = _steps_from_metrics(merged.metrics)
+        abandoned_steps = _steps_from_metrics(pl.concat(superseded, how="vertical_relaxed")).drop("rank") if superseded else abandoned_steps
     notes = shifts + list(merged.notes)
     estimated = False
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
@@ -153,7 +161,8 @@ def load_run(
         notes=notes,
         estimated_step_times=estimated,
         superseded=pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA),
-        superseded_steps=all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
+        superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
+                                    abandoned_steps]),
     )
 
 
@@ -209,7 +218,7 @@ def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:
         hosted = read_wandb_online(name)
     except (WandbUnavailable, ValueError) as exc:
         raise UnusableInput(f"--wandb {name}: {exc}") from exc
-    shifted, shifts = _in_log_units({"wandb": hosted.metrics})
+    shifted, shifts, _ = _in_log_units({"wandb": hosted.metrics})
     metrics = with_keys(shifted["wandb"], keys)
     steps = _steps_from_metrics(metrics)
     location = RunLocation(name, "unknown", Path(name), (), None)
@@ -265,12 +274,13 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
     if reader == "wandb":
         runs = read_wandb_runs(path, keys=keys, summary=False)  # the summary is never read here
         frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
+        abandoned = pl.concat([r.superseded for r in runs]) if runs else empty(METRIC_SCHEMA)
         notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
         return Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
-                       sum(r.records_skipped for r in runs), notes)
+                       sum(r.records_skipped for r in runs), notes, superseded=abandoned)
     board = read_tensorboard(path, keys=keys)
     return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
-                   board.records_skipped, board.notes)
+                   board.records_skipped, board.notes, superseded=board.superseded)
 
 
 def _read_sglang(path: Path, keys: str | None) -> Parsed:
@@ -311,14 +321,14 @@ _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 
 
-def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str]]:
-    """Copies (W&B, TensorBoard) shifted to the text log's step numbers, and a note per shift.
+def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, int]]:
+    """Copies (W&B, TensorBoard) shifted to the text log's step numbers, a note per shift, and the shifts.
 
     With a text log to compare against, the shift is the one under which values agree; without
     one, AReaL's copies (``grpo_actor/…``, ``ppo_actor/…`` keys) are 0-based and move up by one.
     """
     reference = next((frames[s] for s in ("areal", "verl", "custom") if s in frames), None)
-    out, notes = dict(frames), []
+    out, notes, offsets = dict(frames), [], {}
     for name in _COPIES:
         if name not in frames:
             continue
@@ -332,8 +342,9 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFra
         if offset:
             notes.append(f"{name} steps are shown {offset:+d} ({why})")
         out[name] = copy.with_columns(pl.col("step") + offset)
+        offsets[name] = offset
     renamed = {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
-    return renamed, notes
+    return renamed, notes, offsets
 
 
 #: Validation values (verl's ``val-core/…``, a loop's ``val/…``): a step with only these trained nothing.

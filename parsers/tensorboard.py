@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import polars as pl
 
 from parsers._wire import fields, varint
-from parsers.schema import METRIC_SCHEMA, conform, empty, with_keys
+from parsers.schema import METRIC_SCHEMA, abandoned_by_later_parts, conform, empty, with_keys
 
 __all__ = ["TensorboardRun", "find_event_files", "read_tensorboard"]
 
@@ -64,6 +64,8 @@ class TensorboardRun:
     notes: tuple[str, ...] = ()
     records_read: int = 0
     records_skipped: int = 0
+    superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
+    """Scalars of attempts a restart abandoned: an earlier file's from the step a later one went back to."""
 
 
 def find_event_files(root: Path | str) -> list[Path]:
@@ -109,20 +111,30 @@ def read_tensorboard(path_or_dir: Path | str, *, keys: str | None = None) -> Ten
     if not files:
         notes.append("no event files")
     frames.sort(key=lambda item: item[0])
-    metrics = _later_wins([f for _, f, _ in frames], [s for _, _, s in frames], notes)
-    return TensorboardRun(str(root), tuple(str(f) for f in files), metrics, tuple(notes), read, skipped)
+    metrics, abandoned = _later_wins([f for _, f, _ in frames], [s for _, _, s in frames], notes)
+    return TensorboardRun(str(root), tuple(str(f) for f in files), metrics, tuple(notes), read, skipped, abandoned)
 
 
-def _later_wins(frames: list[pl.DataFrame], windows: list[pl.DataFrame], notes: list[str]) -> pl.DataFrame:
-    """Every file's scalars in step order; a step and key written twice keeps its later value
-    (a later file's: a restart). ``windows``: per file, each window's scalars and keys per step.
+def _later_wins(frames: list[pl.DataFrame], windows: list[pl.DataFrame], notes: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Every file's scalars in step order, and apart from them those of attempts a restart
+    abandoned: as TensorBoard itself purges them, a tag's values from the step a later file went
+    back to (see :func:`parsers.schema.abandoned_by_later_parts`). Within a file, a step and key
+    written twice keeps its later value. ``windows``: per file, each window's scalars and keys per step.
 
     Only steps that may hold such a pair are looked at (a step in two windows, or with more
     scalars than keys in one): hashing every scalar of a long run costs hundreds of MB.
     """
     if not frames:
-        return empty(METRIC_SCHEMA)
+        return empty(METRIC_SCHEMA), empty(METRIC_SCHEMA)
     stacked = pl.concat([f.with_columns(pl.lit(i, pl.UInt32).alias("order")) for i, f in enumerate(frames)])
+    abandoned = empty(METRIC_SCHEMA)
+    if len(frames) > 1:
+        gone = abandoned_by_later_parts(stacked, "order")
+        if gone.any():
+            abandoned = conform(stacked.filter(gone).sort("step", "order", "line"), METRIC_SCHEMA)
+            stacked = stacked.filter(~gone)
+            notes.append(f"{abandoned['step'].n_unique()} steps an earlier file logged from where a later one went back "
+                         "(a restart) are an attempt the run abandoned: not the run's values")
     per_window = pl.concat(windows)
     suspect = per_window.group_by("step").agg(pl.len().alias("windows"), (pl.col("rows") > pl.col("keys")).any().alias("twice"))
     suspect = suspect.filter((pl.col("windows") > 1) | pl.col("twice"))["step"]
@@ -131,15 +143,11 @@ def _later_wins(frames: list[pl.DataFrame], windows: list[pl.DataFrame], notes: 
     repeated = counted.filter(pl.col("rows") > pl.col("keys"))["step"]
     if repeated.is_empty():
         # Files come in order, and records within them: steps that never go back need no sort.
-        return conform(stacked if stacked["step"].is_sorted() else stacked.sort("step", "order", "line"), METRIC_SCHEMA)
+        return conform(stacked if stacked["step"].is_sorted() else stacked.sort("step", "order", "line"), METRIC_SCHEMA), abandoned
     twice = pl.col("step").is_in(repeated.implode())
-    again = again.filter(twice)
-    restarted = again.filter(pl.col("order").n_unique().over("step", "key") > 1)["step"].n_unique()
-    if restarted:
-        notes.append(f"{restarted} steps were written again by a later file (a restart); the later values are kept")
-    latest = again.unique(["step", "key"], keep="last", maintain_order=True)
+    latest = again.filter(twice).unique(["step", "key"], keep="last", maintain_order=True)
     kept = pl.concat([stacked.filter(~twice), latest]).sort("step", "order", "line")
-    return conform(kept, METRIC_SCHEMA)
+    return conform(kept, METRIC_SCHEMA), abandoned
 
 
 def _local(wall: pl.Expr) -> pl.Expr:

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import polars as pl
 
 from parsers._wire import fields
-from parsers.schema import METRIC_SCHEMA, conform, empty, later_lines_win, with_keys
+from parsers.schema import METRIC_SCHEMA, abandoned_by_later_parts, conform, empty, later_lines_win, with_keys
 
 __all__ = [
     "WandbRun",
@@ -85,6 +85,8 @@ class WandbRun:
     notes: tuple[str, ...] = ()
     records_read: int = 0
     records_skipped: int = 0
+    superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
+    """Values of attempts a resume abandoned: an earlier folder's from the step a later one went back to."""
 
 
 def find_wandb_runs(root: Path | str) -> list[Path]:
@@ -109,7 +111,7 @@ def find_wandb_runs(root: Path | str) -> list[Path]:
 
 
 def read_wandb_runs(root: Path | str, *, keys: str | None = None, summary: bool = True) -> list[WandbRun]:
-    """Every run under ``root``, folders of a resumed run (same id) merged, later folder winning.
+    """Every run under ``root``, folders of a resumed run (same id) merged (see :func:`merge_wandb_runs`).
 
     ``keys`` and ``summary`` as for :func:`read_wandb_run`.
     """
@@ -152,23 +154,25 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
 
 
 def merge_wandb_runs(parts: Sequence[WandbRun]) -> WandbRun:
-    """One run from the folders of a resumed run, in order; where steps overlap the later one wins."""
+    """One run from the folders of a resumed run, in order: an earlier folder's values from the
+    step a later one went back to are an attempt the run abandoned (``superseded``), whether or
+    not the later folder got as far (see :func:`parsers.schema.abandoned_by_later_parts`)."""
     if len(parts) == 1:
         return parts[0]
-    frames = [p.metrics.with_columns(pl.lit(i).alias("part")) for i, p in enumerate(parts)]
-    stacked = pl.concat(frames)
-    spans = stacked.group_by("part").agg(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi")).sort("part")
-    overlap = spans.select((pl.col("hi").shift(1) >= pl.col("lo")).fill_null(False).sum()).item()
+    stacked = pl.concat([p.metrics.with_columns(pl.lit(i).alias("part")) for i, p in enumerate(parts)])
+    gone = abandoned_by_later_parts(stacked, "part")
     notes = [f"{Path(p.paths[0]).parent.name}: {note}" for p in parts for note in p.notes]
     notes.append(f"resumed run: {len(parts)} folders share id {parts[0].run_id}")
-    if overlap:
-        notes.append("resumed folders repeat some steps; the later folder's values are kept")
-    metrics = stacked.sort("part", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
+    abandoned = stacked.filter(gone).drop("part")
+    if abandoned.height:
+        notes.append(f"{abandoned['step'].n_unique()} steps an earlier folder logged from where a later one resumed "
+                     "are an attempt the run abandoned: not the run's values")
     last = parts[-1]
     return replace(
         last,
         paths=tuple(path for p in parts for path in p.paths),
-        metrics=metrics.sort("step", maintain_order=True).drop("part"),
+        metrics=stacked.filter(~gone).sort("step", maintain_order=True).drop("part"),
+        superseded=abandoned.sort("step", maintain_order=True),
         config={k: v for p in parts for k, v in p.config.items()},
         summary={k: v for p in parts for k, v in p.summary.items()},
         notes=tuple(notes),

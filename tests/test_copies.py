@@ -114,3 +114,67 @@ def test_log_and_wandb_copy_analyze_the_same_with_only_the_analysis_keys(console
     assert kept.series_sources == {k: v for k, v in full.series_sources.items() if k in KEYS}
     assert set(KEYS) <= set(kept.series_sources)
     assert kept.metrics.height < full.metrics.height
+
+
+@pytest.fixture(scope="module")
+def relaunched(tmp_path_factory: pytest.TempPathFactory):
+    """Seed 002's shape, stopped short: the first attempt logged 1–80 with the reward at 0 from
+    step 60; a relaunch from step 50 logged 51–75, healthy, and the run ends there. Each attempt's
+    values as AReaL hands them to W&B and TensorBoard (0-based), one part an attempt."""
+    from areal_builder import Relaunch
+
+    base = RunSpec(last_step=120, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    paths = write_run(tmp_path_factory.mktemp("relaunched") / "outputs", base)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    h75 = [i for i, line in enumerate(lines) if "Train step 75/" in line][-1]
+    paths.trainer_log.write_text("".join(lines[: next(i for i in range(h75, len(lines)) if lines[i].startswith("\u2558")) + 1]))
+    log = read_areal_log(paths.trainer_log)
+
+    def rows(frame: pl.DataFrame) -> list:
+        frame = frame.filter(pl.col("key").is_in(KEYS)).sort("step")
+        return [(step - 1, dict(zip(g["key"], g["value"], strict=True))) for (step,), g in frame.group_by("step", maintain_order=True)]
+
+    first = rows(pl.concat([log.metrics.filter(pl.col("step") <= 50), log.superseded]))
+    again = rows(log.metrics.filter(pl.col("step") > 50))
+    assert (first[-1][0], again[0][0], again[-1][0]) == (79, 50, 74)
+    return paths, first, again
+
+
+def _one_abandoned_collapse(tree: Path) -> None:
+    [run] = analyze([tree]).runs
+    assert int(run.steps["step"].max()) == 75  # 76–80 are the abandoned attempt's, in every copy
+    [incident] = run.incidents
+    assert (incident.onset_step, incident.end_step, incident.recovered) == (60, 81, True)
+    assert "in an attempt the run abandoned at step 80: a relaunch from step 50 took the run on from step 51" in incident.summary
+
+
+def test_a_relaunched_runs_wandb_copy_holds_no_abandoned_values(relaunched, tmp_path: Path) -> None:
+    """Beside the log, the W&B copy (two resumed folders) no longer brings back the abandoned steps
+    76–80 as a collapse the run never recovered from; alone, it tells the abandoned collapse itself."""
+    paths, first, again = relaunched
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log_dir = tree / paths.log_dir.relative_to(paths.fileroot)
+    write_wandb(log_dir, first)
+    write_wandb(log_dir, again)
+    _one_abandoned_collapse(tree)
+    (log_dir / paths.trainer_log.name).unlink()
+    _one_abandoned_collapse(tree)
+
+
+def test_a_relaunched_runs_tensorboard_copy_holds_no_abandoned_values(relaunched, tmp_path: Path) -> None:
+    paths, first, again = relaunched
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log_dir = tree / paths.log_dir.relative_to(paths.fileroot)
+    for suffix, part in ((".first", first), (".again", again)):
+        writer = tensorboardX.SummaryWriter(str(log_dir / "tb"), filename_suffix=suffix)
+        for step, row in part:
+            for key, value in row.items():
+                writer.add_scalar(key, value, step)
+        writer.close()
+    _one_abandoned_collapse(tree)
+    (log_dir / paths.trainer_log.name).unlink()
+    _one_abandoned_collapse(tree)

@@ -90,12 +90,32 @@ def test_scalars_of_both_encodings_read_back(logdir: Path) -> None:
     assert rewards[COLLAPSE - 1] > 0 and rewards[COLLAPSE] == 0.0
     # the restart repeated steps 30–39: its values win
     assert all(rewards[s] == 0.75 for s in range(30, 45))
-    assert [n for n in run.notes if "later file" in n] == [
-        "10 steps were written again by a later file (a restart); the later values are kept"
+    assert [n for n in run.notes if "later" in n] == [
+        "10 steps an earlier file logged from where a later one went back (a restart) are an attempt the run abandoned: not the run's values"
     ]
+    assert run.superseded["step"].to_list() == list(range(30, 40))  # the first file's, kept apart
+    assert set(run.superseded["key"].cast(pl.String)) == {"grpo_actor/task_reward/avg"}  # a tag is purged alone, as TensorBoard does
 
     assert run.metrics["time"].null_count() == 0 and run.metrics["line"].min() >= 2
     assert run.metrics.select("step", "key").is_duplicated().sum() == 0
+
+
+def test_a_restart_that_stopped_short_abandons_the_earlier_files_later_steps(tmp_path: Path) -> None:
+    """Steps 0–39, then a restart from step 20 that wrote 20–29 and stopped: TensorBoard purges the
+    first file's 20–39, so the run is 0–29 (later file winning step by step kept 30–39)."""
+    first = tensorboardX.SummaryWriter(str(tmp_path), filename_suffix=".first")
+    for step in range(40):
+        first.add_scalar("reward", 0.0 if step >= 30 else 0.5, step)
+    first.close()
+    time.sleep(0.05)
+    again = tensorboardX.SummaryWriter(str(tmp_path), filename_suffix=".restart")
+    for step in range(20, 30):
+        again.add_scalar("reward", 0.75, step)
+    again.close()
+    run = read_tensorboard(tmp_path)
+    assert run.metrics["step"].to_list() == list(range(30))
+    assert run.metrics.filter(pl.col("step") >= 20)["value"].to_list() == [0.75] * 10
+    assert run.superseded["step"].to_list() == list(range(20, 40)) and run.superseded["file"].cast(pl.String).str.ends_with(".first").all()
 
 
 @pytest.mark.parametrize("window", [64, 1 << 20])

@@ -211,6 +211,23 @@ def test_resumed_run_merges_folders_later_wins(resumed_root: Path) -> None:
     assert run.metrics.select("step", "key").is_duplicated().sum() == 0
     assert run.config["lr"] == 2e-6 and run.config["model"] == {"name": "qwen2.5-1.5b"}
     assert run.summary["best_reward"] == 0.9
+    # The first folder's 35–39 were abandoned by the resume from 35: kept apart, not dropped.
+    gone = run.superseded.filter(pl.col("key") == "grpo_actor/task_reward/avg")
+    assert gone["step"].to_list() == list(range(35, 40)) and gone["file"].cast(pl.String).str.contains(folders[0].name).all()
+
+
+def test_a_resume_that_stopped_short_abandons_the_earlier_folders_later_steps(tmp_path: Path) -> None:
+    """Steps 0–39, then a resume from step 20 that logged 20–29 and stopped: the run is 0–29; the
+    first folder's 30–39 belong to the attempt the resume abandoned (later folder winning step by
+    step would have kept them as the run's)."""
+    write_run(tmp_path, range(40))
+    write_run(tmp_path, range(20, 30), resumed=True)
+    (run,) = read_wandb_runs(tmp_path)
+    reward = dict(run.metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg").select("step", "value").iter_rows())
+    assert sorted(reward) == list(range(30)) and all(reward[s] == 0.9 for s in range(20, 30))
+    assert run.metrics["step"].max() == 29
+    assert sorted(run.superseded.filter(pl.col("key") == "loss")["step"].to_list()) == list(range(20, 40))
+    assert "20 steps an earlier folder logged from where a later one resumed are an attempt the run abandoned: not the run's values" in run.notes
 
 
 
