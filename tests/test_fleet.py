@@ -417,7 +417,9 @@ def test_ctrl_c_ends_a_fleet_and_its_workers_quietly(tmp_path: Path) -> None:
     small = [f"tests/fixtures/{name}/outputs" for name in ("areal_seed000", "areal_seed001", "areal_healthy_sparse")]
     fleet = subprocess.Popen([sys.executable, "-m", "forensics", "analyze", str(tmp_path / "big" / "outputs"), *small,
                               "--out", str(tmp_path / "out"), "--no-cache", "--workers", "2"], cwd=REPO, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                             # as from a terminal: a suite started in the background (``cmd &``) has Ctrl-C ignored, and so would the fleet
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     first = fleet.stderr.readline()  # a small run is done, the big one still being read: Ctrl-C reaches them all
     os.killpg(fleet.pid, signal.SIGINT)
     interrupted = time.perf_counter()
