@@ -15,8 +15,9 @@ A file is read 8 MiB at a time, so a long run's never is whole. The record nearl
 is — one ``simple_value``, one-byte lengths — is recognised and decoded by Polars a window at a
 time (:func:`_simple_scalar`); the others are decoded field by field here.
 
-A restarted writer adds a new file to the same folder, repeating steps: files are ordered by
-their first ``wall_time`` and the later file's value wins. Events in a sub-folder (torch/
+A restarted writer adds a new file to the same folder, going back to the step it resumed from:
+files are ordered by their first ``wall_time``, and an earlier file's values of a tag from that
+step on are an abandoned attempt's (``superseded``), as TensorBoard purges them. Events in a sub-folder (torch/
 tensorboardX ``add_scalars``) get the folder as a key prefix: ``loss/train/loss``.
 Keys are relative to the deepest folder holding all files read, so sibling run folders read
 together are told apart by their folder name. ``line`` holds the 1-based record index in its file.
