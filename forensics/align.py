@@ -54,22 +54,26 @@ def step_durations(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, start: datetime) -> pl.DataFrame:
-    """Times for a step log that prints none (verl's console): ``start`` plus the summed
-    per-step durations the log does print (``timing_s/step``). Unchanged without them."""
-    durations = (
-        metrics.filter((pl.col("key") == "timing_s/step") & pl.col("step").is_not_null())
-        .group_by("step")
-        .agg(pl.col("value").last())
-        .sort("step")
-        .select("step", (pl.col("value").cum_sum() * 1000).cast(pl.Int64).alias("elapsed_ms"))
-    )
-    if durations.is_empty():
+def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, start: datetime, earlier: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Times for a step log that prints none (verl's console): ``start`` plus the summed per-step
+    durations the log does print (``timing_s/step``), copy after copy in log order (``rank``, then
+    ``line``): an attempt a restart abandoned (its values in ``earlier``) took its time too, and its
+    copies come before the restart's. Unchanged without durations."""
+    timing = pl.col("key") == "timing_s/step"
+    by_step = metrics.filter(timing & pl.col("step").is_not_null()).group_by("step").agg(pl.col("value").last().alias("by_step"))
+    if by_step.is_empty():
         return steps
+    # Each copy's own duration where it is on the copy's line; else the step's (a copy of the run's numbers).
+    rows = metrics if earlier is None else pl.concat([metrics, earlier], how="vertical_relaxed")
+    own = rows.filter(timing).select(pl.col("file").cast(pl.String), "line", pl.col("value").alias("own")).unique(["file", "line"], keep="last")
+    order = [c for c in ("rank", "line") if c in steps.columns]
     return (
-        steps.drop("time")
-        .join(durations, on="step", how="left")
+        steps.with_row_index("at")
+        .sort(order, nulls_last=True)
+        .join(own, on=["file", "line"], how="left", maintain_order="left")
+        .join(by_step, on="step", how="left", maintain_order="left")
+        .with_columns((pl.coalesce("own", "by_step").cum_sum() * 1000).cast(pl.Int64).alias("elapsed_ms"))
         .with_columns((pl.lit(start) + pl.duration(milliseconds=pl.col("elapsed_ms"))).cast(pl.Datetime("ms")).alias("time"))
-        .drop("elapsed_ms")
+        .sort("at")
         .select(steps.columns)
     )

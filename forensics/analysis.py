@@ -306,8 +306,11 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     end = finding.end_step if finding.end_step is not None else last + 1
     wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height
     if finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
-        wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)
-                                             & pl.col("time").is_between(finding.onset_row["time"], finding.until or datetime.max)).height
+        row = finding.onset_row
+        # Its copies from the onset on: by time, or (a log printing none, verl's console) by line in the onset's file.
+        ours = (pl.col("time").is_between(row["time"], finding.until or datetime.max) if row["time"] is not None
+                else (pl.col("file").cast(pl.String) == str(row["file"])) & (pl.col("line") >= row["line"]))
+        wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step, end - 1) & ours)["step"].n_unique()
     until = finding.until or _last_time(run.steps.filter(pl.col("step") <= (finding.end_step or last)))
     hours = (until - onset_time).total_seconds() / 3600 if until and onset_time and until >= onset_time else None
     return Incident(

@@ -47,7 +47,7 @@ MAX_REWIND = 64 << 20
 SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
 #: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
 #: a splice must apply the same rule across the cut. ``header``: the whole latest table of a step.
-LATER_COPY_WINS = {"areal": "header", "verl": "key", "verl_jsonl": "key", "custom": "key+step"}
+LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "key+step"}
 
 
 def default_cache_dir() -> Path:
@@ -239,10 +239,17 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     if rule is None:
         return frames
     old, new = head["metrics"], tail["metrics"]
+    stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
+    if rule == "lineage" and tail["steps"].height:
+        # verl: the tail's steps going back abandon the head's step lines from there on; values
+        # on other lines (validation alone) keep the later value per key, as below.
+        lines = head["steps"]["line"].implode()
+        gone = stepped & (pl.col("step") >= tail["steps"]["step"].min()) & pl.col("line").is_in(lines)
+        frames["superseded"] = pl.concat([head["superseded"], old.filter(gone), tail["superseded"]]).sort("line", maintain_order=True)
+        old = rows_where(old, ~gone)
     again = pl.col("step").is_in(new["step"].drop_nulls().unique().implode())
     if rule == "header" and tail["steps"].height:  # the tail going back abandons the head from there on
         again = pl.col("step") >= tail["steps"]["step"].min()
-    stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
     parts = [rows_where(old, stepped & ~again)]
     if rule != "header":  # per key: the head keeps a re-logged step's keys the tail does not log again
         parts.append(old.filter(again).join(new.select("step", "key").unique(), on=["step", "key"], how="anti"))
@@ -250,7 +257,7 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
         frames["superseded"] = pl.concat([head["superseded"], old.filter(stepped & again), tail["superseded"]]).sort("line", maintain_order=True)
     parts += [new.filter(stepped), rows_where(old, loose), new.filter(loose)]
     frames["metrics"] = pl.concat(parts, how="vertical_relaxed")
-    if rule != "header":  # these readers list a re-logged step once, its latest copy (AReaL: every copy)
+    if rule not in ("header", "lineage"):  # these readers list a re-logged step once, its latest copy (AReaL, verl: every copy)
         frames["steps"] = frames["steps"].unique("step", keep="last").sort("line")
     return frames
 

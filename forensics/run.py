@@ -101,7 +101,7 @@ def load_run(
             continue
         sources.extend(_coverage(source, parsed))
         for p in parsed:
-            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source == "areal").alias("lineage")))
+            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source in _LINEAGE).alias("lineage")))
             # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
             # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
@@ -115,7 +115,7 @@ def load_run(
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
-        latest[name], older = _latest_copy(metrics.pop(name), lineage=name == "areal")
+        latest[name], older = _latest_copy(metrics.pop(name), lineage=name in _LINEAGE)
         abandoned.setdefault(name, []).append(older)
     shifted, shifts, offsets = _in_log_units(latest)
     del latest
@@ -134,7 +134,8 @@ def load_run(
     notes = shifts + list(merged.notes)
     estimated = False
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
-        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]))
+        abandoned_rows = pl.concat(superseded, how="vertical_relaxed") if superseded else None
+        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]), abandoned_rows)
         estimated = all_steps["time"].null_count() < all_steps.height
         if estimated:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
@@ -148,6 +149,12 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
+    earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
+    if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time
+        copy_time = all_steps.select(pl.col("file").cast(pl.String), "line", pl.col("time").alias("copy_time"))
+        earlier = (earlier.with_columns(pl.col("file").cast(pl.String).alias("path"))
+                   .join(copy_time, left_on=["path", "line"], right_on=["file", "line"], how="left", maintain_order="left")
+                   .with_columns(pl.coalesce("time", "copy_time").alias("time")).select(list(METRIC_SCHEMA)))
     return RunData(
         location=location,
         steps=latest_steps,
@@ -160,7 +167,7 @@ def load_run(
         series_sources=merged.series_sources,
         notes=notes,
         estimated_step_times=estimated,
-        superseded=pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA),
+        superseded=earlier,
         superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
                                     abandoned_steps]),
     )
@@ -259,7 +266,7 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
         log = read_verl_log(path, keys=keys)
         steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
         return Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
-                       log.notes, log.facts)
+                       log.notes, log.facts, superseded=log.superseded)
     if reader == "console":  # Ray's and torch's failures in a console log verl did not write: the same reader
         log = read_verl_log(path)
         events = log.events.with_columns(pl.col("source").replace({"verl": "ray"}))
@@ -317,6 +324,9 @@ _READERS: dict[str, tuple[str, ...]] = {
     "ray_session": ("ray",),
 }
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
+#: Step logs a relaunch appends to, listing every copy of a step: a later copy going back to a
+#: step abandons the attempt before it from there on (see :func:`parsers.schema.abandoned`).
+_LINEAGE = ("areal", "verl")
 #: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
 _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 

@@ -35,7 +35,16 @@ import polars as pl
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, collect_lines, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
-from parsers.schema import MAX_STEP, METRIC_SCHEMA, STEP_SCHEMA, conform, later_lines_win, step_number, with_keys
+from parsers.schema import (
+    MAX_STEP,
+    METRIC_SCHEMA,
+    STEP_SCHEMA,
+    abandoned,
+    conform,
+    later_lines_win,
+    step_number,
+    with_keys,
+)
 
 __all__ = ["VerlLog", "looks_like_ray_console", "looks_like_verl_log", "read_verl_log"]
 
@@ -48,12 +57,15 @@ class VerlLog:
     kind: str
     """``verl_console`` or ``verl_jsonl`` (the file logger)."""
     steps: pl.DataFrame
+    """A console log's every copy of a step (a restart's and the attempt's it abandoned); the file logger's latest."""
     metrics: pl.DataFrame
     events: pl.DataFrame
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...] = ()
     facts: dict[str, str] = field(default_factory=dict)
+    superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
+    """Values of attempts a restart abandoned (from the step it went back to on): not in ``metrics``."""
 
 
 @cache
@@ -100,7 +112,7 @@ def read_verl_log(path: Path, *, keys: str | None = None) -> VerlLog:
     if first.lstrip().startswith("{") and '"step"' in first:
         return _read_jsonl(path, keys)
     log = _read_console(path)
-    return replace(log, metrics=with_keys(log.metrics, keys)) if keys is not None else log
+    return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys)) if keys is not None else log
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,9 +155,8 @@ def _read_console(path: Path) -> VerlLog:
     parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched, heavy=True)
     log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
     joined, orphans = _joined(parts["step_lines"])
-    metrics, bad = _metrics(joined, str(path))
+    metrics, superseded, steps, bad = _metrics(joined, str(path))
     events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
-    steps = _steps(metrics, str(path))
     if not joined.is_empty() and joined["step"].min() == 0 and steps.filter(pl.col("step") == 0).is_empty():
         notes.append("step 0 holds only the validation run before training (val_before_train)")
     if orphans:
@@ -166,6 +177,7 @@ def _read_console(path: Path) -> VerlLog:
         unparsed_lines=orphans + bad,
         notes=tuple([*(n for n in log.notes if not n.startswith("console lines carry no time")), *notes]),
         facts=_facts(parts["facts"]),
+        superseded=superseded,
     )
 
 
@@ -202,10 +214,18 @@ def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return parsed.filter(pl.col("step").is_not_null()).select("line", "step", "rest"), orphans
 
 
-def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
-    """``key:value`` tokens → long rows; for a step logged twice, each key's later value wins."""
+def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
+    """``key:value`` tokens → the run's metric rows, those of attempts a restart abandoned, every
+    training step's copies (one a metric line that trains: not validation alone), and the count of
+    values that are not numbers.
+
+    A restart appending to the log goes back to the step it resumed from: the lines of the attempt
+    before it that log that step or a later one are abandoned (see :func:`parsers.schema.abandoned`),
+    whether or not the restart got as far. Validation alone (``val_before_train`` at the resumed
+    step) goes back nowhere. Of what is left, a step's key logged twice keeps its later value.
+    """
     if joined.is_empty():
-        return pl.DataFrame(schema=METRIC_SCHEMA), 0
+        return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=STEP_SCHEMA), 0
     numpy_scalar = _config()["step"]["numpy_scalar"]
     tokens = (
         joined.select("line", "step", pl.col("rest").str.split(" - ").list.slice(1).alias("token"))
@@ -224,9 +244,23 @@ def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, int]:
         )
     )
     bad = tokens.filter(pl.col("value").is_null()).height
-    kept = tokens.filter(pl.col("value").is_not_null()).sort("line", maintain_order=True).unique(["step", "key"], keep="last", maintain_order=True)
-    kept = kept.with_columns(pl.lit(path).alias("file"), pl.lit("verl").alias("source"))
-    return conform(kept.sort("step", "line"), METRIC_SCHEMA), bad
+    values = tokens.filter(pl.col("value").is_not_null()).sort("line", maintain_order=True).with_columns(
+        pl.lit(path).alias("file"), pl.lit("verl").alias("source")
+    )
+    validation = _config()["step"]["validation_keys"]
+    # (Records that met on one line are each a copy of their own step.)
+    copies = (
+        values.group_by("line", "step", maintain_order=True)
+        .agg((~pl.col("key").cast(pl.String).str.contains(validation)).any().alias("trains"))
+        .filter("trains")
+        .with_columns(abandoned(pl.col("step")).alias("abandoned"))
+    )
+    gone = copies.filter("abandoned").select("line", "step")
+    kept = values.join(gone, on=["line", "step"], how="anti", maintain_order="left")
+    kept = kept.unique(["step", "key"], keep="last", maintain_order=True)
+    steps = copies.select("step", "line", pl.lit(path).alias("file"))
+    superseded = values.join(gone, on=["line", "step"], how="semi", maintain_order="left")
+    return (conform(kept.sort("step", "line"), METRIC_SCHEMA), conform(superseded, METRIC_SCHEMA), conform(steps, STEP_SCHEMA), bad)
 
 
 def _steps(metrics: pl.DataFrame, path: str) -> pl.DataFrame:
@@ -283,7 +317,8 @@ def _resumes(joined: pl.DataFrame, events: pl.DataFrame, path: str) -> tuple[pl.
     added = pl.DataFrame(marks, schema={k: v for k, v in RAY_EVENT_SCHEMA.items() if k in marks[0]} if marks else None)
     merged = pl.concat([events, added], how="diagonal_relaxed").sort("line") if marks else events
     repeated = joined.group_by("step").len().filter(pl.col("len") > 1).height
-    note = f"{repeated} steps were logged more than once (restarts appending to this log); each metric's later value wins"
+    note = (f"{repeated} steps were logged more than once (restarts appending to this log): an attempt's values from "
+            "the step a restart went back to are the abandoned attempt's, not the run's")
     return merged.select(events.columns), [note]
 
 

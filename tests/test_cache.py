@@ -137,9 +137,10 @@ def test_a_relaunch_appending_to_the_log_is_spliced(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("reader", ["verl", "custom"])
 def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: str) -> None:
-    """verl and a declared format keep a re-logged step's latest value per key: the splice must
-    drop exactly the earlier copies a fresh parse of the whole log drops, and keep (verl) the
-    values of keys the relaunch did not log again."""
+    """verl abandons the attempt before a relaunch from the step it went back to (validation
+    alone goes back nowhere), a declared format keeps a re-logged step's latest value per key: the
+    splice must set apart exactly the earlier copies a fresh parse of the whole log does, keys the
+    relaunch did not log again included."""
     if reader == "verl":
         from verl_builder import zero_score_run
 

@@ -152,9 +152,11 @@ def test_restart_into_the_same_log_later_copy_wins(tmp_path: Path) -> None:
     spec = VerlRunSpec(steps=12, save_freq=4, restart=(10, 8), test_freq=0)
     paths = write_verl_run(tmp_path / "run", spec)
     log = read_verl_log(paths.train_log)
-    assert log.steps["step"].to_list() == list(range(1, 13))
+    assert log.steps["step"].to_list() == [*range(1, 11), *range(9, 13)]  # every copy, in log order
     # Steps 9 and 10 ran twice; the second attempt's values win and point at its lines.
-    lines = dict(log.steps.select("step", "line").iter_rows())
+    assert log.metrics["step"].unique().sort().to_list() == list(range(0, 13))  # step 0: validation before training
+    assert log.superseded["step"].unique().sort().to_list() == [9, 10]
+    lines = dict(log.metrics.filter(pl.col("key") == "critic/score/mean").select("step", "line").iter_rows())
     assert lines[9] > lines[12 - 4] and lines[10] > lines[9]
     first_attempt = [ln for ln in paths.train_log.read_text().splitlines() if "step:9 -" in ln][0]
     assert lines[9] != paths.train_log.read_text().splitlines().index(first_attempt) + 1
@@ -168,10 +170,27 @@ def test_restart_without_a_resume_line_is_marked(tmp_path: Path) -> None:
     rows = [metric_line(s, {"critic/score/mean": 0.5, "timing_s/step": 1.0}, "pformat") for s in (1, 2, 3, 4, 2, 3, 4, 5)]
     log_path.write_text("\n".join(f"(TaskRunner pid=9) {r}" for r in rows) + "\n")
     log = read_verl_log(log_path)
-    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5]
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 2, 3, 4, 5]
     marks = log.events.filter(pl.col("kind") == "run_resumed")
     assert marks.select("line", "step", "source").rows() == [(5, 2, "verl")]
-    assert log.steps.filter(pl.col("step") == 3)["line"].item() == 6
+    assert log.metrics.filter(pl.col("key") == "critic/score/mean").select("step", "line").rows() == [(1, 1), (2, 5), (3, 6), (4, 7), (5, 8)]
+    assert log.superseded.filter(pl.col("key") == "critic/score/mean").select("step", "line").rows() == [(2, 2), (3, 3), (4, 4)]
+
+
+def test_a_restart_that_stopped_short_abandons_the_attempt_before_it(tmp_path: Path) -> None:
+    """Steps 1–6, then a restart from step 2 that logged 3–4 and stopped: steps 5–6 are the
+    abandoned attempt's, not the run's (each key's later value winning had kept them)."""
+    log_path = tmp_path / "train.log"
+    score = {1: 0.5, 2: 0.5, 3: 0.5, 4: 0.0, 5: 0.0, 6: 0.0}
+    rows = [metric_line(s, {"critic/score/mean": score[s], "timing_s/step": 1.0}, "pformat") for s in range(1, 7)]
+    rows += [metric_line(2, {"val-core/openai/gsm8k/reward/mean@1": 0.5}, "pformat")]  # val_before_train: goes back nowhere
+    rows += [metric_line(s, {"critic/score/mean": 0.75, "timing_s/step": 1.0}, "pformat") for s in (3, 4)]
+    log_path.write_text("\n".join(f"(TaskRunner pid=9) {r}" for r in rows) + "\n")
+    log = read_verl_log(log_path)
+    run = dict(log.metrics.filter(pl.col("key") == "critic/score/mean").select("step", "value").iter_rows())
+    assert run == {1: 0.5, 2: 0.5, 3: 0.75, 4: 0.75}
+    assert log.superseded.filter(pl.col("key") == "critic/score/mean")["step"].to_list() == [3, 4, 5, 6]
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5, 6, 3, 4]
 
 
 def test_jsonl_file_logger(tmp_path: Path) -> None:

@@ -162,3 +162,29 @@ def test_steps_without_times_are_not_called_unfinished(tmp_path: Path) -> None:
     [incident] = analyze([tmp_path / "train.log"]).runs[0].incidents
     assert (incident.kind, incident.onset_step) == ("crash", 3)
     assert "No step had finished yet" not in incident.summary
+
+
+@pytest.mark.parametrize("ray_session", [False, True], ids=["console-only", "with-ray-session"])
+def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: Path, ray_session: bool) -> None:
+    """The score went to 0 at step 32; verl was restarted into the same log (``tee -a``), resumed
+    from global_step_30, and steps 31–60 are healthy. The later copies are the run's; the abandoned
+    attempt's collapse is told, at its own line, and the checkpoint choice passes over it."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    spec = VerlRunSpec(steps=60, save_freq=10, test_freq=0, restart=(45, 30), ray_session=ray_session,
+                       first_score=lambda s: 0.0 if s >= 32 else healthy_score(s))
+    paths = write_verl_run(tmp_path / "run", spec)
+    run = only(tmp_path / "run")
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.end_step, incident.recovered) == ("reward_collapse", 32, 46, True)
+    assert incident.wasted_steps == 14
+    assert ("exactly zero from step 32 to step 45, the attempt's last, in an attempt the run abandoned at step 45: "
+            "a relaunch from step 30 took the run on from step 31") in incident.summary
+    onset = incident.onset_evidence
+    line = paths.train_log.read_text().splitlines()[onset.line - 1]
+    assert "step:32 - " in line and "critic/score/mean:np.float64(0.0)" in line
+    assert run.metrics.filter((pl.col("key") == "critic/score/mean") & (pl.col("step") == 40))["value"].item() > 0
+    assert run.recommendation.step == 60 and "was in an attempt a relaunch abandoned" in run.recommendation.reason
+    if ray_session:  # step times rebuilt copy after copy: the abandoned attempt's steps came first
+        assert onset.time is not None and onset.time < run.steps.filter(pl.col("step") == 31)["time"].item()
+        assert incident.wasted_hours is not None and 0.2 < incident.wasted_hours < 0.25
