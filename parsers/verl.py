@@ -256,10 +256,12 @@ def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, pl.DataFram
         .with_columns(abandoned(pl.col("step")).alias("abandoned"))
     )
     gone = copies.filter("abandoned").select("line", "step")
-    kept = values.join(gone, on=["line", "step"], how="anti", maintain_order="left")
+    kept, superseded = values, values.clear()
+    if gone.height:  # (no restart, nothing to join: a long run's values are not copied)
+        kept = values.join(gone, on=["line", "step"], how="anti", maintain_order="left")
+        superseded = values.join(gone, on=["line", "step"], how="semi", maintain_order="left")
     kept = kept.unique(["step", "key"], keep="last", maintain_order=True)
     steps = copies.select("step", "line", pl.lit(path).alias("file"))
-    superseded = values.join(gone, on=["line", "step"], how="semi", maintain_order="left")
     return (conform(kept.sort("step", "line"), METRIC_SCHEMA), conform(superseded, METRIC_SCHEMA), conform(steps, STEP_SCHEMA), bad)
 
 
