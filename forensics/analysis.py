@@ -208,7 +208,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
         found += [f for f in abandoned_collapses(values, run.superseded, run.step_copies, primary, t)
                   if not any(a <= f.onset_step < b for a, b in seen)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    found += [d for d in dead_batches(run.metrics, t) if not any(a <= d.onset_step < b for a, b in spans)]
+    found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
+              if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
     crashed = crashes(run.steps, events, planned)

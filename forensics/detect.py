@@ -269,13 +269,15 @@ def learning_signals(keys: set[str]) -> tuple[str | None, list[str]]:
     return loss, signals
 
 
-def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
+def dead_batches(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None) -> list[Finding]:
     """Steps with no learning signal: the loss is exactly zero and so is everything that would
     drive it (gradient norm, advantages, the spread of rewards in a group). A zero loss with a
     live gradient is cosmetic and not reported.
 
     A stretch counts when it is improbable under the run's history, or when the run never had
-    a live step again after its first (a short hand-rolled run that died at iteration 1).
+    a live step again after its first (a short hand-rolled run that died at iteration 1). A step
+    past ``last_step``, the run's last logged one, is one the log ends in the middle of (a loop
+    printing a step's line when it is done): it counts, and is said to be unfinished.
     """
     loss, signals = learning_signals(metric_keys(metrics)[0])
     if not (loss and signals):
@@ -299,14 +301,16 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds) -> list[Finding]:
         run = _run_length(flags, i)
         never_again = i <= 1 and i + run == len(flags) and run >= 2
         if flags[i] == 1.0 and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
+            final = steps[i + run - 1]
+            unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
             findings.append(
                 Finding(
                     "zero_variance",
                     shown,
                     steps[i],
                     steps[i + run] if i + run < len(steps) else None,
-                    f"{run} steps in a row with {loss} and {', '.join(sorted(signals))} all exactly 0 (dead batches: "
-                    "every reward in a group identical, nothing to learn from)",
+                    f"{run} steps in a row{unfinished} with {loss} and {', '.join(sorted(signals))} all exactly 0 (dead "
+                    "batches: every reward in a group identical, nothing to learn from)",
                 )
             )
         i += run

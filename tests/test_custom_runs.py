@@ -22,6 +22,9 @@ def test_seed003_dead_batches_with_reward_std_evidence_and_slow_second_iteration
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("zero_variance", 1, "reward_pipeline")
     assert incident.metric == "reward/std"
+    # Iteration 3 was cut short by the Ctrl-C: its zero rewards count, said as such, not as a step the run logged.
+    assert "3 steps in a row (the last, step 3, unfinished when the log ends)" in incident.summary
+    assert run.step_range()["last"] == 2 and incident.wasted_steps == 2
     assert not any("AReaL" in s for s in incident.suggestions)  # a hand-rolled loop gets no AReaL setting
     assert any(e.kind == "zero_advantages" and "rewards_grouped=[[0.0" in e.text for e in incident.evidence)
     # The onset's own value, said as a value: not dressed as a line AReaL would print.
