@@ -47,7 +47,10 @@ MAX_REWIND = 64 << 20
 SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
 #: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
 #: a splice must apply the same rule across the cut. ``header``: the whole latest table of a step.
-LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "key+step"}
+LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "lineage"}
+#: Readers whose values can sit above the step line they belong to (a loop printing a step's line
+#: when it is done): a grown part going back (a restart) is parsed afresh with the whole file.
+AFRESH_ON_RELAUNCH = frozenset({"custom"})
 
 
 def default_cache_dir() -> Path:
@@ -217,6 +220,8 @@ class ParseCache:
             return None  # the cut is not where the last step header was: do not trust the splice
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))
+        if reader in AFRESH_ON_RELAUNCH and _goes_back(tail.steps):
+            return None
         notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
         return replace(
             old,
@@ -226,6 +231,12 @@ class ParseCache:
             notes=notes,
             facts={**old.facts, **new_tail.facts},
         )
+
+
+def _goes_back(tail: pl.DataFrame) -> bool:
+    """Whether a grown part's step lines go back (a restart). Its first is the old parse's last,
+    parsed again: that one's going back, if it did, the old parse has already judged."""
+    return bool((tail.sort("line")["step"].diff() <= 0).any())
 
 
 def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -242,7 +253,8 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
     if rule == "lineage" and tail["steps"].height:
         # verl: the tail's steps going back abandon the head's step lines from there on; values
-        # on other lines (validation alone) keep the later value per key, as below.
+        # on other lines (validation alone) keep the later value per key, as below. (A custom
+        # loop's tail never goes back here: see AFRESH_ON_RELAUNCH.)
         lines = head["steps"]["line"].implode()
         gone = stepped & (pl.col("step") >= tail["steps"]["step"].min()) & pl.col("line").is_in(lines)
         frames["superseded"] = pl.concat([head["superseded"], old.filter(gone), tail["superseded"]]).sort("line", maintain_order=True)

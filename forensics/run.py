@@ -261,7 +261,8 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
         return _read_sglang(path, keys)
     if reader == "custom":
         loop = read_custom_log(path, custom_format)
-        return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes)
+        return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes,
+                      superseded=loop.superseded)
     if reader in ("verl", "verl_jsonl"):
         log = read_verl_log(path, keys=keys)
         steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
@@ -326,7 +327,7 @@ _READERS: dict[str, tuple[str, ...]] = {
 _COPIES = ("wandb", "tensorboard", "verl_jsonl")
 #: Step logs a relaunch appends to, listing every copy of a step: a later copy going back to a
 #: step abandons the attempt before it from there on (see :func:`parsers.schema.abandoned`).
-_LINEAGE = ("areal", "verl")
+_LINEAGE = ("areal", "verl", "custom")
 #: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
 _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 

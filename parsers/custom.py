@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ import polars as pl
 
 from parsers._formats import EventPattern, FormatDefinitionError, load_format
 from parsers._lines import ANSI, collect_lines, sniff
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, conform, step_number
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, abandoned, conform, step_number
 
 __all__ = [
     "DETAIL_SCHEMA",
@@ -104,12 +104,15 @@ class CustomLog:
     path: str
     format: str
     steps: pl.DataFrame
+    """Every step line, in log order (a restart's copies and the attempt's it abandoned)."""
     metrics: pl.DataFrame
     events: pl.DataFrame
     detail: pl.DataFrame
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...] = ()
+    superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
+    """Values of attempts a restart abandoned (from the step it went back to on): not in ``metrics``."""
 
 
 def looks_like_custom_loop(path: Path) -> bool:
@@ -163,14 +166,19 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
         notes.append(f"no time parsed with time_format {' or '.join(map(repr, formats))}: times are null")
     owned = _own(rows, steps, fmt.step_line_at, notes)
     detail = owned.filter(pl.col("micro").is_not_null())
-    # One value per (step line, key): micro-steps and phases averaged; a step logged twice
-    # (a restarted loop appending to the same file) keeps its later copy.
-    metrics = (
+    # One value per (step line, key): micro-steps and phases averaged. A restarted loop appending
+    # to the same file goes back to the step it resumed from: the step lines of the attempt before
+    # it from there on are abandoned (see :func:`parsers.schema.abandoned`), whether or not the
+    # restart got as far; their values are kept apart, cited at their step line (which tells the
+    # attempts apart).
+    values = (
         owned.group_by("anchor", "key", maintain_order=True)
         .agg(pl.col("step").first(), pl.col("time").first(), pl.col("value").mean(), pl.col("line").min())
         .sort("anchor")
-        .unique(["step", "key"], keep="last", maintain_order=True)
     )
+    gone = steps.filter(abandoned(pl.col("step")))["line"].implode()
+    metrics = values.filter(~pl.col("anchor").is_in(gone)).unique(["step", "key"], keep="last", maintain_order=True)
+    superseded = values.filter(pl.col("anchor").is_in(gone)).with_columns(pl.col("anchor").alias("line"))
     events, event_lines = _events(parts["marked"], steps, fmt)
     counts = parts["count"].sum().row(0, named=True)  # one row per chunk on the chunked path
     matched = pl.concat([rows["line"], event_lines]).n_unique()
@@ -178,8 +186,9 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     return CustomLog(
         path=path,
         format=fmt.name,
-        steps=conform(steps.unique("step", keep="last").sort("line").with_columns(file), STEP_SCHEMA),
+        steps=conform(steps.with_columns(file), STEP_SCHEMA),
         metrics=conform(metrics.with_columns(file), METRIC_SCHEMA),
+        superseded=conform(superseded.with_columns(file), METRIC_SCHEMA),
         events=conform(events.with_columns(file, pl.lit(fmt.source).alias("source")), EVENT_SCHEMA),
         detail=conform(detail.with_columns(file), DETAIL_SCHEMA),
         lines=int(counts["lines"]),

@@ -46,6 +46,29 @@ def write_toy_log(path: Path, steps: int = 60, collapse: int = 40) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: Path) -> None:
+    """A loop that collapsed at step 40 was restarted into the same log from its step-30 checkpoint
+    and logged 31-50, healthy, and stopped: 51-60 of the first attempt are not the run's (each
+    key's later value winning kept them: a collapse never recovered from), its collapse is told."""
+    first = tmp_path / "first.log"
+    write_toy_log(first)
+    healthy = tmp_path / "healthy.log"
+    write_toy_log(healthy, collapse=999)
+    again = [line.replace("2025-06-01 1", "2025-06-02 1") for line in healthy.read_text().splitlines(keepends=True)[30:50]]
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    log.write_text(first.read_text() + "".join(again))
+    [run] = analyze([log.parent], custom_format=FORMAT).runs
+    assert int(run.steps["step"].max()) == 50
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.recovered) == ("reward_collapse", 40, True)
+    assert ("exactly zero from step 40 to step 60, the attempt's last, in an attempt the run abandoned at step 60: "
+            "a relaunch from step 30 took the run on from step 31") in incident.summary
+    onset = incident.onset_evidence
+    assert "| step 40 | reward=0.0000" in log.read_text().splitlines()[onset.line - 1] and onset.line == 40
+    assert incident.wasted_steps == 21
+
+
 def test_user_format_is_read_by_metrics_and_analyze(tmp_path: Path) -> None:
     log = tmp_path / "run" / "train.log"
     log.parent.mkdir()
