@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import polars as pl
 
@@ -247,10 +248,20 @@ def _what_died(window: pl.DataFrame) -> str:
         return ("It looks like a hang in a collective: the NCCL watchdog fired (its default timeout is 600 s), "
                 "then the processes aborted — not a slow step.")
     if "host_oom_kill" in kinds:
-        return "A worker was killed for host memory (Ray's memory monitor or the kernel's OOM killer)."
+        return "A worker was killed for host memory (Ray's memory monitor or the kernel's OOM killer)." + _last_words(window)
     if kinds & {"actor_died", "worker_died"}:
-        return "A worker process died."
+        return "A worker process died." + _last_words(window)
     return ""
+
+
+def _last_words(window: pl.DataFrame) -> str:
+    """What the first worker that died printed last (its stdout before its stderr): Ray records no
+    signal or exit code, and a SIGKILL in a hung all-reduce reads like an exit on an error but for it."""
+    said = window.filter(pl.col("kind") == "worker_last_output")
+    if said.is_empty():
+        return ""
+    row = said.sort("time", ~pl.col("file").str.ends_with(".out"), nulls_last=True).row(0, named=True)
+    return f" The last line it printed: “{row['message']}” ({Path(row['file']).name}:{row['line']})."
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:

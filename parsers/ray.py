@@ -840,6 +840,7 @@ def read_ray_session(session_dir: Path) -> RaySession:
         pl.coalesce("worker", pl.col("pid").replace_strict(_pid_names(workers), default=None, return_dtype=pl.String)).alias("worker")
     )
     events = events.sort("time", "file", "line", nulls_last=True).select(*RAY_EVENT_SCHEMA)
+    events = pl.concat([events, _last_words(events, workers)]).sort("time", "file", "line", nulls_last=True)
     sources = [RaySource(log.path, log.kind, log.lines, log.unparsed_lines, log.notes) for log in [*texts, *json_logs]]
     notes = []
     if any(not log.events.is_empty() for log in json_logs):
@@ -1037,6 +1038,53 @@ def _drop_unconfirmed_deaths(events: pl.DataFrame, gcs: list[RayLog]) -> pl.Data
     )["worker_id"].drop_nulls()
     notice = pl.col("message").str.contains("received notification on actor, state: DEAD", literal=True)
     return events.filter(~notice | pl.col("worker_id").is_in(failed.implode()))
+
+
+#: Deaths after which the worker's own last output is read: Ray records no signal or exit code (a
+#: SIGKILL and an ``os._exit`` read alike), and what the application printed last often tells.
+_DEATHS = ("worker_died", "host_oom_kill", "actor_died", "segfault")
+#: Bytes read from the end of a dead worker's output for its last line.
+_TAIL_BYTES = 64 << 10
+
+
+def _last_words(events: pl.DataFrame, workers: pl.DataFrame) -> pl.DataFrame:
+    """A ``worker_last_output`` event per output file of each worker that died: the last line it
+    printed (neither blank nor one of Ray's ``:job_id:``-style markers), at the time of its death."""
+    dead = (
+        events.filter(pl.col("kind").is_in(_DEATHS) & pl.col("pid").is_not_null())
+        .group_by("pid")
+        .agg(pl.col("time").min())
+    )
+    files = workers.join(dead, on="pid", how="inner").sort("time", "file", nulls_last=True)
+    rows = []
+    for file, pid, name, lines, time in files.select("file", "pid", "name", "lines", "time").iter_rows():
+        found = _last_line(Path(file), lines)
+        if found is not None:
+            line, text = found
+            rows.append({"time": time, "source": "ray", "kind": "worker_last_output", "severity": "info", "file": file,
+                         "line": line, "message": text, "count": 1, "pid": pid, "worker": name})
+    return pl.DataFrame(rows, schema=RAY_EVENT_SCHEMA) if rows else pl.DataFrame(schema=RAY_EVENT_SCHEMA)
+
+
+def _last_line(path: Path, lines: int) -> tuple[int, str] | None:
+    """The last line of ``path`` (of ``lines`` lines) that says something, and its number."""
+    if lines <= 0 or path.suffix == ".gz":  # (a rotated part's last line is not the last the worker printed)
+        return None
+    try:
+        with open(path, "rb") as fh:
+            start = max(0, fh.seek(0, os.SEEK_END) - _TAIL_BYTES)
+            fh.seek(start)
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    parts = tail.removesuffix("\n").split("\n")
+    for back, text in enumerate(reversed(parts)):
+        if start and back == len(parts) - 1:
+            return None  # (the first piece may be the end of a longer line)
+        said = re.sub(ANSI, "", text).strip()
+        if said and not re.match(_MARKER, said):
+            return lines - back, said[:_MESSAGE_CHARS]
+    return None
 
 
 def _fill_exit_details(events: pl.DataFrame) -> pl.DataFrame:

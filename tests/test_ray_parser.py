@@ -103,16 +103,26 @@ def test_excerpt_details() -> None:
 # Real Ray 2.60 sessions (shared/samples/ray/*/session_*)
 
 SESSION_KINDS = {
-    # os._exit(1) in WorkerDict rank 1: the raylet event, GCS exit and actor records, the owner's DEAD notice.
-    "a_actor_exit": {"worker_died", "actor_died"},
+    # os._exit(1) in WorkerDict rank 1: the raylet event, GCS exit and actor records, the owner's DEAD
+    # notice; and the worker's own last line (each dead worker's, in every scenario with a death).
+    "a_actor_exit": {"worker_died", "actor_died", "worker_last_output"},
     # SIGKILL from outside: Ray records the same shape as a); the signal is nowhere.
-    "b_sigkill": {"worker_died", "actor_died"},
+    "b_sigkill": {"worker_died", "actor_died", "worker_last_output"},
     # A Python exception: only the TaskRunner's stderr has it (the actors' later destruction is on purpose).
     "c_task_exception": {"traceback"},
     # SIGSEGV in RolloutWorker: its dump (stderr and core-worker log) plus the worker and actor deaths.
-    "d_segfault": {"worker_died", "actor_died", "segfault"},
+    "d_segfault": {"worker_died", "actor_died", "segfault", "worker_last_output"},
     # Ray's memory monitor kills two workers: the kill, and the two actors' deaths with OOM detail.
-    "e_oom": {"host_oom_kill", "actor_died"},
+    "e_oom": {"host_oom_kill", "actor_died", "worker_last_output"},
+}
+#: What each dead worker printed last (README: a SIGKILL and an os._exit differ only there).
+LAST_WORDS = {
+    "a_actor_exit": {"[rank1] update_actor step 3: fatal error in collective, exiting"},
+    "b_sigkill": {"[rank1] update_actor step 3: waiting for all-reduce"},
+    "d_segfault": {"RolloutWorker.generate step 3: reading response buffer",  # its stdout; its stderr ends the dump
+                   "Extension modules: msgpack._cmsgpack, google._upb._message, psutil._psutil_linux, charset_normalizer.md, "
+                   "charset_normalizer.cd, requests.packages.charset_normalizer.md, requests.packages.chardet.md, "
+                   "requests.packages.charset_normalizer.cd, requests.packages.chardet.cd, yaml._yaml, ray._raylet (total: 11)"},
 }
 SESSION_PIDS = {"a_actor_exit": 32666, "b_sigkill": 471, "d_segfault": 1060}
 
@@ -134,6 +144,9 @@ def test_session_yields_the_events_a_reader_would_list(name: str) -> None:
     if name in SESSION_PIDS:
         deaths = events.filter(pl.col("kind").is_in(["worker_died", "actor_died"]))
         assert set(deaths["pid"]) == {SESSION_PIDS[name]}
+        said = events.filter(pl.col("kind") == "worker_last_output")
+        assert set(said["message"]) == LAST_WORDS[name] and set(said["pid"]) == {SESSION_PIDS[name]}
+        assert (said["time"] == deaths["time"].min()).all() and set(said["severity"]) == {"info"}
         assert deaths["detail"].str.starts_with("SYSTEM_ERROR (unexpected): connection to the worker lost").all()
         assert deaths["time"].null_count() == 0
     assert session.name == _session(name).name and session.started.year == 2026
@@ -205,6 +218,23 @@ def test_driver_console_of_each_session(name: str, kinds: set[str]) -> None:
         assert traceback["detail"].startswith("SYSTEM_ERROR (unexpected)")
     if name == "e_oom":
         assert events.height == 1 and "2 worker(s) were killed" in events["message"][0]
+
+
+@needs_samples
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("a_actor_exit", "[rank1] update_actor step 3: fatal error in collective, exiting"),
+     ("b_sigkill", "[rank1] update_actor step 3: waiting for all-reduce")],
+)
+def test_an_exit_and_a_sigkill_are_told_apart_by_the_dead_workers_last_line(name: str, said: str) -> None:
+    """Ray writes both deaths alike (no signal, no exit code): the crash says what the worker printed last."""
+    from forensics import analyze
+
+    [run] = analyze([SAMPLES / name]).runs
+    [crash] = [i for i in run.incidents if i.kind == "crash"]
+    assert f"A worker process died. The last line it printed: “{said}” (worker-" in crash.summary
+    [line] = [e for e in crash.evidence if e.kind == "worker_last_output"]
+    assert line.text == said and read_line(line.file, line.line).strip() == said
 
 
 @needs_samples
@@ -374,7 +404,7 @@ def test_nccl_hang_session(tmp_path: Path) -> None:
     paths = nccl_hang_run(tmp_path / "run")
     assert find_ray_sessions(tmp_path) == [paths.session]
     events = read_ray_session(paths.session).events
-    assert _kinds(events) == {"nccl_timeout", "fatal_check", "worker_died", "actor_died"}
+    assert _kinds(events) == {"nccl_timeout", "fatal_check", "worker_died", "actor_died", "worker_last_output"}
     timeout = events.filter(pl.col("kind") == "nccl_timeout").row(0, named=True)
     assert timeout["source"] == "torch" and timeout["worker"] == "WorkerDict"
     assert timeout["time"].isoformat() == "2026-11-22T03:28:41.648000"  # glog header dated from the session name
