@@ -455,8 +455,12 @@ class _Follower:
         self._last_step_time = row.time or self._last_step_time
         self._last_step, self._last_row = row.step, row
         self._steps_seen += 1
-        for kind in ("stall", "crash"):
-            self._latched.pop(kind, None)  # the run logged a step: it is moving again
+        self._latched.pop("stall", None)  # the run logged a step: it is moving again
+        # ... and past a crash only with a step after the one it failed in: Ray forwards a worker's
+        # output late, so the step the crash ended can reach the console after the death did.
+        crashed = self._latched.get("crash")
+        if row.step is None or crashed is None or crashed < row.step:
+            self._latched.pop("crash", None)
         if self._exit is not None:
             self._called_after_exit = True
         if self._raised is not None and _logged_after(row, self._raised[0]):
@@ -596,15 +600,15 @@ class _Follower:
     def _crash(self, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
         if "crash" in self._latched:
             return []
-        self._latched["crash"] = True
+        self._latched["crash"] = row["step"]
         summary = f"a training process failed during step {row['step']} ({row['kind']})"
         return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]
 
     def _uncaught(self, at: datetime | None) -> list[_Trigger]:
         assert self._raised is not None
         evidence, self._raised = self._raised[0], None
-        self._latched["crash"] = True
         step = (self._latest_step()[1] or 0) + 1
+        self._latched["crash"] = step
         return [_Trigger("crash", step, at, step, uncaught_summary(step, evidence.text), (evidence,))]
 
     def _burst(self, kind: str, when: datetime, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:

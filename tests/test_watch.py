@@ -356,6 +356,15 @@ def test_replay_of_a_run_ended_by_its_own_exception_alarms_where_analyze_puts_th
     assert (Path(alarm.evidence[0].file).name, alarm.evidence[0].line) == ("driver.log", 10)
 
 
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+def test_one_death_forwarded_late_to_the_console_is_one_crash_alarm() -> None:
+    """Real Ray session: a RolloutWorker segfaults in step 3; the driver's console shows the death
+    after step 1 and step 2's line after it (Ray forwards worker output late), then the session's
+    own lines tell of the same death in step 3. One crash, one alarm."""
+    [result] = replay([SAMPLES / "d_segfault"])
+    assert [(a.kind, a.step) for a in result.alarms] == [("crash", 2)]
+
+
 def test_replay_exits_5_when_asked_and_an_alarm_would_have_fired() -> None:
     outputs = str(FIXTURES / "sglang_healthy_collapse" / "outputs")
     assert runner.invoke(app, ["watch", outputs, "--replay"]).exit_code == 0
