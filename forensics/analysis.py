@@ -204,9 +204,15 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
         values = series(run.metrics, primary)
         found += [_read_to(_after_gap(f, values), last, unread) for f in reward_collapses(values, primary, t)]
         # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
-        seen = [(f.onset_step, f.end_step or last + 1) for f in found]
-        found += [f for f in abandoned_collapses(values, run.superseded, run.step_copies, primary, t)
-                  if not any(a <= f.onset_step < b for a, b in seen)]
+        for earlier in abandoned_collapses(values, run.superseded, run.step_copies, primary, t):
+            within = [i for i, f in enumerate(found) if f.redone is None and f.onset_step <= earlier.onset_step < (f.end_step or last + 1)]
+            if not within:
+                found.append(earlier)
+                continue
+            # The relaunch went back to before it and the reward collapsed again: one incident, the
+            # run's, which tells the attempt that collapsed first.
+            i = within[0]
+            found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]

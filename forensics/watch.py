@@ -338,6 +338,8 @@ class _Follower:
         self._history_counts: Counter[Any] = Counter()
         self._varied = False
         self._since_collapse = 0
+        self._collapse_onset: int | None = None
+        """The step the latched reward collapse began at."""
         self._dead = _Streak()
         self._dead_history: deque[bool] = deque(maxlen=settings.history_steps)
         self._live_steps = 0
@@ -453,6 +455,11 @@ class _Follower:
         if row.time and self._last_step_time and row.time > self._last_step_time:
             self._durations.append((row.time - self._last_step_time).total_seconds())
         self._last_step_time = row.time or self._last_step_time
+        if self._collapse_onset is not None and row.step is not None and row.step <= self._collapse_onset and "reward_collapse" in self._latched:
+            # A relaunch went back to before the collapse (a checkpoint saved before it): a new
+            # attempt, watched afresh; one from a checkpoint saved during it carries it on.
+            del self._latched["reward_collapse"]
+            self._reward = _Streak()
         self._last_step, self._last_row = row.step, row
         self._steps_seen += 1
         self._latched.pop("stall", None)  # the run logged a step: it is moving again
@@ -499,8 +506,9 @@ class _Follower:
             return []
         self._latched["reward_collapse"] = value
         self._since_collapse = 0
-        described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
         first = streak.first or row
+        self._collapse_onset = first.step
+        described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
         summary = f"{key} {described} for {streak.length} steps in a row (steps {first.step}–{row.step})"
         if not self._varied:
             summary += ", and it has not varied since the run's first step"

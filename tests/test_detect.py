@@ -251,6 +251,25 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     assert not [a for a in alarms if a[0] == "stall"], alarms
 
 
+def test_a_relaunch_from_before_a_collapse_that_collapsed_again(tmp_path: Path) -> None:
+    """The first attempt collapsed at step 60; the relaunch from step 50 was healthy for four steps
+    and collapsed again at 55, for good. One incident, the run's, telling the first attempt's; and
+    replayed live, an alarm for each attempt: the relaunch went back to before the first collapse."""
+    spec = RunSpec(last_step=120, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   reward=lambda s: 0.0 if s >= 55 else healthy_reward(s),
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0,
+                                     first_reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    paths = write_run(tmp_path / "outputs", spec)
+    [incident] = only_run(paths.fileroot).incidents
+    assert (incident.onset_step, incident.end_step) == (55, None)
+    assert ("exactly zero from step 55 and never recovered. Earlier, grpo_actor/task_reward/avg exactly zero from step 60 "
+            "to step 80, the attempt's last, in an attempt the run abandoned at step 80: a relaunch from step 50 took "
+            "the run on from step 51.") in incident.summary
+    result = runner.invoke(app, ["watch", "--replay", str(paths.fileroot), "--json"])
+    alarms = [(a["kind"], a["onset_step"]) for a in json.loads(result.stdout)["alarms"]]
+    assert [a for a in alarms if a[0] == "reward_collapse"] == [("reward_collapse", 60), ("reward_collapse", 55)]
+
+
 def test_an_abandoned_attempt_past_where_the_relaunch_got_is_not_the_run(tmp_path: Path) -> None:
     """The first attempt collapsed at step 60 and saved step 80's export (collapsed weights); the
     relaunch from step 50 logged steps 51–75, healthy, and the log ends there. The run's steps end
