@@ -46,7 +46,9 @@ MAX_REWIND = 64 << 20
 #: Readers whose text logs can be parsed from a cut and spliced (line-numbered rows, no whole-file state).
 SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
 #: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
-#: a splice must apply the same rule across the cut. ``header``: the whole latest table of a step.
+#: a splice must apply the same rule across the cut. ``header``: a step going back abandons every
+#: earlier table from that step on; ``lineage``: so do step lines, other lines keep each key's later
+#: value; ``key``: each key's later value.
 LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "lineage"}
 #: Readers whose values can sit above the step line they belong to (a loop printing a step's line
 #: when it is done): a grown part going back (a restart) is parsed afresh with the whole file.
@@ -269,7 +271,7 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
         frames["superseded"] = pl.concat([head["superseded"], old.filter(stepped & again), tail["superseded"]]).sort("line", maintain_order=True)
     parts += [new.filter(stepped), rows_where(old, loose), new.filter(loose)]
     frames["metrics"] = pl.concat(parts, how="vertical_relaxed")
-    if rule not in ("header", "lineage"):  # these readers list a re-logged step once, its latest copy (AReaL, verl: every copy)
+    if rule not in ("header", "lineage"):  # these readers list a re-logged step once, its latest copy (the others: every copy)
         frames["steps"] = frames["steps"].unique("step", keep="last").sort("line")
     return frames
 
