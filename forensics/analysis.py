@@ -53,7 +53,7 @@ from forensics.model import (
     unjudged,
 )
 from forensics.observations import slow_start
-from forensics.run import RunData, load_online_wandb, load_run
+from forensics.run import COPY_SOURCES, RunData, load_online_wandb, load_run
 from parsers._formats import FormatDefinitionError
 from parsers.custom import CustomFormat, load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform
@@ -214,7 +214,10 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
+    # A step past the step log's last is one the log ended in, unless a copy of the run's numbers holds it whole.
+    copied = run.metrics.filter(pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES)))["step"].max()
+    logged = max(last, int(copied)) if copied is not None else last
+    found += [d for d in dead_batches(run.metrics, t, logged if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
@@ -360,7 +363,7 @@ def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
     first = resumed.row(0, named=True)
     froms = [int(m[1]) for m in (_RESUMED_FROM.search(r or "") for r in resumed["message"]) if m]
     n = resumed.height
-    where = f"{iso(first['time'])}, {Path(first['file']).name}:{first['line']}"
+    where = f"{iso(first['time']) + ', ' if first['time'] else ''}{Path(first['file']).name}:{first['line']}"
     text = f"The run was relaunched once after the onset (at {where})" if n == 1 else \
         f"The run was relaunched {n} times after the onset (first at {where})"
     if froms and len(froms) == n and min(froms) >= finding.onset_step:

@@ -50,9 +50,10 @@ SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
 #: earlier table from that step on; ``lineage``: so do step lines, other lines keep each key's later
 #: value; ``key``: each key's later value.
 LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "lineage"}
-#: Readers whose values can sit above the step line they belong to (a loop printing a step's line
-#: when it is done): a grown part going back (a restart) is parsed afresh with the whole file.
-AFRESH_ON_RELAUNCH = frozenset({"custom"})
+#: Readers whose restarts a splice cannot judge from the grown part alone (a loop's values may sit
+#: above their step line; a verl restart's validation line holds values of the step it resumed
+#: from): a grown part going back is parsed afresh with the whole file.
+AFRESH_ON_RELAUNCH = frozenset({"custom", "verl"})
 
 
 def default_cache_dir() -> Path:
@@ -222,7 +223,7 @@ class ParseCache:
             return None  # the cut is not where the last step header was: do not trust the splice
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))
-        if reader in AFRESH_ON_RELAUNCH and _goes_back(tail.steps):
+        if reader in AFRESH_ON_RELAUNCH and _goes_back(tail):
             return None
         notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
         return replace(
@@ -235,10 +236,12 @@ class ParseCache:
         )
 
 
-def _goes_back(tail: pl.DataFrame) -> bool:
-    """Whether a grown part's step lines go back (a restart). Its first is the old parse's last,
-    parsed again: that one's going back, if it did, the old parse has already judged."""
-    return bool((tail.sort("line")["step"].diff() <= 0).any())
+def _goes_back(tail: Parsed) -> bool:
+    """Whether a grown part goes back (a restart): its step lines, or the steps of its values line
+    after line. Its first step line is the old parse's last, parsed again: that one's going back,
+    if it did, the old parse has already judged."""
+    values = tail.metrics.filter(pl.col("step").is_not_null()).group_by("line").agg(pl.col("step").min()).sort("line")
+    return bool((tail.steps.sort("line")["step"].diff() <= 0).any() or (values["step"].diff() < 0).any())
 
 
 def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -254,9 +257,9 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     old, new = head["metrics"], tail["metrics"]
     stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
     if rule == "lineage" and tail["steps"].height:
-        # verl: the tail's steps going back abandon the head's step lines from there on; values
-        # on other lines (validation alone) keep the later value per key, as below. (A custom
-        # loop's tail never goes back here: see AFRESH_ON_RELAUNCH.)
+        # The tail's steps going back abandon the head's step lines from there on; values on other
+        # lines (validation alone) keep the later value per key, as below. (verl's and a loop's
+        # tails do not go back here, beyond the old parse's last step line: see AFRESH_ON_RELAUNCH.)
         lines = head["steps"]["line"].implode()
         gone = stepped & (pl.col("step") >= tail["steps"]["step"].min()) & pl.col("line").is_in(lines)
         frames["superseded"] = pl.concat([head["superseded"], old.filter(gone), tail["superseded"]]).sort("line", maintain_order=True)

@@ -254,14 +254,21 @@ def _what_died(window: pl.DataFrame) -> str:
     return ""
 
 
-def _last_words(window: pl.DataFrame) -> str:
-    """What the first worker that died printed last (its stdout before its stderr): Ray records no
-    signal or exit code, and a SIGKILL in a hung all-reduce reads like an exit on an error but for it."""
-    said = window.filter(pl.col("kind") == "worker_last_output")
-    if said.is_empty():
-        return ""
-    row = said.sort("time", ~pl.col("file").str.ends_with(".out"), nulls_last=True).row(0, named=True)
-    return f" The last line it printed: “{row['message']}” ({Path(row['file']).name}:{row['line']})."
+def _last_words(window: pl.DataFrame, most: int = 3) -> str:
+    """What each worker that died printed last (its stdout before its stderr): Ray records no signal
+    or exit code, and a SIGKILL in a hung all-reduce reads like an exit on an error but for it."""
+    said = window.filter(pl.col("kind") == "worker_last_output").sort(
+        "time", ~pl.col("file").str.ends_with(".out"), "file", nulls_last=True, maintain_order=True)
+    rows = said.unique(pl.col("file").str.replace(r"\.(?:out|err)$", ""), keep="first", maintain_order=True).rows(named=True)
+    quotes = [f"“{_tail(r['message'])}” ({Path(r['file']).name}:{r['line']})" for r in rows[:most]]
+    if len(quotes) == 1:
+        return f" The last line it printed: {quotes[0]}."
+    more = f"; and {len(rows) - most} more" if len(rows) > most else ""
+    return f" The last lines the dead workers printed: {'; '.join(quotes)}{more}." if quotes else ""
+
+
+def _tail(text: str, most: int = 300) -> str:
+    return text if len(text) <= most else "…" + text.lstrip("…")[-(most - 1):]
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:

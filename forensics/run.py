@@ -130,7 +130,7 @@ def load_run(
     if all_steps.is_empty() and not merged.metrics.is_empty():
         # A run known only from copies: its steps from their values, an abandoned attempt's from its own.
         all_steps = _steps_from_metrics(merged.metrics)
-        abandoned_steps = _steps_from_metrics(pl.concat(superseded, how="vertical_relaxed")).drop("rank") if superseded else abandoned_steps
+        abandoned_steps = _steps_from_metrics(pl.concat(superseded, how="vertical_relaxed"), per_file=True) if superseded else abandoned_steps
     notes = shifts + list(merged.notes)
     estimated = False
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
@@ -324,7 +324,8 @@ _READERS: dict[str, tuple[str, ...]] = {
     "verl_jsonl": ("verl_jsonl",),
     "ray_session": ("ray",),
 }
-_COPIES = ("wandb", "tensorboard", "verl_jsonl")
+#: Readers of copies of a run's numbers (no step log of their own).
+COPY_SOURCES = ("wandb", "tensorboard", "verl_jsonl")
 #: Step logs a relaunch appends to, listing every copy of a step: a later copy going back to a
 #: step abandons the attempt before it from there on (see :func:`parsers.schema.abandoned`).
 _LINEAGE = ("areal", "verl", "custom")
@@ -340,7 +341,7 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFra
     """
     reference = next((frames[s] for s in ("areal", "verl", "custom") if s in frames), None)
     out, notes, offsets = dict(frames), [], {}
-    for name in _COPIES:
+    for name in COPY_SOURCES:
         if name not in frames:
             continue
         copy = frames[name]
@@ -362,16 +363,18 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFra
 _VALIDATION = r"^(?:val-core|val-aux|val)/"
 
 
-def _steps_from_metrics(metrics: pl.DataFrame) -> pl.DataFrame:
-    """Step rows for a run known only from copies: each step's earliest training value."""
-    return (
+def _steps_from_metrics(metrics: pl.DataFrame, *, per_file: bool = False) -> pl.DataFrame:
+    """Step rows for a run known only from copies: each step's earliest training value (``per_file``:
+    in each file, its copy of the step — the parts of a resumed run each hold one; no ``rank``)."""
+    steps = (
         metrics.filter(pl.col("step").is_not_null() & ~pl.col("key").cast(pl.String).str.contains(_VALIDATION))
+        .with_columns(pl.col("file").cast(pl.String))
         .sort("time", nulls_last=True)
-        .group_by("step", maintain_order=True)
-        .agg(pl.col("time").first(), pl.col("file").first(), pl.col("line").first())
+        .group_by("step", *(("file",) if per_file else ()), maintain_order=True)
+        .agg(pl.col("time").first(), *(() if per_file else (pl.col("file").first(),)), pl.col("line").first())
         .select(list(STEP_SCHEMA))
-        .with_columns(pl.lit(0).alias("rank"))
     )
+    return steps if per_file else steps.with_columns(pl.lit(0).alias("rank"))
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:
@@ -408,8 +411,14 @@ def _latest_copy(ranked: list[tuple[int, pl.DataFrame]], *, lineage: bool = Fals
             after = pl.col("step").reverse().cum_min().forward_fill().reverse().shift(-1).over("stream")
             later = dict(zip(lowest["rank"], lowest.select(after)["step"], strict=True))
             back = pl.col("rank").replace_strict(later, default=None, return_dtype=pl.Int64)
-            newest = pl.col("step").is_null() | (pl.col("step") < back).fill_null(True)
-        older = metrics.filter(~newest).select(list(METRIC_SCHEMA))
+            kept = pl.col("step").is_null() | (pl.col("step") < back).fill_null(True)
+            # Logs of different names (a relaunch into a new file): of what each keeps, the newest file's step wins.
+            older, metrics = metrics.filter(~kept), metrics.filter(kept)
+            newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
+            older = pl.concat([older, metrics.filter(~newest)])
+        else:
+            older = metrics.filter(~newest)
+        older = older.select(list(METRIC_SCHEMA))
         metrics = metrics.filter(newest).select(list(METRIC_SCHEMA))
     # A table parser's values are in time order within each step: a stable sort by step alone
     # (several times cheaper than by two columns) is then the whole sort.

@@ -26,7 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -397,7 +399,8 @@ class _Follower:
             steps = steps.filter(pl.col("time") > self._last_step_time)
         elif self._last_step is not None:
             steps = steps.filter(pl.col("step") > self._last_step)
-        steps = steps.sort("time", "step") if steps["time"].null_count() == 0 else steps.sort("step")
+        # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
+        steps = steps.sort("time", "step") if steps["time"].null_count() == 0 else steps.sort("file", "line")
         if live and steps.height:
             # The newest step's table may still be arriving: wait until a later step or the next poll.
             newest = steps.row(-1, named=True)
@@ -455,6 +458,7 @@ class _Follower:
         if row.time and self._last_step_time and row.time > self._last_step_time:
             self._durations.append((row.time - self._last_step_time).total_seconds())
         self._last_step_time = row.time or self._last_step_time
+        relaunched = row.step is not None and self._last_step is not None and row.step <= self._last_step
         if self._collapse_onset is not None and row.step is not None and row.step <= self._collapse_onset and "reward_collapse" in self._latched:
             # A relaunch went back to before the collapse (a checkpoint saved before it): a new
             # attempt, watched afresh; one from a checkpoint saved during it carries it on.
@@ -465,8 +469,9 @@ class _Follower:
         self._latched.pop("stall", None)  # the run logged a step: it is moving again
         # ... and past a crash only with a step after the one it failed in: Ray forwards a worker's
         # output late, so the step the crash ended can reach the console after the death did.
+        # A relaunch going back is a new attempt: its own crash is a new one.
         crashed = self._latched.get("crash")
-        if row.step is None or crashed is None or crashed < row.step:
+        if row.step is None or crashed is None or crashed < row.step or relaunched:
             self._latched.pop("crash", None)
         if self._exit is not None:
             self._called_after_exit = True
@@ -772,22 +777,26 @@ def _refuse_inside(state_dir: Path, watched: Path) -> None:
 
 
 def _in_log_order(steps: list[_Step], events: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
-    """Steps and events merged in the order they were written: by time, else by step (an event
-    belongs to the step in progress, so it comes before that step's header)."""
+    """Steps and events merged in the order they were written: by time, else steps as given (in
+    log order: a relaunch's copies after the attempt it abandoned) and each event just before the
+    first step logged at or past its own (it belongs to the step in progress)."""
     header_time = {s.step: s.time for s in steps if s.time is not None}
     timed = bool(header_time)
+    reached = list(itertools.accumulate((s.step if s.step is not None else -1 for s in steps), max))
 
-    def key(item: tuple[str, Any]) -> tuple[Any, ...]:
-        kind, r = item
+    def key(item: tuple[int, str, Any]) -> tuple[Any, ...]:
+        at, kind, r = item
         step = r.step if kind == "step" else r["step"]
         when = r.time if kind == "step" else r["time"]
         if timed:
             when = when or header_time.get(step) or datetime.max
             return (when, kind == "step")
-        return (step if step is not None else math.inf, kind == "step")
+        if kind == "step":
+            return (at, 1)
+        return (bisect.bisect_left(reached, step) if step is not None else math.inf, 0)
 
-    items = [("step", s) for s in steps] + [("event", e) for e in events]
-    return iter(sorted(items, key=key))
+    items = [(i, "step", s) for i, s in enumerate(steps)] + [(0, "event", e) for e in events]
+    return iter((kind, r) for _, kind, r in sorted(items, key=key))
 
 
 def _logged_after(row: _Step, evidence: Evidence) -> bool:

@@ -104,7 +104,7 @@ class CustomLog:
     path: str
     format: str
     steps: pl.DataFrame
-    """Every step line, in log order (a restart's copies and the attempt's it abandoned)."""
+    """Every copy of a step, at its last line, in log order (a restart's and the attempt's it abandoned)."""
     metrics: pl.DataFrame
     events: pl.DataFrame
     detail: pl.DataFrame
@@ -176,7 +176,13 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
         .agg(pl.col("step").first(), pl.col("time").first(), pl.col("value").mean(), pl.col("line").min())
         .sort("anchor")
     )
-    gone = steps.filter(abandoned(pl.col("step")))["line"].implode()
+    # A copy of a step is a run of lines carrying its number (a format may print it on each micro-step).
+    copies = (
+        steps.group_by(pl.col("step").rle_id().alias("copy"), maintain_order=True)
+        .agg(pl.col("step").first(), pl.col("line"), pl.col("time").last())
+        .with_columns(abandoned(pl.col("step")).alias("abandoned"))
+    )
+    gone = copies.filter("abandoned").explode("line")["line"].implode()
     metrics = values.filter(~pl.col("anchor").is_in(gone)).unique(["step", "key"], keep="last", maintain_order=True)
     superseded = values.filter(pl.col("anchor").is_in(gone)).with_columns(pl.col("anchor").alias("line"))
     events, event_lines = _events(parts["marked"], steps, fmt)
@@ -186,7 +192,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     return CustomLog(
         path=path,
         format=fmt.name,
-        steps=conform(steps.with_columns(file), STEP_SCHEMA),
+        steps=conform(copies.with_columns(pl.col("line").list.last(), file), STEP_SCHEMA),
         metrics=conform(metrics.with_columns(file), METRIC_SCHEMA),
         superseded=conform(superseded.with_columns(file), METRIC_SCHEMA),
         events=conform(events.with_columns(file, pl.lit(fmt.source).alias("source")), EVENT_SCHEMA),
@@ -247,13 +253,18 @@ def _own(rows: pl.DataFrame, steps: pl.DataFrame, at: str, notes: list[str]) -> 
     if loose.is_empty():
         return owned.with_columns(pl.col("step_line").alias("anchor"))
     if at == "end":
-        current = int(steps["step"].max()) + 1 if not steps.is_empty() else 0
+        current = _in_progress(steps)
         notes.append(f"{loose['line'].n_unique()} lines after the last step line belong to step {current}, unfinished when the log ends")
         owned = owned.with_columns(pl.col("step").fill_null(current))
     else:
         notes.append(f"{loose['line'].n_unique()} lines before the first step line were skipped")
         owned = owned.filter(pl.col("step").is_not_null())
     return owned.with_columns(pl.col("step_line").fill_null(rows["line"].max() + 1).alias("anchor"))
+
+
+def _in_progress(steps: pl.DataFrame) -> int:
+    """The step after the last step line (in log order: a restart's, not the highest number)."""
+    return int(steps.sort("line")["step"][-1]) + 1 if not steps.is_empty() else 0
 
 
 def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tuple[pl.DataFrame, pl.Series]:
@@ -285,7 +296,7 @@ def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tup
     strategy = "forward" if fmt.step_line_at == "end" else "backward"
     events = events.join_asof(lines, left_on="line", right_on="step_line", strategy=strategy)
     if fmt.step_line_at == "end" and not steps.is_empty():
-        events = events.with_columns(pl.col("step").fill_null(int(steps["step"].max()) + 1))
+        events = events.with_columns(pl.col("step").fill_null(_in_progress(steps)))
     return events, used
 
 

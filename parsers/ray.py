@@ -1056,10 +1056,11 @@ def _last_words(events: pl.DataFrame, workers: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("time").min())
     )
     files = workers.join(dead, on="pid", how="inner").sort("time", "file", nulls_last=True)
+    told = set(events.select("file", "line").iter_rows())
     rows = []
     for file, pid, name, lines, time in files.select("file", "pid", "name", "lines", "time").iter_rows():
         found = _last_line(Path(file), lines)
-        if found is not None:
+        if found is not None and (file, found[0]) not in told:  # (a line that is an event already is cited as one)
             line, text = found
             rows.append({"time": time, "source": "ray", "kind": "worker_last_output", "severity": "info", "file": file,
                          "line": line, "message": text, "count": 1, "pid": pid, "worker": name})
@@ -1079,11 +1080,11 @@ def _last_line(path: Path, lines: int) -> tuple[int, str] | None:
         return None
     parts = tail.removesuffix("\n").split("\n")
     for back, text in enumerate(reversed(parts)):
-        if start and back == len(parts) - 1:
-            return None  # (the first piece may be the end of a longer line)
-        said = re.sub(ANSI, "", text).strip()
+        # What a terminal shows of a line a progress bar rewrote with carriage returns: its last state.
+        said = next((piece for piece in reversed(re.sub(ANSI, "", text).split("\r")) if piece.strip()), "").strip()
         if said and not re.match(_MARKER, said):
-            return lines - back, said[:_MESSAGE_CHARS]
+            cut = len(said) > _MESSAGE_CHARS or (start and back == len(parts) - 1)  # (the first piece may be a longer line's end)
+            return lines - back, "…" + said[-_MESSAGE_CHARS:] if cut else said
     return None
 
 

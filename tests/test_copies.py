@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import polars as pl
@@ -178,3 +179,24 @@ def test_a_relaunched_runs_tensorboard_copy_holds_no_abandoned_values(relaunched
     _one_abandoned_collapse(tree)
     (log_dir / paths.trainer_log.name).unlink()
     _one_abandoned_collapse(tree)
+
+
+def test_a_collapse_in_the_middle_attempt_of_three_in_a_tensorboard_copy_is_told(tmp_path: Path) -> None:
+    """Resumed twice: 0-79 healthy; from 49, 50-69 with the reward 0 from 55; from 39, 40-99 healthy.
+    The middle attempt's copies of its steps are its own (one copy per step had hidden them)."""
+    from areal_builder import healthy_reward
+
+    def rows(lo: int, hi: int, zero_from: int | None = None) -> list:
+        return [(s, {KEYS[0]: 0.0 if zero_from is not None and s >= zero_from else healthy_reward(s + 1),
+                     KEYS[1]: -0.01 - s / 1e4, KEYS[2]: 0.3 + (s % 7) / 10}) for s in range(lo, hi + 1)]
+
+    for i, part in enumerate([rows(0, 79), rows(50, 69, zero_from=55), rows(40, 99)]):
+        writer = tensorboardX.SummaryWriter(str(tmp_path / "tb"), filename_suffix=f".part{i}")
+        for step, row in part:
+            for key, value in row.items():
+                writer.add_scalar(key, value, step)
+        writer.close()
+        time.sleep(0.05)  # each file's first record a later wall time
+    [run] = analyze([tmp_path / "tb"]).runs
+    assert [(i.kind, i.onset_step, i.end_step) for i in run.incidents] == [("reward_collapse", 56, 71)]
+    assert "in an attempt the run abandoned at step 70: a relaunch from step 40 took the run on from step 41" in run.incidents[0].summary

@@ -172,3 +172,56 @@ def test_a_loop_whose_loss_diverges_names_the_loss(tmp_path: Path) -> None:
     assert (incident.kind, incident.metric, incident.onset_step, incident.cause) == ("nan_inf", "loss", 30, "numerical_divergence")
     events = run.events.filter(pl.col("kind") == "nan_inf")
     assert events.height == 11 and set(events["source"]) == {"custom"} and events["message"][0] == "step 30: loss = NaN"
+
+
+def _loop_iteration(n: int, dead: bool = False) -> list[str]:
+    """One iteration of seed 003's loop as it prints it: four micro-batches, then the iteration's
+    line. Dead: every group's rewards identical (all right or all wrong), so the loss is 0."""
+    lines = []
+    for m in range(4):
+        reward, spread = (float(n % 2), 0.0) if dead else (0.3 + (n + m) % 5 / 20, 0.3)
+        lines += [f"[Micro {m}] 1. Iteration start: mem=16104.8 MB, time=0.000s",
+                  f"[Micro {m}] 2. Samples generated: mem=18239.4 MB, time=2.{n:03d}s",
+                  f"[Micro {m}] 3. Samples scored: mem=18411.7 MB, time=2.5{m}0s, rewards={reward:.4f}±{spread:.4f}",
+                  f"[Micro {m}] 4. Loss computed: mem=21381.4 MB, time=3.0{m}0s, pg_loss={0 if dead else 0.02:.6f}, kl=0.000000, "
+                  f"total={0 if dead else 0.02:.6f}"]
+    loss = 0.0 if dead else 0.1 + n / 1000
+    return [*lines, "5. Optimizer step finished: mem=16012.0 MB, time=25.000s total",
+            f"iter {n}: loss {loss:.4f} (main {loss:.4f}, critic 0.0000), time 2500{n % 10}.00ms"]
+
+
+def test_a_restarted_loop_ends_in_the_restarts_step_not_the_first_attempts(tmp_path: Path) -> None:
+    """Iterations 0-29, a restart from 18 that logs 18-23 with dead batches from 19, and the log
+    ends in the middle of iteration 24: the values after the last line, and the traceback, are
+    iteration 24's (the first attempt reached 29, but the run is at 23)."""
+    lines = [line for n in range(30) for line in _loop_iteration(n)] + ["Resuming training from out/ckpt.pt (iter 18)"]
+    lines += [line for n in range(18, 24) for line in _loop_iteration(n, dead=n >= 19)]
+    lines += _loop_iteration(24, dead=True)[:8] + ["Traceback (most recent call last):", '  File "train_grpo.py", line 412, in <module>',
+                                             "ValueError: reward model returned an empty batch"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("\n".join(lines) + "\n")
+    [run] = analyze([tmp_path / "run"]).runs
+    assert int(run.steps["step"].max()) == 23
+    summaries = {i.kind: i.summary for i in run.incidents}
+    assert "(the last, step 24, unfinished when the log ends)" in summaries["zero_variance"]
+    assert run.events.filter(pl.col("kind") == "traceback")["step"].to_list() == [24]
+    assert summaries["crash"].startswith("an uncaught exception during step 24")
+
+
+def test_a_format_printing_the_step_on_every_micro_line_is_no_relaunch(tmp_path: Path) -> None:
+    """A declared format whose micro-step lines carry the step number: one copy of each step, none abandoned."""
+    fmt = tmp_path / "micro.toml"
+    fmt.write_text('name = "micro"\n'
+                   "regex = '^step (?P<step>\\d+) micro (?P<micro>\\d+) \\| reward=(?P<reward>\\S+)'\n"
+                   '[values]\nreward = "reward/mean"\n')
+    lines = [f"step {s} micro {m} | reward={0.0 if s >= 40 else 0.25 + (s * 7 + m * 3) % 11 / 20:.4f}" for s in range(1, 61) for m in range(4)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("\n".join(lines) + "\n")
+    from parsers.custom import load_custom_format, read_custom_log
+
+    log = read_custom_log(tmp_path / "run" / "train.log", load_custom_format(fmt))
+    assert log.superseded.is_empty() and log.steps["step"].to_list() == list(range(1, 61))
+    [run] = analyze([tmp_path / "run"], custom_format=fmt).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 40)]
+    result = runner.invoke(app, ["watch", "--replay", str(tmp_path / "run"), "--log-format", str(fmt), "--json"])
+    assert [(a["kind"], a["onset_step"], a["step"]) for a in json.loads(result.stdout)["alarms"]] == [("reward_collapse", 40, 44)]

@@ -238,6 +238,31 @@ def test_an_exit_and_a_sigkill_are_told_apart_by_the_dead_workers_last_line(name
 
 
 @needs_samples
+def test_each_dead_workers_last_line_is_quoted_as_a_terminal_shows_it(tmp_path: Path) -> None:
+    """e_oom: both workers the memory monitor killed are quoted (the first to die was an idle one).
+    b_sigkill with the killed worker's stderr ending in a progress bar its \\r updates rewrote, and
+    a line that is an event already (a SIGSEGV banner): the bar's last state; the event kept."""
+    from forensics import analyze
+
+    [crash] = analyze([SAMPLES / "e_oom"]).runs[0].incidents
+    assert "The last lines the dead workers printed: “RolloutWorker started, pid=1388”" in crash.summary
+    assert "“[rank1] generate_sequences: building KV cache for step 3”" in crash.summary
+    copy = tmp_path / "b"
+    shutil.copytree(SAMPLES / "b_sigkill", copy)
+    logs = next(copy.glob("session_*/logs"))
+    next(logs.glob("worker-ce04*-471.out")).write_text(":job_id:01000000\n:actor_name:WorkerDict\n")
+    err = next(logs.glob("worker-ce04*-471.err"))
+    bar = "".join(f"\rProcessed prompts: {100 * i // 512:3d}%| {i}/512" for i in range(0, 400, 4))
+    err.write_text(err.read_text() + "generating rollouts for step 3\n" + bar)
+    [crash] = analyze([copy]).runs[0].incidents
+    assert "The last line it printed: “Processed prompts:  77%| 396/512” (worker-ce04" in crash.summary
+    err.write_text(err.read_text() + "\n[2026-11-22 03:11:50,400 E 471 471] logging.cc:474: *** SIGSEGV received at time=1795317110 on cpu 1 ***\n")
+    run = analyze([copy]).runs[0]
+    assert run.events.filter(pl.col("kind") == "segfault").height == 1
+    assert "“Processed prompts:" not in run.incidents[0].summary  # its last line is the banner, an event already
+
+
+@needs_samples
 def test_inputs_are_not_touched(tmp_path: Path) -> None:
     copy = tmp_path / "b"
     shutil.copytree(SAMPLES / "b_sigkill", copy)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -188,3 +190,54 @@ def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: P
     if ray_session:  # step times rebuilt copy after copy: the abandoned attempt's steps came first
         assert onset.time is not None and onset.time < run.steps.filter(pl.col("step") == 31)["time"].item()
         assert incident.wasted_hours is not None and 0.2 < incident.wasted_hours < 0.25
+
+
+def _restarted(root: Path, **changes):
+    """The first attempt's score 0 from step 32; verl restarted from global_step_30; 31-60 healthy."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    spec = VerlRunSpec(steps=60, save_freq=10, test_freq=0, restart=(45, 30), first_score=lambda s: 0.0 if s >= 32 else healthy_score(s))
+    return write_verl_run(root, replace(spec, **changes))
+
+
+def test_a_restart_into_a_new_console_log_keeps_one_copy_of_each_step(tmp_path: Path) -> None:
+    """Restarted by hand into train_resume.log beside train.log: each step's value is the newest file's
+    (both files' had been kept, two values for steps 31-45, and the collapse went unsaid)."""
+    paths = _restarted(tmp_path / "run", file_logger=False)
+    lines = paths.train_log.read_text().splitlines(keepends=True)
+    split = next(i for i, line in enumerate(lines) if "Load from checkpoint" in line)
+    paths.train_log.write_text("".join(lines[:split]))
+    (tmp_path / "run" / "train_resume.log").write_text("".join(lines[:8]) + "".join(lines[split:]))
+    run = only(tmp_path / "run")
+    score = run.metrics.filter(pl.col("key") == "critic/score/mean")
+    assert score["step"].is_duplicated().sum() == 0 and score.filter(pl.col("step") == 40)["value"].item() > 0
+    assert [(i.kind, i.recovered) for i in run.incidents] == [("reward_collapse", True)]
+    assert "in an attempt the run abandoned at step 45" in run.incidents[0].summary
+
+
+def test_a_restart_in_a_console_without_times_is_replayed_in_log_order(tmp_path: Path) -> None:
+    """No Ray session, so no step times: the replay feeds the copies as the log has them (by step,
+    the two attempts' copies alternated and no alarm fired); the restart's own collapse is a second."""
+    from verl_builder import healthy_score
+
+    _restarted(tmp_path / "run", file_logger=False, score=lambda s: 0.0 if s >= 33 else healthy_score(s))
+    result = runner.invoke(app, ["watch", "--replay", str(tmp_path / "run"), "--json"])
+    alarms = [(a["kind"], a["onset_step"]) for a in json.loads(result.stdout)["alarms"]]
+    assert alarms == [("reward_collapse", 32), ("reward_collapse", 33)]
+
+
+def test_steps_a_copy_holds_whole_are_not_unfinished(tmp_path: Path) -> None:
+    """The console was copied at step 40; the file logger's JSONL goes on to 60, dead batches from 45."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=60, save_freq=10, test_freq=0))
+    records = [json.loads(line) for line in paths.jsonl.read_text().splitlines()]
+    for record in records:
+        if record["step"] >= 45:
+            record["data"].update({"actor/pg_loss": 0.0, "actor/grad_norm": 0.0, "critic/advantages/mean": 0.0,
+                                   "critic/score/mean": float(record["step"] % 2), "critic/rewards/mean": float(record["step"] % 2)})
+    paths.jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = paths.train_log.read_text().splitlines(keepends=True)
+    paths.train_log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "step:41 - " in line)]))
+    [dead] = [i for i in only(tmp_path / "run").incidents if i.kind == "zero_variance"]
+    assert dead.onset_step == 45 and "unfinished" not in dead.summary

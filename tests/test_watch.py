@@ -365,6 +365,29 @@ def test_one_death_forwarded_late_to_the_console_is_one_crash_alarm() -> None:
     assert [(a.kind, a.step) for a in result.alarms] == [("crash", 2)]
 
 
+def test_a_relaunch_that_crashes_again_is_a_second_crash_alarm(tmp_path: Path) -> None:
+    """recover.mode auto: the first attempt logs steps 1-80 and dies on an uncaught exception; the
+    relaunch from step 50 logs 51-60 and dies the same way. Each death is an alarm (the crash latch
+    had waited for a step past 81)."""
+    from datetime import timedelta
+
+    from areal_builder import LogLine, Relaunch, RunSpec, schedule, write_run
+
+    traceback = ('Traceback (most recent call last):\n  File "/AReaL/examples/math/gsm8k_grpo.py", line 180, in main\n'
+                 "    stats = actor.ppo_update(batch)\nValueError: bad batch")
+    base = RunSpec(last_step=80, save_freq_steps=10, recover_mode="auto", recover_freq_steps=50,
+                   relaunch=Relaunch(stop_after=80, resume_from=50, pause=200.0))
+    first = {t.step: t.time for t in schedule(base) if t.attempt == 0}
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**base.__dict__, "extra_lines": (LogLine(first[80] + timedelta(seconds=40), traceback),)}))
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    h60 = [i for i, line in enumerate(lines) if "Train step 60/" in line][-1]
+    end = next(i for i in range(h60 + 1, len(lines)) if lines[i].startswith("\u2558")) + 1
+    paths.trainer_log.write_text("".join(lines[:end]) + traceback + "\n")
+    [result] = replay([paths.fileroot])
+    assert [(a.kind, a.onset_step) for a in result.alarms] == [("crash", 81), ("crash", 61)]
+    assert result.offline_onsets == [("crash", 61)]
+
+
 def test_replay_exits_5_when_asked_and_an_alarm_would_have_fired() -> None:
     outputs = str(FIXTURES / "sglang_healthy_collapse" / "outputs")
     assert runner.invoke(app, ["watch", outputs, "--replay"]).exit_code == 0
