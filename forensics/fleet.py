@@ -410,6 +410,10 @@ def _in_pool(tasks: list[_Task], workers: int, broken: list[_Task] | None) -> It
                     futures[pool.submit(_analyze_one, task)] = task
                 except (BrokenProcessPool, OSError):  # a worker died while the runs were handed out
                     lost.append(task)
+                except ValueError as exc:  # ... while the next was being started: its pipes closed under it
+                    if "fds_to_keep" not in str(exc):
+                        raise
+                    lost.append(task)
         for future in as_completed(futures):
             # Let go of each future as its result is taken: a done future holds its run's rendered
             # report, and a fleet of hundreds would otherwise keep them all to the end.
