@@ -123,6 +123,7 @@ def load_run(
         pl.concat(frames).with_columns(pl.col("step") + offsets.get(name, 0), pl.lit(name).cast(pl.Categorical).alias("source"))
         for name, frames in abandoned.items()
     ]
+    earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
     merged = merge_sources(shifted)
     del shifted
     all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"), pl.lit(False).alias("lineage"))
@@ -130,12 +131,11 @@ def load_run(
     if all_steps.is_empty() and not merged.metrics.is_empty():
         # A run known only from copies: its steps from their values, an abandoned attempt's from its own.
         all_steps = _steps_from_metrics(merged.metrics)
-        abandoned_steps = _steps_from_metrics(pl.concat(superseded, how="vertical_relaxed"), per_file=True) if superseded else abandoned_steps
+        abandoned_steps = _steps_from_metrics(earlier, per_file=True)
     notes = shifts + list(merged.notes)
     estimated = False
     if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
-        abandoned_rows = pl.concat(superseded, how="vertical_relaxed") if superseded else None
-        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]), abandoned_rows)
+        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]), earlier)
         estimated = all_steps["time"].null_count() < all_steps.height
         if estimated:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
@@ -149,7 +149,6 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
-    earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
     if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time
         copy_time = all_steps.select(pl.col("file").cast(pl.String), "line", pl.col("time").alias("copy_time"))
         earlier = (earlier.with_columns(pl.col("file").cast(pl.String).alias("path"))

@@ -1056,7 +1056,9 @@ def _last_words(events: pl.DataFrame, workers: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("time").min())
     )
     files = workers.join(dead, on="pid", how="inner").sort("time", "file", nulls_last=True)
-    told = set(events.select("file", "line").iter_rows())
+    if files.is_empty():
+        return pl.DataFrame(schema=RAY_EVENT_SCHEMA)
+    told = set(events.filter(pl.col("file").is_in(files["file"].implode())).select("file", "line").iter_rows())
     rows = []
     for file, pid, name, lines, time in files.select("file", "pid", "name", "lines", "time").iter_rows():
         found = _last_line(Path(file), lines)
