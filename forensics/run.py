@@ -32,6 +32,7 @@ from parsers.schema import (
     METRIC_SCHEMA,
     STEP_SCHEMA,
     abandoned,
+    abandoned_by_later_parts,
     conform,
     cut_alike,
     empty,
@@ -403,21 +404,15 @@ def _latest_copy(ranked: list[tuple[int, pl.DataFrame]], *, lineage: bool = Fals
         metrics = ranked[0][1].select(list(METRIC_SCHEMA))
     else:
         metrics = pl.concat(frame.with_columns(pl.lit(rank).alias("rank")) for rank, frame in ranked)
+        if lineage:  # the same log's later rotated parts going back abandon an earlier part's steps from there on
+            files = pl.DataFrame({"rank": [r for r, f in ranked if f.height], "file": [str(f["file"][0]) for _, f in ranked if f.height]})
+            streams = dict(files.select("rank", stream_of(pl.col("file"))).iter_rows())  # (a file's, not each row's)
+            stream = pl.col("rank").replace_strict(streams, default=None, return_dtype=pl.String).alias("stream")
+            gone = abandoned_by_later_parts(metrics.with_columns(stream), "rank", "stream")
+            older, metrics = metrics.filter(gone), metrics.filter(~gone)
+        # Of what each file keeps (logs of different names: a relaunch into a new file), the newest file's step wins.
         newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
-        if lineage:
-            # Each file's lowest step, and the lowest of the same log's rotated parts after it: where they went back to.
-            lowest = metrics.group_by("rank").agg(pl.col("step").min(), stream_of(pl.col("file").first()).alias("stream")).sort("rank")
-            after = pl.col("step").reverse().cum_min().forward_fill().reverse().shift(-1).over("stream")
-            later = dict(zip(lowest["rank"], lowest.select(after)["step"], strict=True))
-            back = pl.col("rank").replace_strict(later, default=None, return_dtype=pl.Int64)
-            kept = pl.col("step").is_null() | (pl.col("step") < back).fill_null(True)
-            # Logs of different names (a relaunch into a new file): of what each keeps, the newest file's step wins.
-            older, metrics = metrics.filter(~kept), metrics.filter(kept)
-            newest = pl.col("step").is_null() | (pl.col("rank") == pl.col("rank").max().over("step"))
-            older = pl.concat([older, metrics.filter(~newest)])
-        else:
-            older = metrics.filter(~newest)
-        older = older.select(list(METRIC_SCHEMA))
+        older = pl.concat([older.select(list(METRIC_SCHEMA)), metrics.filter(~newest).select(list(METRIC_SCHEMA))])
         metrics = metrics.filter(newest).select(list(METRIC_SCHEMA))
     # A table parser's values are in time order within each step: a stable sort by step alone
     # (several times cheaper than by two columns) is then the whole sort.

@@ -90,21 +90,23 @@ def _stray(step: pl.Expr) -> pl.Expr:
     return ((step <= step.shift(1)) & nxt.is_not_null() & (nxt != step + 1)).fill_null(False)
 
 
-def abandoned_by_later_parts(rows: pl.DataFrame, part: str) -> pl.Series:
+def abandoned_by_later_parts(rows: pl.DataFrame, part: str, within: str = "key") -> pl.Series:
     """Over the metric rows of a run written in parts (``part``: their order; a W&B run's resumed
-    folders, a TensorBoard folder's event files): whether a later part of the same key goes back to
-    the row's step or before it — :func:`abandoned` with each part as one attempt, its steps rising.
+    folders, a TensorBoard folder's event files, a log's rotated files): whether a later part of the
+    same ``within`` group (a key; a log's stream) goes back to the row's step or before it —
+    :func:`abandoned` with each part as one attempt, its steps rising.
 
     This is TensorBoard's own rule (it purges a tag's events from the step a restart went back to)
     and what a relaunch from an earlier checkpoint does: the attempt is abandoned from there on,
     whether or not the later part got as far.
     """
-    spans = rows.group_by(part, "key").agg(pl.col("step").min().alias("lowest"), pl.col("step").max().alias("highest"))
-    back = spans.sort(part).with_columns(pl.col("lowest").cum_min(reverse=True).shift(-1).over("key").alias("back"))
-    back = back.filter(pl.col("highest") >= pl.col("back")).select(part, "key", "back")
+    spans = rows.group_by(part, within).agg(pl.col("step").min().alias("lowest"), pl.col("step").max().alias("highest"))
+    later = pl.col("lowest").cum_min(reverse=True).backward_fill().shift(-1)  # (a part with no step passed over)
+    back = spans.sort(part).with_columns(later.over(within).alias("back"))
+    back = back.filter(pl.col("highest") >= pl.col("back")).select(part, within, "back")
     if back.is_empty():  # (no part goes back: nothing to join)
         return pl.repeat(False, rows.height, dtype=pl.Boolean, eager=True).alias("abandoned")
-    joined = rows.select(part, "key", "step").join(back, on=[part, "key"], how="left", maintain_order="left")
+    joined = rows.select(part, within, "step").join(back, on=[part, within], how="left", maintain_order="left")
     return joined.select((pl.col("step") >= pl.col("back")).fill_null(False).alias("abandoned")).to_series()
 
 
