@@ -47,13 +47,11 @@ MAX_REWIND = 64 << 20
 SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
 #: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
 #: a splice must apply the same rule across the cut. ``header``: a step going back abandons every
-#: earlier table from that step on; ``lineage``: so do step lines, other lines keep each key's later
-#: value; ``key``: each key's later value.
+#: earlier table from that step on; ``key``: each key's later value; ``lineage``: as ``key``, every
+#: step copy listed — and a grown part going back is parsed afresh with the whole file, for the
+#: splice cannot judge such a restart from it alone (a loop's values may sit above their step line;
+#: a verl restart's validation line holds values of the step it resumed from).
 LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "lineage"}
-#: Readers whose restarts a splice cannot judge from the grown part alone (a loop's values may sit
-#: above their step line; a verl restart's validation line holds values of the step it resumed
-#: from): a grown part going back is parsed afresh with the whole file.
-AFRESH_ON_RELAUNCH = frozenset({"custom", "verl"})
 
 
 def default_cache_dir() -> Path:
@@ -223,7 +221,7 @@ class ParseCache:
             return None  # the cut is not where the last step header was: do not trust the splice
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))
-        if reader in AFRESH_ON_RELAUNCH and _goes_back(tail):
+        if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
             return None
         notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
         return replace(
@@ -256,14 +254,7 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
         return frames
     old, new = head["metrics"], tail["metrics"]
     stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
-    if rule == "lineage" and tail["steps"].height:
-        # The tail's steps going back abandon the head's step lines from there on; values on other
-        # lines (validation alone) keep the later value per key, as below. (verl's and a loop's
-        # tails do not go back here, beyond the old parse's last step line: see AFRESH_ON_RELAUNCH.)
-        lines = head["steps"]["line"].implode()
-        gone = stepped & (pl.col("step") >= tail["steps"]["step"].min()) & pl.col("line").is_in(lines)
-        frames["superseded"] = pl.concat([head["superseded"], old.filter(gone), tail["superseded"]]).sort("line", maintain_order=True)
-        old = rows_where(old, ~gone)
+    # (A "lineage" tail never goes back past the old parse's last step line, which that parse judged.)
     again = pl.col("step").is_in(new["step"].drop_nulls().unique().implode())
     if rule == "header" and tail["steps"].height:  # the tail going back abandons the head from there on
         again = pl.col("step") >= tail["steps"]["step"].min()
