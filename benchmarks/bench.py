@@ -40,9 +40,9 @@ Then what bounds the throughput: each parser alone on its own files in a fresh p
 CPU seconds, peak RSS), a Polars floor (every line of every file as a string plus one literal
 search, two threads), the least Polars parse (``LEAST``: what any Polars parser must do for what
 the analysis reads, with none of the tool's care for evidence and damaged input), and the CPU
-budget that 50 % of grep's throughput leaves on this machine's cores; and, as three more rows, the
-W&B, TensorBoard and verl JSONL readers, each on a copy of the run's metrics (``COPY_KEYS`` a step,
-written by ``wandb`` offline, tensorboardX and verl's file-logger format; not part of the set the
+budget that 50 % of grep's throughput leaves on this machine's cores; and, as four more rows, the
+W&B, TensorBoard, verl JSONL and verl console readers, each on a copy of the run's metrics (``COPY_KEYS``
+a step, written by ``wandb`` offline, tensorboardX and verl's file-logger and console formats; not part of the set the
 other tools read). The targets table says what the least parse alone would reach.
 
 And how cold ``analyze`` grows with the input, three ways: a longer run (``--scaling``: more
@@ -744,6 +744,17 @@ with open(sys.argv[1] + "/bench-grpo.jsonl", "w") as fh:
         fh.write(json.dumps({"step": step, "data": {k: rng.random() for k in keys}}) + "\n")
 """
 
+# verl's console: one ``step:N - key:value - …`` line a step through Ray's prefix, values as
+# ``pprint.pformat`` prints them (``np.float64(…)`` for numpy scalars).
+VERL_CONSOLE_WRITER = r"""
+import json, random, sys
+keys, steps = json.loads(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+with open(sys.argv[1] + "/train.log", "w") as fh:
+    for step in range(1, steps + 1):
+        fh.write(f"(TaskRunner pid=32604) step:{step} - " + " - ".join(f"{k}:np.float64({rng.random()!r})" for k in keys) + "\n")
+"""
+
 
 @dataclass(frozen=True)
 class MetricCopy:
@@ -766,6 +777,7 @@ COPIES = (
     MetricCopy("tensorboard", "TensorBoard reader", "an event file written by tensorboardX", "*tfevents*",
                TENSORBOARD_WRITER, 10_000),
     MetricCopy("verl_jsonl", "verl JSONL reader", "verl's file-logger lines", "*.jsonl", VERL_JSONL_WRITER),
+    MetricCopy("verl", "verl console reader", "verl's `step:N - key:value` lines through Ray", "train.log", VERL_CONSOLE_WRITER),
 )
 
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -111,8 +112,7 @@ def read_verl_log(path: Path, *, keys: str | None = None) -> VerlLog:
     first = next((ln for ln in sniff(path, 64 << 10).splitlines() if ln.strip()), "")
     if first.lstrip().startswith("{") and '"step"' in first:
         return _read_jsonl(path, keys)
-    log = _read_console(path)
-    return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys)) if keys is not None else log
+    return _read_console(path, keys)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,13 +149,14 @@ def _stitched(pieces: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     return {**parts, "step_lines": kept.drop("opens", "unsure")}
 
 
-def _read_console(path: Path) -> VerlLog:
+def _read_console(path: Path, keys: str | None = None) -> VerlLog:
     fmt = _console_format()
     prefixed = has_prefixes(path, fmt)
     parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched, heavy=True)
     log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
-    joined, orphans = _joined(parts["step_lines"])
-    metrics, superseded, steps, bad = _metrics(joined, str(path))
+    read = _metrics(_joined(parts.pop("step_lines")), str(path), keys)
+    joined, metrics, superseded, steps = read.records, read.metrics, read.superseded, read.steps
+    orphans, bad = read.orphans, read.bad
     events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
     if not joined.is_empty() and joined["step"].min() == 0 and steps.filter(pl.col("step") == 0).is_empty():
         notes.append("step 0 holds only the validation run before training (val_before_train)")
@@ -185,19 +186,39 @@ def _read_console(path: Path) -> VerlLog:
 #: a value's last character (a key such as ``global_step`` ends in a letter or ``_``).
 _MET = r"([\d)]|nan|inf|True|False)(\((?:[^()]*? )?pid=\w+(?:, ip=[\d.]+)?\) ?|step:\d+ - )"
 _LATER_PREFIX = r"^\((?:[^()]*? )?pid=\w+(?:, ip=[\d.]+)?\) ?"
+#: Bytes of metric-line text read into records and tokens at a time.
+_SLICE_BYTES = 4 << 20
 
 
-def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Metric lines with the pieces that directly follow them appended; pieces with no line above."""
+def _joined(rows: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """Metric records, a slice of about :data:`_SLICE_BYTES` of text at a time: each metric line
+    with the pieces that directly follow it appended, ``line, step, rest`` (``step`` null where a
+    line's step is damaged). Pieces with no metric line above come as a slice of their own, ``line``
+    only."""
     rows = rows.sort("line").with_columns(
         # A block of consecutive lines; a piece belongs to the metric line that opens its block.
         (pl.col("line") != pl.col("line").shift(1) + 1).fill_null(True).cum_sum().alias("block"),
         pl.col("is_step").cum_sum().alias("record"),
     )
     attached = pl.col("is_step") | (pl.col("is_step").cast(pl.Int32).cum_sum().over("block") > 0)
-    orphans = rows.filter(~attached).height
+    rows = rows.with_columns(attached.alias("attached"))
+    yield rows.filter(~pl.col("attached")).select("line")
+    rows = rows.filter("attached")
+    if rows.is_empty():
+        return
+    # Slices end where a record does: a record's first row starts a new slice once the text
+    # before it fills one (the rows are a view of the batch's text, sliced without a copy).
+    filled = rows.select("record", (pl.col("text").str.len_bytes().cum_sum() // _SLICE_BYTES).alias("slice"))
+    starts = filled.select(pl.col("slice").first().over("record")).with_row_index()
+    cuts = starts.filter(pl.col("slice") != pl.col("slice").shift(1).fill_null(-1))["index"].to_list()
+    for begin, end in zip(cuts, [*cuts[1:], rows.height], strict=True):
+        yield _records(rows.slice(begin, end - begin))
+
+
+def _records(rows: pl.DataFrame) -> pl.DataFrame:
+    """Whole records of metric lines and their pieces → ``line, step, rest``."""
     # A hard wrap cuts anywhere, even inside a number: glue the pieces back as they were.
-    frame = rows.filter(attached).group_by("record", maintain_order=True).agg(pl.col("line").first(), pl.col("text").str.join(""))
+    frame = rows.group_by("record", maintain_order=True).agg(pl.col("line").first(), pl.col("text").str.join(""))
     # Prints that met on one line (a metric line lost its newline): each record is read on its own,
     # else the next one's values would overwrite these under this step; other prints are the
     # event reader's (it reads the whole line).
@@ -207,62 +228,118 @@ def _joined(rows: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         .with_columns(pl.col("text").str.replace(_LATER_PREFIX, ""), pl.int_range(pl.len()).over("record").alias("piece"))
         .filter((pl.col("piece") == 0) | pl.col("text").str.starts_with(_config()["step"]["start"]))
     )
-    step = _config()["step"]
-    parsed = frame.with_columns(pl.col("text").str.strip_chars_end().str.extract_groups(step["regex"]).alias("g")).unnest("g")
-    parsed = parsed.with_columns(step_number(pl.col("step")).alias("step"))
-    orphans += parsed.filter(pl.col("step").is_null()).height
-    return parsed.filter(pl.col("step").is_not_null()).select("line", "step", "rest"), orphans
+    # ``step:N``, then nothing or `` - key:value…``: split, not one regex capturing the whole line.
+    start, separator = _config()["step"]["start"], _config()["step"]["separator"]
+    text = pl.col("text").str.strip_chars_end()
+    digits = text.str.extract(f"^{re.escape(start)}(\\d+)")
+    rest = text.str.slice(len(start) + digits.str.len_bytes())
+    whole = digits.is_not_null() & ((rest == "") | rest.str.starts_with(separator))
+    return frame.select("line", step_number(pl.when(whole).then(digits)).alias("step"), pl.when(whole).then(rest).alias("rest"))
 
 
-def _metrics(joined: pl.DataFrame, path: str) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, int]:
-    """``key:value`` tokens → the run's metric rows, those of attempts a restart abandoned, every
-    training step's copies (one a metric line that trains: not validation alone), and the count of
-    values that are not numbers.
+class _Read(NamedTuple):
+    records: pl.DataFrame
+    """``line, step`` of every metric record, in log order."""
+    metrics: pl.DataFrame
+    superseded: pl.DataFrame
+    steps: pl.DataFrame
+    orphans: int
+    """Pieces of wrapped lines that follow no metric line, and metric lines with a damaged step."""
+    bad: int
+    """Values that are not numbers."""
+
+
+def _metrics(slices: Iterator[pl.DataFrame], path: str, keys: str | None = None) -> _Read:
+    """Record slices (:func:`_joined`) → the run's metric rows, those of attempts a restart
+    abandoned, every training step's copies (one a metric line that trains: not validation
+    alone), and the counts of what could not be read. ``keys`` (a regex) keeps only the values of
+    the keys it finds something in; the copies are told from every key.
 
     A restart appending to the log goes back to the step it resumed from: the lines of the attempt
     before it that log that step or a later one are abandoned (see :func:`parsers.schema.abandoned`),
     whether or not the restart got as far. Validation alone (``val_before_train`` at the resumed
     step) goes back nowhere. Of what is left, a step's key logged twice keeps its later value.
     """
-    if joined.is_empty():
-        return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=STEP_SCHEMA), 0
-    numpy_scalar = _config()["step"]["numpy_scalar"]
-    tokens = (
-        joined.select("line", "step", pl.col("rest").str.split(" - ").list.slice(1).alias("token"))
-        .explode("token")
-        .filter(pl.col("token").is_not_null() & (pl.col("token") != ""))
-        .with_columns(pl.col("token").str.splitn(":", 2).struct.rename_fields(["key", "raw"]).alias("kv"))
-        .unnest("kv")
-        .with_columns(pl.col("raw").str.strip_chars().str.replace(numpy_scalar, "$1").alias("raw"))
-        .with_columns(
-            pl.when(pl.col("raw").is_in(["True", "np.True_"]))
-            .then(pl.lit(1.0))
-            .when(pl.col("raw").is_in(["False", "np.False_"]))
-            .then(pl.lit(0.0))
-            .otherwise(pl.col("raw").cast(pl.Float64, strict=False))
-            .alias("value")
-        )
-    )
-    bad = tokens.filter(pl.col("value").is_null()).height
-    values = tokens.filter(pl.col("value").is_not_null()).sort("line", maintain_order=True).with_columns(
-        pl.lit(path).alias("file"), pl.lit("verl").alias("source")
-    )
-    validation = _config()["step"]["validation_keys"]
+    validation = re.compile(_config()["step"]["validation_keys"])
+    orphans = next(slices).height
+    records, copies, values, bad = [], [], [], 0
+    # A slice at a time: a line's hundred tokens are rows only while its slice is read, and only
+    # the kept keys' values outlive it.
+    for part in slices:
+        orphans += part["step"].null_count()
+        part = part.filter(pl.col("step").is_not_null())
+        records.append(part.select("line", "step"))
+        tokens = _tokens(part)
+        bad += tokens["value"].null_count()
+        tokens = tokens.filter(pl.col("value").is_not_null())
+        names = tokens["key"].unique().drop_nulls().cast(pl.String).to_list()
+        trains = ~pl.col("key").is_in([name for name in names if validation.search(name)])
+        copies.append(tokens.group_by("line", "step", maintain_order=True).agg(trains.any().alias("trains")))
+        values.append(with_keys(tokens, keys))
+    if not records:
+        empty = pl.DataFrame(schema=METRIC_SCHEMA)
+        return _Read(pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64}), empty, empty, pl.DataFrame(schema=STEP_SCHEMA), orphans, bad)
     # (Records that met on one line are each a copy of their own step.)
-    copies = (
-        values.group_by("line", "step", maintain_order=True)
-        .agg((~pl.col("key").cast(pl.String).str.contains(validation)).any().alias("trains"))
+    copy = (
+        pl.concat(copies)
+        .group_by("line", "step", maintain_order=True)
+        .agg(pl.col("trains").any())
         .filter("trains")
         .with_columns(abandoned(pl.col("step")).alias("abandoned"))
     )
-    gone = copies.filter("abandoned").select("line", "step")
+    values = pl.concat(values).sort("line", maintain_order=True)
+    gone = copy.filter("abandoned").select("line", "step")
     kept, superseded = values, values.clear()
     if gone.height:  # (no restart, nothing to join: a long run's values are not copied)
         kept = values.join(gone, on=["line", "step"], how="anti", maintain_order="left")
         superseded = values.join(gone, on=["line", "step"], how="semi", maintain_order="left")
-    kept = kept.unique(["step", "key"], keep="last", maintain_order=True)
-    steps = copies.select("step", "line", pl.lit(path).alias("file"))
-    return (conform(kept.sort("step", "line"), METRIC_SCHEMA), conform(superseded, METRIC_SCHEMA), conform(steps, STEP_SCHEMA), bad)
+    kept = kept.unique(["step", "key"], keep="last", maintain_order=True).sort("step", "line")
+    steps = copy.select("step", "line", pl.lit(path).alias("file"))
+    return _Read(pl.concat(records), _rows(kept, path), _rows(superseded, path), conform(steps, STEP_SCHEMA), orphans, bad)
+
+
+def _tokens(part: pl.DataFrame) -> pl.DataFrame:
+    """A slice of metric lines as one row per ``key:value`` token: ``line, step, key, value``
+    (null where the value is not a number)."""
+    tokens = (
+        part.lazy()
+        .select("line", "step", pl.col("rest").str.split(_config()["step"]["separator"]).list.slice(1).alias("token"))
+        .explode("token")
+        .filter(pl.col("token").is_not_null() & (pl.col("token") != ""))
+        .select("line", "step", pl.col("token").str.splitn(":", 2).struct.rename_fields(["key", "raw"]).alias("kv"))
+        .unnest("kv")
+        .select("line", "step", pl.col("key").cast(pl.Categorical), pl.col("raw").str.strip_chars())
+        .collect()
+    )
+    raw = tokens["raw"]
+    value = _number(raw)
+    # numpy's other scalars and torch's tensors (``np.int64(3)``, ``tensor(0.5, device='cuda:0')``):
+    # the regex runs on what the plain reading left, a few tokens, not on every one.
+    odd = (value.is_null() & raw.str.ends_with(")")).arg_true()
+    if odd.len():
+        value = value.scatter(odd, _number(raw.gather(odd).str.replace(_config()["step"]["numpy_scalar"], "$1")))
+    return tokens.select("line", "step", "key", value.alias("value"))
+
+
+def _number(raw: pl.Series) -> pl.Series:
+    """A value's text as a number: a float, ``True``/``False``, or ``np.float64(…)`` (verl's
+    ``pprint`` reprs since July 2025); null otherwise."""
+    inner = raw.str.strip_prefix("np.float64(").str.strip_suffix(")")
+    scalar = raw.str.starts_with("np.float64(") & raw.str.ends_with(")")
+    return pl.select(
+        pl.when(raw.is_in(["True", "np.True_"]))
+        .then(pl.lit(1.0))
+        .when(raw.is_in(["False", "np.False_"]))
+        .then(pl.lit(0.0))
+        .when(scalar)
+        .then(inner.cast(pl.Float64, strict=False))
+        .otherwise(raw.cast(pl.Float64, strict=False))
+    ).to_series()
+
+
+def _rows(values: pl.DataFrame, path: str) -> pl.DataFrame:
+    """``line, step, key, value`` rows as the metric schema's, from ``path``."""
+    return conform(values.with_columns(pl.lit(path).alias("file"), pl.lit("verl").alias("source")), METRIC_SCHEMA)
 
 
 def _steps(metrics: pl.DataFrame, path: str) -> pl.DataFrame:

@@ -430,6 +430,53 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         assert (got.lines, got.unparsed_lines, got.notes, got.facts) == (want.lines, want.unparsed_lines, want.notes, want.facts)
 
 
+def _slices_log(tmp_path: Path) -> Path:
+    """Wrapped lines, records that met on one line, numpy and torch reprs, validation alone and a
+    restart that stopped short: every record shape the console reader splits into slices."""
+    met = (f"(TaskRunner pid=7) {metric_line(5, {'critic/score/mean': 0.5, 'timing_s/step': 1.0}, 'pformat')}"
+           f"{metric_line(6, {'critic/score/mean': 0.25, 'timing_s/step': 1.0}, 'pformat')}")
+    rows = [WRAPPED, met, "(TaskRunner pid=7) step:2 - val-core/openai/gsm8k/reward/mean@1:np.float64(0.5)",
+            "(TaskRunner pid=7) step:3 - critic/score/mean:np.int64(1) - actor/grad_norm:tensor(0.5000, device='cuda:0')"
+            " - training/flag:np.True_ - actor/x:oops - timing_s/step:np.float64(2.5)",
+            "(TaskRunner pid=7) step:4 - critic/score/mean:np.float64(0.75) - timing_s/step:np.float64(2.5)"]
+    path = tmp_path / "slices.log"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("slice_bytes", [1, 61, 4096])
+def test_slices_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slice_bytes: int) -> None:
+    """Metric lines are split into values a slice at a time (a long log's hundred values a line
+    are rows only while their slice is read): the cuts, anywhere between records, change nothing."""
+    import parsers.verl as verl
+
+    paths = [_slices_log(tmp_path), nccl_hang_run(tmp_path / "hang").train_log,
+             write_verl_run(tmp_path / "restart", VerlRunSpec(steps=12, save_freq=4, restart=(10, 8), test_freq=3)).train_log]
+    whole = {path: read_verl_log(path) for path in paths}
+    log = whole[paths[0]]
+    assert log.steps["step"].to_list() == [6, 7, 8, 5, 6, 3, 4] and log.unparsed_lines == 1  # actor/x:oops
+    assert _value(log, 3, "critic/score/mean") == 1.0 and _value(log, 3, "actor/grad_norm") == 0.5
+    assert _value(log, 3, "training/flag") == 1.0 and _value(log, 4, "timing_s/step") == 2.5
+    assert log.superseded.filter(pl.col("key") == "critic/score/mean")["step"].to_list() == [7, 5, 6]
+    monkeypatch.setattr(verl, "_SLICE_BYTES", slice_bytes)
+    for path, want in whole.items():
+        got = read_verl_log(path)
+        for frame in ("steps", "metrics", "superseded", "events"):
+            assert getattr(got, frame).equals(getattr(want, frame)), (path.name, frame)
+        assert (got.lines, got.unparsed_lines, got.notes, got.facts) == (want.lines, want.unparsed_lines, want.notes, want.facts)
+
+
+def test_kept_keys_leave_the_steps_as_they_were(tmp_path: Path) -> None:
+    """Only the keys asked for are kept, as the values are read; which lines train (not validation
+    alone), and so the steps and what a restart abandoned, are still told from every key."""
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=12, save_freq=4, restart=(10, 8), test_freq=3))
+    every, kept = read_verl_log(paths.train_log), read_verl_log(paths.train_log, keys="^critic/score/mean$")
+    assert kept.steps.equals(every.steps) and kept.events.equals(every.events) and kept.notes == every.notes
+    for frame in ("metrics", "superseded"):
+        want = getattr(every, frame).filter(pl.col("key") == "critic/score/mean")
+        assert not want.is_empty() and getattr(kept, frame).equals(want), frame
+
+
 @needs_samples
 @pytest.mark.parametrize(
     ("name", "kind"),
