@@ -152,9 +152,11 @@ def _stitched(pieces: dict[str, list[pl.DataFrame]]) -> dict[str, pl.DataFrame]:
 def _read_console(path: Path, keys: str | None = None) -> VerlLog:
     fmt = _console_format()
     prefixed = has_prefixes(path, fmt)
-    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched, heavy=True)
+    parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched,
+                          heavy=True, finish=partial(_read_batch, keys=keys))
     log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
-    read = _metrics(_joined(parts.pop("step_lines")), str(path), keys)
+    # What the batches read, and the records their edges cut, read now that they are whole again.
+    read = _metrics([parts, _read_records(_joined(parts.pop("step_lines")), keys)], str(path))
     joined, metrics, superseded, steps = read.records, read.metrics, read.superseded, read.steps
     orphans, bad = read.orphans, read.bad
     events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
@@ -237,32 +239,26 @@ def _records(rows: pl.DataFrame) -> pl.DataFrame:
     return frame.select("line", step_number(pl.when(whole).then(digits)).alias("step"), pl.when(whole).then(rest).alias("rest"))
 
 
-class _Read(NamedTuple):
-    records: pl.DataFrame
-    """``line, step`` of every metric record, in log order."""
-    metrics: pl.DataFrame
-    superseded: pl.DataFrame
-    steps: pl.DataFrame
-    orphans: int
-    """Pieces of wrapped lines that follow no metric line, and metric lines with a damaged step."""
-    bad: int
-    """Values that are not numbers."""
+def _read_batch(done: dict[str, pl.DataFrame], keys: str | None) -> dict[str, pl.DataFrame]:
+    """A batch's metric records read into values in the batch's own thread (see
+    :func:`_read_records`), but for those its edges may cut: the rows before its first metric line
+    and its last record stay text, for :func:`_stitched` to join with the batches' around it."""
+    rows = done["step_lines"]
+    record = rows["is_step"].cum_sum()
+    inner = (record > 0) & (record < (record.max() or 0))
+    # The edges' text copied: a filtered view would keep the whole batch's text alive to the end.
+    edges = rows.filter(~inner).with_columns(pl.concat_str(pl.col("text"), pl.lit("")))
+    return {**done, "step_lines": edges, **_read_records(_joined(rows.filter(inner)), keys)}
 
 
-def _metrics(slices: Iterator[pl.DataFrame], path: str, keys: str | None = None) -> _Read:
-    """Record slices (:func:`_joined`) → the run's metric rows, those of attempts a restart
-    abandoned, every training step's copies (one a metric line that trains: not validation
-    alone), and the counts of what could not be read. ``keys`` (a regex) keeps only the values of
-    the keys it finds something in; the copies are told from every key.
-
-    A restart appending to the log goes back to the step it resumed from: the lines of the attempt
-    before it that log that step or a later one are abandoned (see :func:`parsers.schema.abandoned`),
-    whether or not the restart got as far. Validation alone (``val_before_train`` at the resumed
-    step) goes back nowhere. Of what is left, a step's key logged twice keeps its later value.
-    """
+def _read_records(slices: Iterator[pl.DataFrame], keys: str | None) -> dict[str, pl.DataFrame]:
+    """Record slices (:func:`_joined`) → ``records`` (``line, step``), ``copies`` (whether each
+    record trains: not validation alone), ``values`` of the keys ``keys`` (a regex) finds something
+    in (all for ``None``), and ``counts`` of what could not be read: lines that follow no metric
+    line or have a damaged step (``orphans``) and values that are not numbers (``bad``)."""
     validation = re.compile(_config()["step"]["validation_keys"])
     orphans = next(slices).height
-    records, copies, values, bad = [], [], [], 0
+    records, copies, values, bad = [_NO_RECORDS], [_NO_COPIES], [_NO_VALUES], 0
     # A slice at a time: a line's hundred tokens are rows only while its slice is read, and only
     # the kept keys' values outlive it.
     for part in slices:
@@ -276,18 +272,50 @@ def _metrics(slices: Iterator[pl.DataFrame], path: str, keys: str | None = None)
         trains = ~pl.col("key").is_in([name for name in names if validation.search(name)])
         copies.append(tokens.group_by("line", "step", maintain_order=True).agg(trains.any().alias("trains")))
         values.append(with_keys(tokens, keys))
-    if not records:
-        empty = pl.DataFrame(schema=METRIC_SCHEMA)
-        return _Read(pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64}), empty, empty, pl.DataFrame(schema=STEP_SCHEMA), orphans, bad)
+    counts = pl.DataFrame({"orphans": [orphans], "bad": [bad]}, schema={"orphans": pl.Int64, "bad": pl.Int64})
+    return {"records": pl.concat(records), "copies": pl.concat(copies), "values": pl.concat(values), "counts": counts}
+
+
+_NO_RECORDS = pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64})
+_NO_COPIES = pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "trains": pl.Boolean})
+_NO_VALUES = pl.DataFrame(schema={"line": pl.Int64, "step": pl.Int64, "key": pl.Categorical, "value": pl.Float64})
+
+
+class _Read(NamedTuple):
+    records: pl.DataFrame
+    """``line, step`` of every metric record, in log order."""
+    metrics: pl.DataFrame
+    superseded: pl.DataFrame
+    steps: pl.DataFrame
+    orphans: int
+    """Pieces of wrapped lines that follow no metric line, and metric lines with a damaged step."""
+    bad: int
+    """Values that are not numbers."""
+
+
+def _metrics(reads: list[dict[str, pl.DataFrame]], path: str) -> _Read:
+    """What :func:`_read_records` read, in parts of the log → the run's metric rows, those of
+    attempts a restart abandoned, every training step's copies, and the counts of what could not
+    be read.
+
+    A restart appending to the log goes back to the step it resumed from: the lines of the attempt
+    before it that log that step or a later one are abandoned (see :func:`parsers.schema.abandoned`),
+    whether or not the restart got as far. Validation alone (``val_before_train`` at the resumed
+    step) goes back nowhere. Of what is left, a step's key logged twice keeps its later value.
+    """
+    def whole(name: str) -> pl.DataFrame:  # (records that met on one line keep their order)
+        return pl.concat([read[name] for read in reads]).sort("line", maintain_order=True)
+
+    orphans, bad = pl.concat([read["counts"] for read in reads]).sum().row(0)
     # (Records that met on one line are each a copy of their own step.)
     copy = (
-        pl.concat(copies)
+        whole("copies")
         .group_by("line", "step", maintain_order=True)
         .agg(pl.col("trains").any())
         .filter("trains")
         .with_columns(abandoned(pl.col("step")).alias("abandoned"))
     )
-    values = pl.concat(values).sort("line", maintain_order=True)
+    values = whole("values")
     gone = copy.filter("abandoned").select("line", "step")
     kept, superseded = values, values.clear()
     if gone.height:  # (no restart, nothing to join: a long run's values are not copied)
@@ -295,7 +323,7 @@ def _metrics(slices: Iterator[pl.DataFrame], path: str, keys: str | None = None)
         superseded = values.join(gone, on=["line", "step"], how="semi", maintain_order="left")
     kept = kept.unique(["step", "key"], keep="last", maintain_order=True).sort("step", "line")
     steps = copy.select("step", "line", pl.lit(path).alias("file"))
-    return _Read(pl.concat(records), _rows(kept, path), _rows(superseded, path), conform(steps, STEP_SCHEMA), orphans, bad)
+    return _Read(whole("records"), _rows(kept, path), _rows(superseded, path), conform(steps, STEP_SCHEMA), orphans, bad)
 
 
 def _tokens(part: pl.DataFrame) -> pl.DataFrame:
