@@ -418,8 +418,13 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     ]
 
 
-#: A traceback the run's own processes printed (the inference server's are its own failures)...
-RUN_TRACEBACK = ((pl.col("kind") == "traceback") & (pl.col("source") != "sglang")).fill_null(False)
+#: A traceback the run's own processes printed (the inference server's are its own failures),
+#: whatever it ended in: one ending in an error the readers know takes that error's kind
+#: (``cuda_oom``, ``nccl_error``, …) and keeps its first line as its message...
+RUN_TRACEBACK = (
+    ((pl.col("kind") == "traceback") | pl.col("message").str.starts_with("Traceback (most recent call last)"))
+    & (pl.col("source") != "sglang")
+).fill_null(False)
 #: ...and one begun by a Ctrl-C (a message names the exceptions after ``… ``, the first first):
 #: whoever pressed it stopped the run, whatever it raised next.
 CTRL_C = pl.col("message").str.contains(r"^[^…]*… KeyboardInterrupt\b").fill_null(False)

@@ -225,3 +225,16 @@ def test_a_format_printing_the_step_on_every_micro_line_is_no_relaunch(tmp_path:
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 40)]
     result = runner.invoke(app, ["watch", "--replay", str(tmp_path / "run"), "--log-format", str(fmt), "--json"])
     assert [(a["kind"], a["onset_step"], a["step"]) for a in json.loads(result.stdout)["alarms"]] == [("reward_collapse", 40, 44)]
+
+
+def test_a_loop_ending_in_a_cuda_oom_traceback_is_a_crash(tmp_path: Path) -> None:
+    """The loop's last act was an uncaught CUDA OOM (a ``cuda_oom`` event): a crash in the step after its last."""
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    write_toy_log(log, steps=7, collapse=999)
+    log.write_text(log.read_text() + 'Traceback (most recent call last):\n  File "train.py", line 200, in <module>\n'
+                   "    loss.backward()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.31 GiB.\n")
+    [run] = analyze([log.parent], custom_format=FORMAT).runs
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 8, "training_worker_crash")
+    assert "torch.OutOfMemoryError: CUDA out of memory" in incident.summary

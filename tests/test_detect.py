@@ -126,19 +126,21 @@ def test_a_run_that_logged_every_planned_step_has_no_stall(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(("planned", "crashed"), [(60, False), (90, True)])
-def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Path, planned: int, crashed: bool) -> None:
+@pytest.mark.parametrize("raised", ["ValueError: bad batch shape", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"])
+def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Path, planned: int, crashed: bool, raised: str) -> None:
     """An uncaught exception printed to the trainer log after step 60 (it borrows step 60's time):
-    a crash at step 61 when the run was launched for more steps, teardown noise when it was not."""
+    a crash at step 61 when the run was launched for more steps, teardown noise when it was not.
+    One the reader knows by name (a CUDA OOM: a ``cuda_oom`` event) is no less the run's end."""
     paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, steps_per_epoch=30, total_epochs=planned // 30))
     paths.trainer_log.write_text(paths.trainer_log.read_text() + "Traceback (most recent call last):\n"
-                                 '  File "train.py", line 9, in <module>\nValueError: bad batch shape\n')
+                                 f'  File "train.py", line 9, in <module>\n{raised}\n')
     run = only_run(paths.fileroot)
     if not crashed:
         assert run.incidents == []
         return
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 61, "training_worker_crash")
-    assert "ValueError: bad batch shape" in incident.summary and incident.wasted == "0 steps"
+    assert raised[:40] in incident.summary and incident.wasted == "0 steps"
     assert incident.onset_time == run.steps.filter(run.steps["step"] == 60)["time"][0]
 
 
