@@ -8,6 +8,8 @@ from datetime import datetime
 
 import polars as pl
 
+from parsers.schema import relaunches
+
 
 def step_clock(steps: pl.DataFrame) -> pl.DataFrame:
     """``(time, step)`` of every step header, all copies kept, sorted by time.
@@ -54,26 +56,32 @@ def step_durations(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, start: datetime, earlier: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Times for a step log that prints none (verl's console): ``start`` plus the summed per-step
+def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, starts: list[datetime], earlier: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Times for a step log that prints none (verl's console): a start plus the summed per-step
     durations the log does print (``timing_s/step``), copy after copy in log order (``rank``, then
     ``line``): an attempt a restart abandoned (its values in ``earlier``) took its time too, and its
-    copies come before the restart's. Unchanged without durations."""
+    copies come before the restart's. ``starts``: the run's Ray sessions' starts, as read; when there
+    is one for each attempt (a restart launches Ray anew), each attempt's copies count from its own
+    session's start, else all from the last session read. Unchanged without durations."""
     timing = pl.col("key") == "timing_s/step"
     by_step = metrics.filter(timing & pl.col("step").is_not_null()).group_by("step").agg(pl.col("value").last().alias("by_step"))
-    if by_step.is_empty():
+    if by_step.is_empty() or not starts:
         return steps
     # Each copy's own duration where it is on the copy's line; else the step's (a copy of the run's numbers).
     rows = metrics if earlier is None else pl.concat([metrics, earlier], how="vertical_relaxed")
     own = rows.filter(timing).select(pl.col("file").cast(pl.String), "line", pl.col("value").alias("own")).unique(["file", "line"], keep="last")
     order = [c for c in ("rank", "line") if c in steps.columns]
+    copies = steps.with_row_index("at").sort(order, nulls_last=True).with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
+    sessions = sorted(starts)
+    if len(sessions) == copies["attempt"].max() + 1:
+        begun = pl.col("attempt").replace_strict(dict(enumerate(sessions)), return_dtype=pl.Datetime("us"))
+    else:
+        begun, copies = pl.lit(starts[-1]), copies.with_columns(pl.lit(0, dtype=pl.UInt32).alias("attempt"))
     return (
-        steps.with_row_index("at")
-        .sort(order, nulls_last=True)
-        .join(own, on=["file", "line"], how="left", maintain_order="left")
+        copies.join(own, on=["file", "line"], how="left", maintain_order="left")
         .join(by_step, on="step", how="left", maintain_order="left")
-        .with_columns((pl.coalesce("own", "by_step").cum_sum() * 1000).cast(pl.Int64).alias("elapsed_ms"))
-        .with_columns((pl.lit(start) + pl.duration(milliseconds=pl.col("elapsed_ms"))).cast(pl.Datetime("ms")).alias("time"))
+        .with_columns((pl.coalesce("own", "by_step").cum_sum().over("attempt") * 1000).cast(pl.Int64).alias("elapsed_ms"))
+        .with_columns((begun + pl.duration(milliseconds=pl.col("elapsed_ms"))).cast(pl.Datetime("ms")).alias("time"))
         .sort("at")
         .select(steps.columns)
     )

@@ -93,6 +93,7 @@ def load_run(
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     abandoned: dict[str, list[pl.DataFrame]] = {}  # per parser, the rows of attempts a relaunch abandoned
     facts: dict[str, str] = {}
+    starts: list[datetime] = []  # each Ray session's start, as read: the clock of a log without one
     for rank, source in enumerate(location.logs):
         try:
             parsed = parse_source(source, custom_format=custom_format, cache=cache, keys=keys)
@@ -109,6 +110,8 @@ def load_run(
             if p.superseded.height:
                 abandoned.setdefault(p.source, []).append(with_keys(p.superseded, keys))
             facts.update(p.facts)
+            if p.source == "ray" and "ray_session_started" in p.facts:
+                starts.append(datetime.fromisoformat(p.facts["ray_session_started"]))
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
@@ -135,8 +138,8 @@ def load_run(
         abandoned_steps = _steps_from_metrics(earlier, per_file=True)
     notes = shifts + list(merged.notes)
     estimated = False
-    if all_steps["time"].null_count() == all_steps.height and "ray_session_started" in facts:
-        all_steps = reconstruct_times(all_steps, merged.metrics, datetime.fromisoformat(facts["ray_session_started"]), earlier)
+    if all_steps["time"].null_count() == all_steps.height and starts:
+        all_steps = reconstruct_times(all_steps, merged.metrics, starts, earlier)
         estimated = all_steps["time"].null_count() < all_steps.height
         if estimated:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import polars as pl
@@ -213,6 +214,27 @@ def _restarted(root: Path, **changes):
 
     spec = VerlRunSpec(steps=60, save_freq=10, test_freq=0, restart=(45, 30), first_score=lambda s: 0.0 if s >= 32 else healthy_score(s))
     return write_verl_run(root, replace(spec, **changes))
+
+
+def test_each_attempt_is_timed_from_its_own_ray_session(tmp_path: Path) -> None:
+    """The restart launched Ray anew three hours after the first attempt began (a second session
+    folder beside the first): the restart's steps count from the second session's start, the
+    abandoned attempt's from the first's (all had counted from the last session read)."""
+    import shutil
+    from datetime import timedelta
+
+    paths = _restarted(tmp_path / "run", ray_session=True)
+    first = paths.session
+    later = datetime.strptime(first.name[8:34], "%Y-%m-%d_%H-%M-%S_%f") + timedelta(hours=3)
+    second = first.parent / f"session_{later:%Y-%m-%d_%H-%M-%S_%f}_{first.name.rsplit('_', 1)[1]}"
+    shutil.copytree(first, second, symlinks=True)
+    (second / "logs" / "monitor.log").write_text("")  # (not the first's listing: no copy of it)
+    run = only(tmp_path / "run")
+    restarted = run.steps.filter(pl.col("step") == 31)["time"].item()
+    assert later < restarted < later + timedelta(minutes=5)
+    [incident] = run.incidents
+    assert incident.onset_evidence.time is not None and incident.onset_evidence.time < later - timedelta(hours=2)
+    assert run.steps.filter(pl.col("step") == 30)["time"].item() < later  # step 30: the first attempt's, kept
 
 
 def test_a_restart_into_a_new_console_log_keeps_one_copy_of_each_step(tmp_path: Path) -> None:
