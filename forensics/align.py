@@ -73,7 +73,7 @@ def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, starts: list[d
     order = [c for c in ("rank", "line") if c in steps.columns]
     copies = steps.with_row_index("at").sort(order, nulls_last=True).with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
     sessions = sorted(starts)
-    if len(sessions) == copies["attempt"].max() + 1:
+    if len(sessions) == (copies["attempt"].max() or 0) + 1:
         begun = pl.col("attempt").replace_strict(dict(enumerate(sessions)), return_dtype=pl.Datetime("us"))
     else:
         begun, copies = pl.lit(starts[-1]), copies.with_columns(pl.lit(0, dtype=pl.UInt32).alias("attempt"))

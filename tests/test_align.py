@@ -9,10 +9,10 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.align import assign_steps
+from forensics.align import assign_steps, reconstruct_times
 from forensics.discover import find_runs
 from forensics.run import load_run
-from parsers.schema import cut_alike
+from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, cut_alike
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2025, 11, 20, 16, 0, 0)
@@ -67,3 +67,17 @@ def test_a_run_with_a_trainer_and_a_server_log_has_its_metric_columns_cut_alike(
     run = load_run(location)
     assert {"areal", "sglang"} <= set(run.metrics["source"].cast(pl.String).unique())
     assert len(set(map(tuple, _cut(run.metrics)))) == 1
+
+
+def test_times_rebuilt_attempt_by_attempt_from_each_ray_session() -> None:
+    """A console without times: each copy at its session's start plus the durations summed so far,
+    an attempt (a copy going back) from its own session when there is one for each; no steps, no error."""
+    steps = pl.DataFrame({"step": [1, 2, 3, 2, 3], "time": [None] * 5, "file": ["t.log"] * 5, "line": [1, 2, 3, 4, 5], "rank": [0] * 5},
+                         schema={**STEP_SCHEMA, "rank": pl.Int32})
+    metrics = pl.DataFrame({"step": [1, 2, 3, 2, 3], "time": [None] * 5, "key": ["timing_s/step"] * 5, "value": [10.0, 20.0, 30.0, 1.0, 2.0],
+                            "file": ["t.log"] * 5, "line": [1, 2, 3, 4, 5], "source": ["verl"] * 5}, schema=METRIC_SCHEMA)
+    later = T0 + timedelta(hours=5)
+    seconds = lambda frame: [(t - T0).total_seconds() for t in frame["time"]]  # noqa: E731
+    assert seconds(reconstruct_times(steps, metrics, [later, T0])) == [10, 30, 60, 5 * 3600 + 1, 5 * 3600 + 3]
+    assert seconds(reconstruct_times(steps, metrics, [T0])) == [10, 30, 60, 61, 63]  # one session: one clock
+    assert reconstruct_times(steps.clear(), metrics, [T0]).is_empty()
