@@ -418,11 +418,13 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     ]
 
 
+#: How a traceback event's message starts: Python's first line, or Ray's for a task's error.
+_TRACEBACK_START = r"^(?:Traceback \(most recent call last\)|Unhandled error \(suppress with|Possible unhandled error from worker)"
 #: A traceback the run's own processes printed (the inference server's are its own failures),
 #: whatever it ended in: one ending in an error the readers know takes that error's kind
 #: (``cuda_oom``, ``nccl_error``, …) and keeps its first line as its message...
 RUN_TRACEBACK = (
-    ((pl.col("kind") == "traceback") | pl.col("message").str.starts_with("Traceback (most recent call last)"))
+    ((pl.col("kind") == "traceback") | pl.col("message").str.contains(_TRACEBACK_START))
     & (pl.col("source") != "sglang")
 ).fill_null(False)
 #: ...and one begun by a Ctrl-C (a message names the exceptions after ``… ``, the first first):

@@ -234,7 +234,7 @@ def _records(rows: pl.DataFrame) -> pl.DataFrame:
     start, separator = _config()["step"]["start"], _config()["step"]["separator"]
     text = pl.col("text").str.strip_chars_end()
     digits = text.str.extract(f"^{re.escape(start)}(\\d+)")
-    rest = text.str.slice(len(start) + digits.str.len_bytes())
+    rest = text.str.slice(len(start) + digits.str.len_chars())
     whole = digits.is_not_null() & ((rest == "") | rest.str.starts_with(separator))
     return frame.select("line", step_number(pl.when(whole).then(digits)).alias("step"), pl.when(whole).then(rest).alias("rest"))
 

@@ -125,11 +125,13 @@ def test_an_exception_then_a_ctrl_c_while_it_hung_is_a_crash(tmp_path: Path) -> 
     assert (incident.kind, incident.onset_step) == ("crash", 3) and "ValueError: bad sample" in incident.summary
 
 
-def test_a_console_ending_in_a_cuda_oom_traceback_is_a_crash(tmp_path: Path) -> None:
-    """The driver's last act was an uncaught CUDA OOM (a ``cuda_oom`` event, not a bare traceback):
-    the run ended of it during step 3, as of any exception it did not catch."""
+@pytest.mark.parametrize("start", ["Traceback (most recent call last):",
+                                   "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::WorkerDict.update_actor()"])
+def test_a_console_ending_in_a_cuda_oom_traceback_is_a_crash(tmp_path: Path, start: str) -> None:
+    """The driver's last act was an uncaught CUDA OOM (a ``cuda_oom`` event, not a bare traceback),
+    its own or a Ray task's: the run ended of it during step 3, as of any exception it did not catch."""
     lines = "".join(f"(TaskRunner pid=9) step:{s} - critic/score/mean:0.{s} - timing_s/step:1.0\n" for s in (1, 2))
-    raised = ("(TaskRunner pid=9) Traceback (most recent call last):\n"
+    raised = (f"(TaskRunner pid=9) {start}\n"
               '(TaskRunner pid=9)   File "verl/workers/actor/dp_actor.py", line 321, in update_policy\n'
               "(TaskRunner pid=9) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.31 GiB.\n")
     (tmp_path / "train.log").write_text(lines + raised)
