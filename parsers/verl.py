@@ -42,6 +42,7 @@ from parsers.schema import (
     STEP_SCHEMA,
     abandoned,
     conform,
+    keys_kept,
     later_lines_win,
     step_number,
     with_keys,
@@ -256,7 +257,7 @@ def _read_records(slices: Iterator[pl.DataFrame], keys: str | None) -> dict[str,
     record trains: not validation alone), ``values`` of the keys ``keys`` (a regex) finds something
     in (all for ``None``), and ``counts`` of what could not be read: lines that follow no metric
     line or have a damaged step (``orphans``) and values that are not numbers (``bad``)."""
-    validation = re.compile(_config()["step"]["validation_keys"])
+    validation = _config()["step"]["validation_keys"]
     orphans = next(slices).height
     records, copies, values, bad = [_NO_RECORDS], [_NO_COPIES], [_NO_VALUES], 0
     # A slice at a time: a line's hundred tokens are rows only while its slice is read, and only
@@ -268,8 +269,8 @@ def _read_records(slices: Iterator[pl.DataFrame], keys: str | None) -> dict[str,
         tokens = _tokens(part)
         bad += tokens["value"].null_count()
         tokens = tokens.filter(pl.col("value").is_not_null())
-        names = tokens["key"].unique().drop_nulls().cast(pl.String).to_list()
-        trains = ~pl.col("key").is_in([name for name in names if validation.search(name)])
+        checks = keys_kept(tokens, validation)  # (None: every key is one)
+        trains = ~pl.col("key").is_in(checks) if checks is not None else pl.lit(False)
         copies.append(tokens.group_by("line", "step", maintain_order=True).agg(trains.any().alias("trains")))
         values.append(with_keys(tokens, keys))
     counts = pl.DataFrame({"orphans": [orphans], "bad": [bad]}, schema={"orphans": pl.Int64, "bad": pl.Int64})
