@@ -53,7 +53,7 @@ from forensics.model import (
     unjudged,
 )
 from forensics.observations import slow_start
-from forensics.run import COPY_SOURCES, RunData, load_online_wandb, load_run
+from forensics.run import COPY_SOURCES, RunData, load_online_wandb, load_run, other_logs
 from parsers._formats import FormatDefinitionError
 from parsers.custom import CustomFormat, load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform
@@ -225,10 +225,13 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     found += crashed
     # A run that logged every step it was launched for has nothing left to stall on; where the
     # steps could not all be read, silence after the last is the copy's end, not the run's.
-    stalled = stall(run.steps, events, step_durations(run.steps), t) if (planned is None or last < planned) and not unread else None
+    stalled = (stall(run.steps, events, step_durations(run.steps), t, other_logs(run))
+               if (planned is None or last < planned) and not unread else None)
+    ended = ended_by_exception(run.steps, events, planned)
+    if stalled and stalled.seen and ended:  # (a server idling on after the trainer raised and died)
+        stalled = None
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(stalled)
-    ended = ended_by_exception(run.steps, events, planned)
     if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
         found.append(ended)
     return found
@@ -333,7 +336,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         recovered=finding.end_step is not None,
         cause=verdict.cause,
         confidence=verdict.confidence,
-        evidence=verdict.evidence,
+        evidence=(*verdict.evidence, *_went_on(finding)),
         wasted_steps=wasted,
         wasted_hours=hours,
         summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events, t.min_run), _relaunches(finding, events),
@@ -455,6 +458,16 @@ def _duration(seconds: float) -> str:
 def _last_time(steps: pl.DataFrame) -> datetime | None:
     times = steps["time"].drop_nulls()
     return times.max() if len(times) else None  # type: ignore[return-value]
+
+
+def _went_on(finding: Finding) -> list[Evidence]:
+    """For a stall only other logs went on through: the last line they logged."""
+    row = finding.seen
+    if row is None or finding.last_step_time is None:
+        return []
+    after = _duration((row["time"] - finding.last_step_time).total_seconds())
+    text = f"{row['key']} = {row['value']:.4g}, logged {after} after the last step"
+    return [Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)]
 
 
 def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:

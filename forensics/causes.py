@@ -58,6 +58,9 @@ _CAUSE_IN_MESSAGE: tuple[tuple[str, Cause], ...] = (
 )
 _AMBIGUOUS = {"workflow_failed", "retries_exhausted", "traceback", "log_error"}
 _SERVER_FILES = ("llm_server", "sglang", "vllm")
+#: A failure kind logged this often in the baseline, and no more often around the onset than
+#: there, is the run's usual noise (a slow request timing out now and then): it explains nothing.
+_USUAL = 3
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,11 @@ def explain(
             seen,
         )
     deciding = in_window.filter(pl.col("cause").is_not_null() & pl.col("kind").is_in(standing_out["kind"].implode()))
+    if deciding.is_empty():  # none stands out: a rare failure still decides, the run's usual ones do not
+        usual = scores.filter((pl.col("in_baseline") >= _USUAL) & (pl.col("p_value") >= 0.01))
+        deciding = in_window.filter(pl.col("cause").is_not_null() & ~pl.col("kind").is_in(usual["kind"].implode()))
     if deciding.is_empty():
-        deciding = in_window.filter(pl.col("cause").is_not_null())
-    if deciding.is_empty():
-        return _no_fault(finding, in_window, spans, seen, server)
+        return _no_fault(finding, in_window, spans, seen, server, scores)
 
     cause = _root_cause(deciding.sort("time", "line", nulls_last=True))
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
@@ -225,7 +229,7 @@ def _memory_first(window: pl.DataFrame, first: dict) -> bool:
     return not oom.is_empty() and oom["time"].min() <= first["time"]
 
 
-def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
+def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict | None = None) -> str:
     parts = []
     before = spans.baseline[1] - spans.baseline[0] + 1
     for row in kinds.sort("p_value", maintain_order=True).iter_rows(named=True):
@@ -234,7 +238,8 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict) -> str:
         chance = "p<1e-15" if p < 1e-15 else f"p={p:.1g}"  # a tail too small for a float reads 0: not "p=0"
         # With no step before the window there is nothing to compare with: the count alone.
         parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before ({chance})" if before > 0 else seen)
-    return "; ".join(parts) + f"; first: {first['kind']} at {_when(first['time'])} (step {first['step']})."
+    said = "; ".join(parts)
+    return f"{said}; first: {first['kind']} at {_when(first['time'])} (step {first['step']})." if first else said
 
 
 def _when(time: datetime | None) -> str:
@@ -300,18 +305,25 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 
 
-def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: dict[str, int], server: ServerContext) -> Verdict:
+def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: dict[str, int], server: ServerContext,
+              scores: pl.DataFrame) -> Verdict:
     if finding.kind in ("reward_collapse", "zero_variance"):
         # A server seen answering makes "not the infrastructure" a finding, not a default.
         confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
+        usual = scores.filter(pl.col("cause").is_not_null())
+        if usual.is_empty():
+            found = f"No failure of any kind was logged in {step_span(*spans.window)}:"
+        else:  # (failures as common before as in the window: not what changed)
+            confidence -= 0.1
+            found = (f"The only failures around the onset were of kinds the run had logged all along "
+                     f"({_explain_rates(usual, spans)}), not what changed;")
         return Verdict(
             "reward_pipeline",
             confidence,
             server.evidence,
             " ".join(
                 [
-                    f"No failure of any kind was logged in {step_span(*spans.window)}: the rewards "
-                    "themselves went constant (reward function, parser or data), not the infrastructure.",
+                    f"{found} the rewards themselves went constant (reward function, parser or data), not the infrastructure.",
                     *server.sentences,
                 ]
             ),

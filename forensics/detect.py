@@ -15,6 +15,7 @@ import re
 import weakref
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -77,6 +78,8 @@ class Finding:
     onset_row: dict[str, Any] | None = None
     """The abandoned attempt's row at the onset (``time``, ``file``, ``line``, ``value``): the run's
     own rows at that step are the relaunch's."""
+    seen: dict[str, Any] | None = None
+    """For a stall only other logs' lines went on through: the last of them (a metric row)."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -350,9 +353,12 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
     return []
 
 
-def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t: Thresholds) -> Finding | None:
+def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t: Thresholds,
+          others: pl.DataFrame | None = None) -> Finding | None:
     """The step log stopped while other logs went on: the silence after the last step is far
-    longer than the run's own step time, and something was logged in it.
+    longer than the run's own step time, and something was logged in it — a warning or an error,
+    or any timed line of ``others`` (metric rows of logs that log no step: a server still answering
+    its health checks while the trainer hangs says as much as one timing out).
     """
     if steps.is_empty() or steps["time"].null_count() == steps.height:
         return None
@@ -360,21 +366,28 @@ def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t:
     typical = float(durations["seconds"].median()) if not durations.is_empty() else 0.0
     limit = max(t.stall_factor * typical, t.stall_min_seconds)
     after = events.filter(pl.col("time") > last["time"])
-    if after.is_empty():
-        return None
-    silence = (after["time"].max() - last["time"]).total_seconds()
     failures = after.filter(pl.col("severity").is_in(["warning", "error", "fatal"]))
-    if silence <= limit or failures.is_empty():
+    if failures.height and (after["time"].max() - last["time"]).total_seconds() > limit:
+        until, said, seen = after["time"].max(), f"while {failures.height} warnings/errors were logged", None
+    else:
+        went_on = others.filter(pl.col("time") > last["time"]) if others is not None else None
+        if went_on is None or went_on.is_empty():
+            return None
+        seen = went_on.sort("time", "line").row(-1, named=True)
+        until = seen["time"]
+        said = f"while {Path(str(seen['file'])).name} went on logging" + ("" if failures.height else ", with no warning or error")
+    silence = (until - last["time"]).total_seconds()
+    if silence <= limit:
         return None
-    hours = silence / 3600
     return Finding(
         "stall",
         None,
         int(last["step"]) + 1,
         None,
-        f"no step after step {last['step']} for {hours:.1f} h while {failures.height} warnings/errors were logged",
+        f"no step after step {last['step']} for {silence / 3600:.1f} h {said}",
         last_step_time=last["time"],
-        until=after["time"].max(),
+        until=until,
+        seen=seen,
     )
 
 

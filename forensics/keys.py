@@ -3,8 +3,9 @@
 An AReaL table prints about a hundred values a step, an SGLang stats line about ten; the
 detectors, causes, observations and reports read about twenty of the first (the reward, loss,
 gradient norm, advantages and reward spread, optimizer skips, step timings), four of the second
-(token usage, running and queued requests, generation throughput), the count of successful
-``/generate`` responses and every memory (``mem/…``) series. Keeping only those, from the moment
+(token usage, running and queued requests, generation throughput), the server's counts of
+requests answered (``/generate``, and any other: a server still answering health checks after
+the last step shows the trainer stopped, not the logs) and every memory (``mem/…``) series. Keeping only those, from the moment
 they are read, is most of what a long run's metric frames would otherwise add to the peak memory.
 ``grpo-forensics metrics`` and the library's ``analyze(keys=None)`` keep every key.
 
@@ -45,5 +46,6 @@ ANALYSIS_KEYS = "|".join(
         "^(?:" + "|".join(re.escape(p) for p in _PREFIXES) + ")",
         r"advantages/(?:.*/)?(?:avg|min|max|mean)$",  # detect.learning_signals
         ANSWERED,
+        r"^sglang/http/",  # any request the server answered: it went on (detect.stall)
     ]
 )

@@ -336,6 +336,17 @@ _LINEAGE = ("areal", "verl", "custom")
 _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 
 
+def other_logs(run: RunData) -> pl.DataFrame:
+    """The timed metric rows of logs that log no step (a server's): what went on while the steps
+    stopped. Copies of the run's numbers are the trainer's own, not other logs."""
+    stepped = run.step_copies["file"].cast(pl.String).unique().implode()
+    return run.metrics.filter(
+        pl.col("time").is_not_null()
+        & ~pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES))
+        & ~pl.col("file").cast(pl.String).is_in(stepped)
+    ).select("time", "step", "file", "line", "key", "value")
+
+
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, int]]:
     """Copies (W&B, TensorBoard) shifted to the text log's step numbers, a note per shift, and the shifts.
 

@@ -66,7 +66,7 @@ from forensics.discover import PathArg, find_runs
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Cause, Evidence, iso
-from forensics.run import RunData, load_run
+from forensics.run import RunData, load_run, other_logs
 from parsers.custom import CustomFormat
 
 ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
@@ -170,7 +170,7 @@ def replay(
     for location in find_runs(paths, custom_format=custom_format):
         run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
-        triggers = follower.feed(run) + follower.at_end()
+        triggers = follower.feed(run) + follower.at_end(run)
         alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in triggers]
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
         offline = analyze_run(run, s.thresholds)
@@ -382,11 +382,16 @@ class _Follower:
             fired += self._tick(self._now(live_now))
         return fired
 
-    def at_end(self) -> list[_Trigger]:
-        """The logs are over (a replay): a traceback of the run's own with no step after it ended the run."""
-        if self._raised is None or self._raised[1] or "crash" in self._latched:
+    def at_end(self, run: RunData | None = None) -> list[_Trigger]:
+        """The logs are over (a replay): a traceback of the run's own with no step after it ended
+        the run; else the clock runs on to the last line ``run``'s other logs wrote (a server
+        answering on after the trainer went silent is a stall, as offline)."""
+        if self._raised is not None and not self._raised[1] and "crash" not in self._latched:
+            return self._uncaught(self._raised[0].time)
+        seen = other_logs(run)["time"].max() if run is not None else None
+        if seen is None or (self._log_now is not None and seen <= self._log_now):
             return []
-        return self._uncaught(self._raised[0].time)
+        return self._tick(seen)  # type: ignore[arg-type]
 
     def still_open(self, kind: str) -> bool:
         """Whether the incident behind the last alarm of ``kind`` is still going on."""
@@ -675,7 +680,8 @@ class _Follower:
             wait = max(2 * statistics.median(self._durations), 120.0) if self._durations else self.t.stall_min_seconds
             if (now - self._raised[0].time).total_seconds() >= wait:
                 fired += self._uncaught(self._raised[0].time + timedelta(seconds=wait))
-        if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched:
+        # (A run that logged every step it was launched for has nothing left to stall on.)
+        if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched and not self._finished:
             typical = statistics.median(self._durations)
             limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
             alive, last = self._latest_step()

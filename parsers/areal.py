@@ -451,7 +451,9 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         pl.col("line").alias("exc_line"), pl.col("text").alias("exc_text")
     )
     firsts = untimed.filter("exc").select(pl.col("line").alias("first_line"), pl.col("text").alias("first_exc"))
-    errors_at = named.filter(is_error).select((pl.col("line") + 1).alias("line"))
+    # ``logger.exception``: an error line, then its traceback — one failure, one event: the line,
+    # unless it is of no known kind (``log_error``) and the traceback's exception is (a ``cuda_oom``).
+    errors_at = named.filter(is_error).select((pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"))
     tracebacks = (
         starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
         .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
@@ -461,13 +463,15 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
             right_on="timed_line",
             strategy="backward",
         )
-        .filter(~pl.col("line").is_in(errors_at["line"].implode()))
+        .with_columns(fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"))
+        .join(errors_at, on="line", how="left", maintain_order="left")
+        .filter(pl.col("told").is_null() | (~pl.col("told") & (pl.col("kind") != "traceback")))
         .with_columns(
-            fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"),
             pl.lit("error").alias("severity"),
             traceback_message(pl.col("text"), pl.col("first_exc"), pl.col("exc_text")).alias("message"),
         )
     )
+    named = named.filter((pl.col("kind") != "log_error") | ~(pl.col("line") + 1).is_in(tracebacks["line"].implode()))
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),

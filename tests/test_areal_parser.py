@@ -180,6 +180,31 @@ def test_traceback_is_one_event_with_the_kind_of_its_last_exception(tmp_path: Pa
 
 
 @pytest.mark.parametrize(
+    ("said", "raised", "kind", "at"),
+    [
+        # The exception says what failed: the traceback's kind, at its line.
+        ("Training step failed", "torch.OutOfMemoryError: CUDA out of memory.", "cuda_oom", "Traceback (most recent call last):"),
+        # The line says it (a kind of its own), or the exception says nothing more: the line.
+        ("HTTP request to 10.0.0.5:17243/generate timed out after 3600.00s (attempt 3/3)", "torch.OutOfMemoryError: CUDA out of memory.",
+         "request_timeout", "ERROR"),
+        ("Error cleaning up worker actor/0: 'psutil'", "KeyError: 'psutil'", "log_error", "ERROR"),
+    ],
+)
+def test_an_error_line_and_its_traceback_are_one_event(tmp_path: Path, said: str, raised: str, kind: str, at: str) -> None:
+    """``logger.exception``: an error line, then the traceback it prints."""
+    path = tmp_path / "trainer.log"
+    path.write_text(
+        stats_block(1, [{"a": 1.0}])
+        + f"20250115-10:00:05.000 RayWorker ERROR: {said}\n"
+        f"Traceback (most recent call last):\n  File \"y.py\", line 2, in f\n{raised}\n"
+    )
+    events = read_areal_log(path).events
+    assert events["kind"].to_list() == [kind]
+    assert at in path.read_text().splitlines()[events["line"][0] - 1]
+    assert events["time"][0] == datetime(2025, 1, 15, 10, 0, 5)
+
+
+@pytest.mark.parametrize(
     ("name", "expected"),
     [
         ("issue1020_statslogger_header.log", {"steps": [1]}),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,87 @@ def test_brief_returns_are_told_with_the_relaunches_behind_them(fixture_run) -> 
     # recover.mode relaunched the run from its recover checkpoint, saved long after the onset (StepInfo global_step=680)
     assert ("The run was relaunched once after the onset (at 2025-11-13T03:27:53.940, trainer.log.gz:39020), resuming "
             "from a checkpoint saved after it (step 680): the relaunch carried the broken state on.") in collapse.summary
+
+
+def _server_idles_on(run: Path, hours: float, traceback: bool = False) -> Path:
+    """The reward-bug fixture's trainer stops after step 200 (4,675 planned) while its server
+    answers health checks every 30 s for ``hours`` more; with ``traceback``, the trainer raised first."""
+    import gzip
+    from datetime import timedelta
+
+    trial = run / "logs/root/gsm8k-grpo-rewardbug/trial0"
+    server = trial / "llm_server.log.gz"
+    last = datetime(2025, 11, 24, 13, 56, 1)
+    probes = "".join(
+        f'[{last + timedelta(seconds=30 * i):%Y-%m-%d %H:%M:%S}] INFO:     127.0.0.1:44812 - "GET /health HTTP/1.1" 200 OK\n'
+        for i in range(1, int(hours * 120) + 1)
+    )
+    server.write_bytes(gzip.compress(gzip.decompress(server.read_bytes()) + probes.encode()))
+    if traceback:
+        log = trial / "trainer.log.gz"
+        raised = ("20251124-13:56:30.000 RayWorker ERROR: x\nTraceback (most recent call last):\n"
+                  '  File "train.py", line 9, in <module>\ntorch.OutOfMemoryError: CUDA out of memory.\n')
+        log.write_bytes(gzip.compress(gzip.decompress(log.read_bytes()) + raised.encode()))
+    return trial / "llm_server.log.gz"
+
+
+def test_a_trainer_silent_while_its_server_answers_on_is_a_stall(fixture_run, tmp_path: Path) -> None:
+    """No warning or error after the last step, only a server answering its health checks for
+    two hours: the step log stopped, not the logs. Said so offline and in a replay, the server's
+    last line as evidence; a run that logged no more than that much of it was not stalled."""
+    import shutil
+
+    from forensics import analyze
+    from forensics.watch import replay
+
+    run = shutil.copytree(fixture_run("sglang_healthy_collapse"), tmp_path / "outputs")
+    assert [i.kind for i in analyze(run).runs[0].incidents] == ["reward_collapse"]  # the fixture as built
+    server = _server_idles_on(run, hours=2)
+    collapse, stalled = analyze(run).runs[0].incidents
+    assert (stalled.kind, stalled.onset_step, stalled.cause) == ("stall", 201, "unknown")
+    assert "no step after step 200 for 2.0 h while llm_server.log.gz went on logging, with no warning or error" in stalled.summary
+    [seen] = [e for e in stalled.evidence if e.kind == "metric"]
+    assert (seen.file, seen.text) == (str(server), "sglang/http/health/200 = 1, logged 120.0 min after the last step")
+    # (The server's answers are counted a minute at a time: the row is its last minute's, the line its last.)
+    assert read_line(server, seen.line).startswith("[2025-11-24 15:56:01]") and seen.time == datetime(2025, 11, 24, 15, 56)
+    [result] = replay([run])
+    assert [(a.kind, a.step) for a in result.alarms][-1] == ("stall", 201)
+
+    short = shutil.copytree(fixture_run("sglang_healthy_collapse"), tmp_path / "short")
+    _server_idles_on(short, hours=0.1)  # 6 minutes: within a stall's floor (10 min)
+    assert [i.kind for i in analyze(short).runs[0].incidents] == ["reward_collapse"]
+    assert [a.kind for a in replay([short])[0].alarms] == [a.kind for a in replay([fixture_run("sglang_healthy_collapse")])[0].alarms]
+
+
+def test_a_trainer_that_raised_and_died_is_a_crash_though_its_server_answers_on(fixture_run, tmp_path: Path) -> None:
+    import shutil
+
+    from forensics import analyze
+
+    run = shutil.copytree(fixture_run("sglang_healthy_collapse"), tmp_path / "outputs")
+    _server_idles_on(run, hours=2, traceback=True)
+    incidents = analyze(run).runs[0].incidents
+    assert [(i.kind, i.onset_step) for i in incidents] == [("reward_collapse", 120), ("crash", 201)]
+    assert "torch.OutOfMemoryError" in incidents[-1].summary
+
+
+@pytest.mark.parametrize(("first", "cause"), [(10, "reward_pipeline"), (117, "inference_server_unresponsive")])
+def test_failures_the_run_logged_all_along_do_not_explain_a_collapse(tmp_path: Path, first: int, cause: str) -> None:
+    """A request timing out every 8 steps since step ``first`` and a reward exactly 0 from step 120:
+    timeouts as common before the onset as around it are the run's noise, not the cause (the
+    rewards went to 0 on their own); a timeout new at the onset still explains it."""
+    from areal_builder import LogLine, RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    def timeout(step: int, at: datetime) -> list[LogLine]:
+        said = "HTTP request to 172.17.0.2:30000/generate timed out after 600.00s (attempt 1/3)"
+        return [LogLine(at - timedelta(seconds=20), said, "/AReaL/areal/utils/http.py", "WARNING")] if step >= first and step % 8 == first % 8 else []
+
+    spec = RunSpec(last_step=160, reward=lambda step: 0.0 if step >= 120 else healthy_reward(step), step_lines=timeout)
+    write_run(tmp_path / "outputs", spec)
+    collapse = analyze(tmp_path / "outputs").runs[0].incidents[0]
+    assert (collapse.kind, collapse.onset_step, collapse.cause) == ("reward_collapse", 120, cause)
+    if cause == "reward_pipeline":
+        assert ("The only failures around the onset were of kinds the run had logged all along (1 request_timeout in "
+                "steps 117–122 vs 6 in the 50 steps before (p=0.5)), not what changed; the rewards themselves went constant") in collapse.summary
