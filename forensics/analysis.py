@@ -46,6 +46,7 @@ from forensics.model import (
     Checkpoint,
     Evidence,
     Incident,
+    Recommendation,
     RunAnalysis,
     data_lost,
     iso,
@@ -56,7 +57,7 @@ from forensics.observations import slow_start
 from forensics.run import COPY_SOURCES, RunData, load_online_wandb, load_run, other_logs
 from parsers._formats import FormatDefinitionError
 from parsers.custom import CustomFormat, load_custom_format
-from parsers.schema import EVENT_SCHEMA, conform
+from parsers.schema import EVENT_SCHEMA, conform, relaunches
 
 
 def analyze(
@@ -174,8 +175,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
-                                 abandoned=abandoned),
+        recommendation=_maybe_abandoned(recommend(checkpoints, incidents, run.facts, run.location.root,
+                                                  caveat=_caveat(run, primary), abandoned=abandoned), checkpoints, run),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -267,8 +268,10 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple
     own = dict(run.steps.select("step", "time").iter_rows())
     gone = set(run.superseded_steps["step"].to_list())
 
+    left = _saves_before_relaunches(run)
+
     def older(c: Checkpoint) -> bool:
-        if last + 1 < c.step <= reached + 1:
+        if last + 1 < c.step <= reached + 1 or left.get(Path(c.path).name):
             return True
         # AReaL saves step s's export while it runs step s, after step s - 1 was logged
         before = own.get(c.step - 1)
@@ -277,6 +280,50 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple
     gone_paths = frozenset(c.path for c in checkpoints if older(c))
     said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
     return [replace(c, problems=(*c.problems, said)) if c.path in gone_paths else c for c in checkpoints], gone_paths
+
+
+def _saves_before_relaunches(run: RunData) -> dict[str, bool]:
+    """For each checkpoint folder a save line names (``checkpoint_saved``): whether its last save
+    came before a relaunch in the same log that went back to its step or below — the abandoned
+    attempt's weights, by line order, which is all a log without times (verl's console) tells."""
+    saves = run.events.filter(pl.col("kind") == "checkpoint_saved").select("file", "line", "message")
+    if saves.is_empty():
+        return {}
+    copies = run.step_copies.select(pl.col("file").cast(pl.String), "line", "step").sort("file", "line")
+    starts = copies.filter(relaunches(pl.col("step")).over("file"))  # each attempt's first step copy
+    left = {}
+    for file, line, message in saves.sort("file", "line").iter_rows():
+        for name in _FOLDER_NAME.findall(message or ""):
+            back = starts.filter((pl.col("file") == file) & (pl.col("line") > line))
+            step = _step_of_folder(name)
+            left[name] = step is not None and not back.filter(pl.col("step") <= step).is_empty()
+    return left
+
+
+def _maybe_abandoned(recommendation: Recommendation, checkpoints: list[Checkpoint], run: RunData) -> Recommendation:
+    """The chosen checkpoint's step was also reached by an attempt a relaunch abandoned, and
+    neither times nor a save line tell which attempt saved it: said, for it may hold that attempt's weights."""
+    chosen = next((c for c in checkpoints if c.path == recommendation.checkpoint), None)
+    gone = run.superseded_steps["step"]
+    if chosen is None or not (gone == chosen.step).any() or Path(chosen.path).name in _saves_before_relaunches(run):
+        return recommendation
+    own = run.steps.filter(pl.col("step") == chosen.step - 1)["time"].drop_nulls()
+    if chosen.time is not None and len(own):  # (the times judged it: see _abandoned_checkpoints)
+        return recommendation
+    warning = (f"Step {chosen.step} was also reached by an attempt a relaunch abandoned (steps {gone.min()}–{gone.max()}), "
+               f"and neither the logs' times nor a save line tell which attempt saved {Path(chosen.path).name}: if the "
+               "abandoned one did, it holds that attempt's weights — check its time against the relaunch's.")
+    return replace(recommendation, warnings=(*recommendation.warnings, warning))
+
+
+#: The checkpoint folders a save line names: verl's ``global_step_N``, AReaL's exports and its recover checkpoint.
+_FOLDER_NAME = re.compile(r"(global_step_\d+|epoch\d+epochstep\d+globalstep\d+)(?![\w])")
+
+
+def _step_of_folder(name: str) -> int | None:
+    """The step a checkpoint folder holds, in log units (AReaL's names count from 0)."""
+    found = re.search(r"global_?step_?(\d+)$", name)
+    return None if found is None else int(found[1]) + (1 if name.startswith("epoch") else 0)
 
 
 #: A note that the copy of a log stops before the log did (a torn or corrupt .gz).

@@ -494,16 +494,23 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
     if no_cache:
         return None
     chosen = cache_dir or default_cache_dir()
-    if any(within(chosen, given) for given in paths):
+    if any(within(chosen, given) for given in _trees(paths)):
         if cache_dir is not None:
             raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
         return None
     return ParseCache(chosen)
 
 
+def _trees(paths: list[Path]) -> list[Path]:
+    """The trees an analysis reads: each folder given, and for a log file given its folder (the
+    run's: its checkpoints and config are read from there)."""
+    return [path.parent if path.is_file() else path for path in paths]
+
+
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
-    """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed path,
+    """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed tree,
     and an ``--out`` folder that is a file."""
+    paths = _trees(paths)
     for option, target in outputs.items():
         if target is None or str(target) == "-":
             continue
@@ -530,7 +537,7 @@ def _write_json(document: dict[str, Any], target: str) -> None:
 def _report_dir(out: Path | None, paths: list[Path]) -> Path:
     """Where reports go: ``--out``, else ``./grpo-forensics-report`` — never inside an analyzed tree."""
     chosen = out or Path("grpo-forensics-report")
-    for given in paths:
+    for given in _trees(paths):
         if within(chosen, given):
             if out is not None:
                 raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")

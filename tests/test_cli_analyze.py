@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import read_line, tree_state
+from conftest import FIXTURES, read_line, tree_state
 from typer.testing import CliRunner
 
 from forensics.cli import app
@@ -174,6 +174,26 @@ def test_out_inside_the_analyzed_tree_is_refused(fixture_run) -> None:
     result = runner.invoke(app, ["metrics", str(root), "--output", str(root / "metrics.csv")])
     assert result.exit_code == 2 and "--output" in result.output
     assert not (root / "metrics.csv").exists()
+
+
+def test_a_log_given_by_name_is_read_with_its_folder_which_gets_nothing(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    """``cd run && grpo-forensics analyze train.log``: the run read is the folder (its checkpoints,
+    its config), so the default report goes elsewhere and outputs put there are refused."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(FIXTURES / "seed003" / "train.log", run / "train.log")
+    monkeypatch.chdir(run)
+    monkeypatch.setenv("GRPO_FORENSICS_CACHE", str(tmp_path / "cache"))
+    before = tree_state(run)
+    result = runner.invoke(app, ["analyze", "train.log"])
+    assert result.exit_code == 0, result.output
+    assert tree_state(run) == before
+    for option, target in (("--json", "a.json"), ("--out", "report")):
+        refused = runner.invoke(app, ["analyze", "train.log", option, target])
+        assert refused.exit_code == 2 and "inside the analyzed path" in refused.output
+    assert tree_state(run) == before
 
 
 def test_events_jsonl_filtered_by_kind(fixture_run) -> None:

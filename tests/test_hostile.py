@@ -255,11 +255,14 @@ def test_an_out_folder_that_is_a_file_is_refused_first(damaged: Path, tmp_path: 
     assert (tmp_path / "afile").read_text() == "mine"
 
 
-def test_outputs_beside_a_log_given_alone_are_not_inside_it(tmp_path: Path) -> None:
-    """A file is analyzed, not its folder: the cache and reports may sit next to it; a loop or a
-    missing path is answered as such."""
-    log = tmp_path / "trainer.log"
+def test_outputs_beside_a_log_given_alone_are_inside_its_run(tmp_path: Path) -> None:
+    """A file given alone is read with its folder (the run's: checkpoints, config): a cache or report
+    there is refused, one elsewhere is not; a loop or a missing path is answered as such."""
+    log = tmp_path / "run" / "trainer.log"
+    log.parent.mkdir()
     log.write_bytes(gzip.decompress((FIXTURES / "areal_seed000/outputs/logs/root/gsm8k-grpo-full-local/trial0/trainer.log.gz").read_bytes()))
+    beside = invoke("best-checkpoint", str(log), "--cache-dir", str(log.parent / "cache"))
+    assert beside.exit_code == 2 and "inside the analyzed path" in beside.stderr and not (log.parent / "cache").exists()
     best = invoke("best-checkpoint", str(log), "--cache-dir", str(tmp_path / "cache"))
     assert best.exit_code != 2 and "inside" not in best.stderr, best.stderr  # 4: no checkpoint beside it
     missing = invoke("analyze", str(tmp_path / "nothing-here"), "--cache-dir", str(tmp_path / "cache"))

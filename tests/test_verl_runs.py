@@ -218,6 +218,24 @@ def _restarted(root: Path, **changes):
     return write_verl_run(root, replace(spec, **changes))
 
 
+@pytest.mark.parametrize("say_saves", [True, False], ids=["saves-logged", "saves-not-logged"])
+def test_checkpoints_only_an_abandoned_attempt_saved_are_not_chosen(tmp_path: Path, say_saves: bool) -> None:
+    """The first attempt saved global_step_40 inside its collapse (score 0 from step 32); the
+    restart from global_step_30 saves only every 100 steps, so 40 on disk is the abandoned attempt's
+    though the run's own steps went past it. The console has no times: its save lines tell which
+    attempt saved what; without them, the choice says it cannot tell."""
+    paths = _restarted(tmp_path / "run", restart_save_freq=100, say_saves=say_saves)
+    assert (paths.ckpt_root / "global_step_40").is_dir()
+    recommendation = only(tmp_path / "run").recommendation
+    if say_saves:
+        assert recommendation.step == 30
+        assert any("global_step_40: saved by an attempt a relaunch abandoned" in w for w in recommendation.warnings)
+    else:
+        assert recommendation.step == 40
+        assert any(w.startswith("Step 40 was also reached by an attempt a relaunch abandoned (steps 31–45), and neither "
+                                "the logs' times nor a save line tell which attempt saved global_step_40") for w in recommendation.warnings)
+
+
 def test_each_attempt_is_timed_from_its_own_ray_session(tmp_path: Path) -> None:
     """The restart launched Ray anew three hours after the first attempt began (a second session
     folder beside the first): the restart's steps count from the second session's start, the
