@@ -364,7 +364,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
-    wasted = run.steps.filter(pl.col("step").is_between(finding.onset_step, end - 1)).height
+    # Every step from the onset on, logged or not (a copy may hold every tenth: the steps between ran too).
+    wasted = max(0, min(end - 1, last) - finding.onset_step + 1) if not run.steps.is_empty() else 0
     if finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
         row = finding.onset_row
         # Its copies from the onset on: by time, or (a log printing none, verl's console) by line in the onset's file.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def load_run(
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     abandoned: dict[str, list[pl.DataFrame]] = {}  # per parser, the rows of attempts a relaunch abandoned
     facts: dict[str, str] = {}
-    starts: list[datetime] = []  # each Ray session's start, as read: the clock of a log without one
+    sessions: dict[int, datetime | None] = {}  # each Ray session's events (their index) and its start, as read
     for rank, source in enumerate(location.logs):
         try:
             parsed = parse_source(source, custom_format=custom_format, cache=cache, keys=keys)
@@ -110,8 +110,9 @@ def load_run(
             if p.superseded.height:
                 abandoned.setdefault(p.source, []).append(with_keys(p.superseded, keys))
             facts.update(p.facts)
-            if p.source == "ray" and "ray_session_started" in p.facts:
-                starts.append(datetime.fromisoformat(p.facts["ray_session_started"]))
+            if p.source == "ray":
+                started = p.facts.get("ray_session_started")
+                sessions[len(events)] = datetime.fromisoformat(started) if started else None
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
@@ -137,6 +138,8 @@ def load_run(
         all_steps = _steps_from_metrics(merged.metrics)
         abandoned_steps = _steps_from_metrics(earlier, per_file=True)
     notes = shifts + list(merged.notes)
+    events, starts, apart = _own_sessions(events, sessions, [all_steps["time"], merged.metrics["time"]])
+    notes += apart
     estimated = False
     if all_steps["time"].null_count() == all_steps.height and starts:
         all_steps = reconstruct_times(all_steps, merged.metrics, starts, earlier)
@@ -174,6 +177,48 @@ def load_run(
         superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
                                     abandoned_steps]),
     )
+
+
+#: How far from the rest of a run's logs a Ray session may lie and still be the run's (Ray starts
+#: before the trainer logs anything; a relaunch appends to the trainer's log as it starts).
+_SESSION_SLACK = timedelta(hours=1)
+
+
+def _own_sessions(events: list[pl.DataFrame], sessions: dict[int, datetime | None],
+                  times: list[pl.Series]) -> tuple[list[pl.DataFrame], list[datetime], list[str]]:
+    """The events without those of Ray sessions that lie wholly apart from the run's other logs in
+    time (another job's session, copied or left beside them), the starts of the sessions kept, and a
+    note for each left out. With nothing else timed, every session is kept."""
+    others = [frame["time"] for i, frame in enumerate(events) if i not in sessions] + times
+    known = pl.concat([t.drop_nulls() for t in others]) if others else pl.Series(dtype=pl.Datetime("ms"))
+    starts = [start for start in sessions.values() if start is not None]
+    if known.is_empty() or not sessions:
+        return events, starts, []
+    first, last = known.min(), known.max()
+    kept, starts, notes = [], [], []
+    for i, frame in enumerate(events):
+        if i not in sessions:
+            kept.append(frame)
+            continue
+        seen, start = frame["time"].drop_nulls(), sessions[i]
+        # (A session that logged nothing timed is kept: a cluster started long before the job is the job's.)
+        if len(seen):
+            ends = [t for t in (seen.min(), seen.max(), start) if t is not None]
+            if min(ends) > last + _SESSION_SLACK or max(ends) < first - _SESSION_SLACK:
+                notes.append(f"Ray session {_session_name(str(frame['file'][0]))} ({min(ends):%Y-%m-%d %H:%M}–{max(ends):%Y-%m-%d %H:%M}) "
+                             f"lies apart from the run's other logs ({first:%Y-%m-%d %H:%M}–{last:%Y-%m-%d %H:%M}): another "
+                             "job's; its events are left out")
+                continue
+        kept.append(frame)
+        if start is not None:
+            starts.append(start)
+    return kept, starts, notes
+
+
+def _session_name(path: Path | str) -> str:
+    """The ``session_…`` folder a session's file lies in."""
+    parts = [part for part in Path(path).parts if part.startswith("session_")]
+    return parts[-1] if parts else str(path)
 
 
 def parse_source(

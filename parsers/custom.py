@@ -158,8 +158,17 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     rows = pl.concat(
         [_values(parts[f"p{i}"], p) for i, p in enumerate(fmt.patterns)], how="vertical_relaxed"
     )
+    # A step group that caught no whole number (``12/60``, ``abc``): not a step line, nor the next
+    # step's values — unread, and said.
+    misread = pl.col("step_text").is_not_null() & pl.col("step").is_null()
+    bad = rows.filter(misread)
+    if bad.height:
+        notes.append(f"{bad['line'].n_unique()} lines matched a pattern with a step group that caught no whole number "
+                     f"(e.g. {bad['step_text'][0][:40]!r}): not read")
+        rows = rows.filter(~misread)
+    rows = rows.drop("step_text")
     steps = rows.filter(pl.col("step").is_not_null()).select("line", "step", "time").unique("line").sort("line")
-    if steps.is_empty():
+    if steps.is_empty() and not bad.height:
         notes.append("no step lines (no line matched a pattern with a step group)")
     formats = sorted({p.time_format for p in fmt.patterns if p.time_format})
     if formats and steps.height and steps["time"].null_count() == steps.height:  # a format without samples to check it
@@ -215,6 +224,7 @@ def _values(found: pl.DataFrame, pattern: ValuePattern) -> pl.DataFrame:
     base = [
         pl.col("line"),
         optional("step", step_number(field("step")), pl.Int64()),
+        (field("step") if "step" in groups else pl.lit(None)).cast(pl.String).alias("step_text"),
         optional("time", when if when is not None else pl.lit(None), pl.Datetime("ms")),
         optional("micro", field("micro").cast(pl.Int64, strict=False), pl.Int64()),
     ]

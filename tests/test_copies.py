@@ -200,3 +200,19 @@ def test_a_collapse_in_the_middle_attempt_of_three_in_a_tensorboard_copy_is_told
     [run] = analyze([tmp_path / "tb"]).runs
     assert [(i.kind, i.onset_step, i.end_step) for i in run.incidents] == [("reward_collapse", 56, 71)]
     assert "in an attempt the run abandoned at step 70: a relaunch from step 40 took the run on from step 41" in run.incidents[0].summary
+
+
+def test_a_copy_logged_every_tenth_step_counts_every_step_a_collapse_wasted(tmp_path: Path) -> None:
+    """Scalars every 10 steps, the reward 0 from step 110 to the last, 300 (AReaL's 0-based steps:
+    111 and 301 in log units): 191 steps went by, not the 20 logged, and the onset is bounded."""
+    from areal_builder import healthy_reward
+
+    writer = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
+    for step in range(10, 301, 10):
+        writer.add_scalar(KEYS[0], 0.0 if step >= 110 else healthy_reward(step), step)
+        writer.add_scalar(KEYS[1], -0.01 - step / 1e4, step)
+    writer.close()
+    [run] = analyze([tmp_path / "tb"]).runs
+    [collapse] = run.incidents
+    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (111, None, 191)
+    assert "so it began between steps 102 and 111" in collapse.summary

@@ -125,6 +125,19 @@ def test_user_format_without_values_table_keys_by_group(tmp_path: Path) -> None:
     assert values(parsed.metrics, "reward") == {5: 0.5, 6: 0.25}
 
 
+def test_a_step_group_that_catches_no_whole_number_reads_nothing_of_its_line(tmp_path: Path) -> None:
+    """``(?P<step>\\S+)`` on ``it=12/60`` or ``it=abc``: not a step line, and its values not the
+    next step's — unread, counted and said (they had all become one "step 0", or the next step's)."""
+    toml = tmp_path / "fmt.toml"
+    toml.write_text("name = 'loose'\nregex = '^it=(?P<step>\\S+) r=(?P<reward>\\S+)'\n", encoding="utf-8")
+    log = tmp_path / "x.log"
+    log.write_text("it=5 r=0.5\nit=abc r=9\nit=6 r=0.25\nit=7/60 r=9\n", encoding="utf-8")
+    parsed = read_custom_log(log, load_custom_format(toml))
+    assert values(parsed.metrics, "reward") == {5: 0.5, 6: 0.25}
+    assert parsed.steps["step"].to_list() == [5, 6] and parsed.unparsed_lines == 2
+    assert "2 lines matched a pattern with a step group that caught no whole number (e.g. 'abc'): not read" in parsed.notes
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -658,3 +658,33 @@ def test_a_session_alone_with_deaths_says_them_in_the_verdict(tmp_path: Path) ->
     said = " ".join(result.output.split())
     assert "no metric could be judged; yet" in said and "host_oom_kill ×" in said and "see the events" in said
     assert "host\\_oom\\_kill ×" in (tmp_path / "s.md").read_text()
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["another-day", "during-the-run"])
+def test_a_ray_session_apart_from_the_run_in_time_is_another_jobs(tmp_path: Path, moved: bool) -> None:
+    """A real session (two workers OOM-killed) copied into an AReaL run's log folder: a year after
+    the run, its kills are another job's and left out, said in a note; its times moved into the
+    run (and nothing else changed), they are the run's."""
+    import re
+    from datetime import datetime
+
+    from forensics import analyze
+
+    run = shutil.copytree(Path(__file__).parent / "fixtures" / "sglang_healthy_collapse" / "outputs", tmp_path / "outputs")
+    trial = run / "logs/root/gsm8k-grpo-rewardbug/trial0"
+    name = "session_2026-11-22_03-12-18_295500_1184"
+    session = shutil.copytree(SAMPLES / "e_oom" / name, trial / "ray" / name, symlinks=True)
+    if moved:  # 2025-11-24 12:12, inside the run's 10:12–13:56
+        stamp = int(datetime(2025, 11, 24, 12, 12, 27).timestamp())
+        for f in (p for p in session.rglob("*") if p.is_file() and not p.is_symlink()):
+            text = f.read_bytes().replace(b"2026-11-22 03:1", b"2025-11-24 12:1").replace(b"2026-11-22_03-1", b"2025-11-24_12-1")
+            f.write_bytes(re.sub(rb'"timestamp":\d+', b'"timestamp":%d' % stamp, text))
+    result = analyze(run).runs[0]
+    kinds = [(i.kind, i.cause) for i in result.incidents]
+    apart = [n for n in result.notes if n.startswith(f"Ray session {name} (2026-11-22 03:12–")]
+    if moved:
+        assert ("crash", "training_worker_crash") in kinds and not apart
+    else:
+        assert kinds == [("reward_collapse", "reward_pipeline")]
+        assert apart and apart[0].endswith("lies apart from the run's other logs (2025-11-24 10:09–2025-11-24 13:56): another job's; its events are left out")
+        assert result.events.filter(pl.col("kind") == "host_oom_kill").is_empty()
