@@ -497,13 +497,15 @@ def finite_value(value: float | None) -> bool:
 
 def improbable(seen: int, history: int, run: int, chance: float) -> bool:
     """Would ``run`` consecutive repeats of a value seen ``seen`` times in ``history`` healthy
-    steps be rarer than ``chance``?
+    steps be rarer than ``chance``, anywhere in them?
 
     The healthy frequency is smoothed (half a pseudo-observation) so a short history cannot
-    make a value look impossible or certain.
+    make a value look impossible or certain. Such a run could have begun at any of the history's
+    steps: a coarse metric (the mean of a few 0/1 rewards) repeats a common value eight times
+    somewhere in thousands of steps by chance alone, a real collapse stays improbable whatever the count.
     """
     p = (seen + 0.5) / (history + 1.0)
-    return p**run < chance
+    return p**run * max(history, 1) < chance
 
 
 def _recovery(values: list[float], start: int, value: float, history: list[float], t: Thresholds) -> int | None:

@@ -471,3 +471,19 @@ def test_a_relaunch_from_a_checkpoint_saved_during_a_collapse_is_said(tmp_path: 
     assert (incident.onset_step, incident.recovered) == (60, True)
     assert "resuming from a checkpoint saved after it (step 70); the reward came back at step" in incident.summary
     assert "carried the broken state on" not in incident.summary
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_coarse_reward_repeating_a_common_value_somewhere_in_a_long_run_is_no_collapse(seed: int) -> None:
+    """The mean of 4 rewards takes five values: over 3,000 healthy steps one of them repeats eight
+    times in a row somewhere by chance alone. The same run with 12 steps of exact zeros is a collapse."""
+    import random
+
+    from forensics.detect import Thresholds, reward_collapses
+
+    rng = random.Random(seed)
+    scores = [sum(rng.random() < 0.3 + 0.4 * s / 3000 for _ in range(4)) / 4 for s in range(1, 3001)]
+    frame = pl.DataFrame({"step": range(1, 3001), "value": scores}, schema={"step": pl.Int64, "value": pl.Float64})
+    assert reward_collapses(frame, "score", Thresholds()) == []
+    broken = frame.with_columns(pl.when(pl.col("step").is_between(2001, 2012)).then(0.0).otherwise(pl.col("value")).alias("value"))
+    assert [f.onset_step for f in reward_collapses(broken, "score", Thresholds())] == [2001]
