@@ -42,7 +42,7 @@ from parsers.schema import (
 from parsers.tensorboard import read_tensorboard
 from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import read_verl_checkpoints
-from parsers.wandb_run import WandbUnavailable, read_wandb_online, read_wandb_runs
+from parsers.wandb_run import WandbUnavailable, chain_wandb_runs, read_wandb_online, read_wandb_runs
 
 
 @dataclass
@@ -328,12 +328,11 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
         return Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
                        sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)
     if reader == "wandb":
-        runs = read_wandb_runs(path, keys=keys, summary=False)  # the summary is never read here
-        frame = pl.concat([r.metrics for r in runs]) if runs else empty(METRIC_SCHEMA)
-        abandoned = pl.concat([r.superseded for r in runs]) if runs else empty(METRIC_SCHEMA)
-        notes = tuple(f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes)
-        return Parsed("wandb", empty(STEP_SCHEMA), frame, empty(EVENT_SCHEMA), sum(r.records_read for r in runs),
-                       sum(r.records_skipped for r in runs), notes, superseded=abandoned)
+        chained = chain_wandb_runs(read_wandb_runs(path, keys=keys, summary=False))  # the summary is never read here
+        if chained is None:
+            return Parsed("wandb", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), empty(EVENT_SCHEMA), 0, 0, ())
+        return Parsed("wandb", empty(STEP_SCHEMA), chained.metrics, empty(EVENT_SCHEMA), chained.records_read,
+                       chained.records_skipped, chained.notes, superseded=chained.superseded)
     board = read_tensorboard(path, keys=keys)
     return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
                    board.records_skipped, board.notes, superseded=board.superseded)

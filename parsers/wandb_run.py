@@ -41,6 +41,7 @@ from parsers.schema import METRIC_SCHEMA, abandoned_by_later_parts, conform, emp
 __all__ = [
     "WandbRun",
     "WandbUnavailable",
+    "chain_wandb_runs",
     "find_wandb_runs",
     "merge_wandb_runs",
     "read_wandb_online",
@@ -178,6 +179,37 @@ def merge_wandb_runs(parts: Sequence[WandbRun]) -> WandbRun:
         notes=tuple(notes),
         records_read=sum(p.records_read for p in parts),
         records_skipped=sum(p.records_skipped for p in parts),
+    )
+
+
+def chain_wandb_runs(runs: Sequence[WandbRun]) -> WandbRun | None:
+    """The runs of one ``wandb/`` folder as one history, in the order they began: a relaunch logs
+    under a new id (verl's default), so a later run going back to a step abandons an earlier one's
+    values from there on, as a resumed run's later folder does (``superseded``). Runs that never
+    go back over each other's steps simply follow on."""
+    if not runs:
+        return None
+    notes = [f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes]
+    if len(runs) == 1:
+        return replace(runs[0], notes=tuple(notes))
+    stacked = pl.concat([r.metrics.with_columns(pl.lit(i).alias("part")) for i, r in enumerate(runs)])
+    gone = abandoned_by_later_parts(stacked, "part")
+    abandoned = stacked.filter(gone).drop("part")
+    ids = ", ".join(r.run_id for r in runs)
+    notes.append(f"{len(runs)} W&B runs in one folder ({ids}) are read as one history in the order they began")
+    if abandoned.height:
+        notes.append(f"{abandoned['step'].n_unique()} steps an earlier W&B run logged from where a later one went back "
+                     "are an attempt the run abandoned: not the run's values")
+    return replace(
+        runs[-1],
+        paths=tuple(path for r in runs for path in r.paths),
+        metrics=stacked.filter(~gone).sort("step", maintain_order=True).drop("part"),
+        superseded=pl.concat([*(r.superseded for r in runs), abandoned]).sort("step", maintain_order=True),
+        config={k: v for r in runs for k, v in r.config.items()},
+        summary={k: v for r in runs for k, v in r.summary.items()},
+        notes=tuple(notes),
+        records_read=sum(r.records_read for r in runs),
+        records_skipped=sum(r.records_skipped for r in runs),
     )
 
 

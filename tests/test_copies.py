@@ -29,7 +29,7 @@ WANDB_WRITER = textwrap.dedent(
     """
     import json, sys, wandb
     spec = json.loads(sys.argv[1])
-    run = wandb.init(mode="offline", dir=spec["dir"], project="copies", id="copyrun1")
+    run = wandb.init(mode="offline", dir=spec["dir"], project="copies", id=spec.get("id", "copyrun1"))
     for step, row in spec["rows"]:
         run.log(row, step=step)
     wandb.finish()
@@ -50,12 +50,12 @@ def console(tmp_path_factory: pytest.TempPathFactory):
     return paths, rows
 
 
-def write_wandb(target: Path, rows: list) -> None:
+def write_wandb(target: Path, rows: list, run_id: str = "copyrun1") -> None:
     home = target / ".home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
                WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
-    spec = json.dumps({"dir": str(target), "rows": rows})
+    spec = json.dumps({"dir": str(target), "rows": rows, "id": run_id})
     subprocess.run([sys.executable, "-c", WANDB_WRITER, spec], env=env, check=True, timeout=180)
 
 
@@ -163,6 +163,26 @@ def test_a_relaunched_runs_wandb_copy_holds_no_abandoned_values(relaunched, tmp_
     _one_abandoned_collapse(tree)
     (log_dir / paths.trainer_log.name).unlink()
     _one_abandoned_collapse(tree)
+
+
+def test_a_relaunch_logging_under_a_new_wandb_id_is_read_as_the_same_history(relaunched, tmp_path: Path) -> None:
+    """verl (and many loops) call ``wandb.init`` without an id: each launch is a new run in the same
+    ``wandb/`` folder. Read in the order they began, the relaunch going back abandons the first
+    launch's steps from there, as a resumed run's folders do (they had been mixed, later values winning)."""
+    import time
+
+    paths, first, again = relaunched
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log_dir = tree / paths.log_dir.relative_to(paths.fileroot)
+    (log_dir / paths.trainer_log.name).unlink()
+    write_wandb(log_dir, first, run_id="launch1")
+    time.sleep(1.1)  # (a run folder's name holds its start to the second)
+    write_wandb(log_dir, again, run_id="launch2")
+    _one_abandoned_collapse(tree)
+    [run] = analyze([tree]).runs
+    notes = [n for s in run.sources for n in s.notes]
+    assert "2 W&B runs in one folder (launch1, launch2) are read as one history in the order they began" in notes
 
 
 def test_a_relaunched_runs_tensorboard_copy_holds_no_abandoned_values(relaunched, tmp_path: Path) -> None:
