@@ -156,7 +156,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     unread = unread_steps(run)
     findings = _findings(run, primary, events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
-    checkpoints, abandoned = _abandoned_checkpoints(to_checkpoints(run.checkpoints), run)
+    checkpoints, abandoned = _abandoned_checkpoints(_recover_saved_again(to_checkpoints(run.checkpoints), run), run)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
@@ -280,6 +280,22 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple
     gone_paths = frozenset(c.path for c in checkpoints if older(c))
     said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
     return [replace(c, problems=(*c.problems, said)) if c.path in gone_paths else c for c in checkpoints], gone_paths
+
+
+def _recover_saved_again(checkpoints: list[Checkpoint], run: RunData) -> list[Checkpoint]:
+    """AReaL's recover checkpoint whose last save line comes steps after the step its
+    ``recover_info`` names: the weights were written again and the step info was not (a process
+    that died in between) — resuming would pair later weights with earlier counters and data.
+    Not usable, said with the save line. (One save at the step after it is AReaL's own order.)"""
+    saves = run.events.filter((pl.col("kind") == "checkpoint_saved") & pl.col("message").str.contains("recover_checkpoint", literal=True)
+                              & pl.col("step").is_not_null())
+    if saves.is_empty():
+        return checkpoints
+    last = saves.sort("step", "time", "line", nulls_last=True).row(-1, named=True)
+    said = (f"saved again during step {last['step']} ({Path(last['file']).name}:{last['line']}), after the step its "
+            "recover_info names, which was not rewritten: its weights are not that step's")
+    return [replace(c, complete=False, problems=(*c.problems, said)) if c.kind == "recover" and last["step"] > c.step + 1 else c
+            for c in checkpoints]
 
 
 def _saves_before_relaunches(run: RunData) -> dict[str, bool]:

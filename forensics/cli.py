@@ -243,6 +243,7 @@ def _show_progress(run: FleetRun, done: int, total: int) -> None:
 def best_checkpoint(
     path: Annotated[Path, typer.Argument(help="One run's folder or log file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the recommendation object as JSON.")] = False,
+    log_format: LogFormat = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     debug: Debug = False,
@@ -253,7 +254,7 @@ def best_checkpoint(
     """
 
     def work() -> None:
-        run = _single_run(path, _cache(cache_dir, no_cache, [path]))
+        run = _single_run(path, _cache(cache_dir, no_cache, [path]), log_format)
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -350,6 +351,7 @@ def compare(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for compare.html (default ./grpo-forensics-report, never inside a RUN).")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison as JSON to FILE, or '-' for stdout.")] = None,
     html: Annotated[bool, typer.Option("--html/--no-html", help="Write compare.html.")] = True,
+    log_format: LogFormat = None,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     debug: Debug = False,
@@ -364,7 +366,7 @@ def compare(
     def work() -> None:
         _refuse_inside([run_a, run_b], json=json_out, out=out)
         cache = _cache(cache_dir, no_cache, [run_a, run_b])
-        result = compare_runs(_single_run(run_a, cache), _single_run(run_b, cache))
+        result = compare_runs(_single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format))
         console = _Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:
@@ -459,9 +461,9 @@ def watch(
         raise typer.Exit(code)
 
 
-def _single_run(path: Path, cache: ParseCache | None = None) -> RunAnalysis:
+def _single_run(path: Path, cache: ParseCache | None = None, log_format: Path | None = None) -> RunAnalysis:
     """The one run at ``path``; several runs there is unusable input for this command."""
-    runs = run_analysis([path], cache=cache).runs
+    runs = run_analysis([path], cache=cache, custom_format=log_format).runs
     if len(runs) != 1:
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")

@@ -84,6 +84,11 @@ def test_user_format_is_read_by_metrics_and_analyze(tmp_path: Path) -> None:
     [run] = json.loads(doc_path.read_text())["runs"]
     assert run["incidents"][0]["onset_step"] == 40
     assert run["incidents"][0]["onset_time"] == "2025-06-01T14:24:40"
+    # best-checkpoint and compare read it too (exit 4: no checkpoint before the incident; not 2, no run found)
+    best = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run"), "--log-format", str(FORMAT)])
+    assert best.exit_code == 4, best.output
+    both = runner.invoke(app, ["compare", str(tmp_path / "run"), str(tmp_path / "run"), "--log-format", str(FORMAT), "--no-html"])
+    assert both.exit_code == 0, both.output
 
 
 def test_without_the_format_the_log_is_not_a_run(tmp_path: Path) -> None:

@@ -487,3 +487,20 @@ def test_a_coarse_reward_repeating_a_common_value_somewhere_in_a_long_run_is_no_
     assert reward_collapses(frame, "score", Thresholds()) == []
     broken = frame.with_columns(pl.when(pl.col("step").is_between(2001, 2012)).then(0.0).otherwise(pl.col("value")).alias("value"))
     assert [f.onset_step for f in reward_collapses(broken, "score", Thresholds())] == [2001]
+
+
+def test_a_recover_checkpoint_saved_again_without_its_step_info_is_not_used(tmp_path: Path) -> None:
+    """The recover checkpoint was saved again during step 150, inside the collapse (from 120), and
+    the process died before it rewrote recover_info (still step 100's): its weights are step 150's.
+    The choice passes over it, citing the save line, for the export of step 100."""
+    spec = RunSpec(last_step=150, save_freq_steps=20, recover_mode="auto", recover_freq_steps=50,
+                   reward=lambda s: 0.0 if s >= 120 else healthy_reward(s))
+    paths = write_run(tmp_path / "outputs", spec)
+    info = paths.checkpoint_root / "recover_info" / "step_info.json"
+    assert json.loads(info.read_text())["global_step"] == 149
+    info.write_text(json.dumps({"epoch": 0, "epoch_step": 99, "global_step": 99, "steps_per_epoch": 935}))
+    run = only_run(paths.fileroot)
+    assert run.recommendation.step == 100 and "globalstep99" in run.recommendation.checkpoint
+    [warning] = [w for w in run.recommendation.warnings if "recover_checkpoint" in w]
+    save = int(warning.split("trainer.log:")[1].split(")")[0])
+    assert "saved again during step 150 (trainer.log:" in warning and "Saved recover checkpoint" in paths.trainer_log.read_text().splitlines()[save - 1]
