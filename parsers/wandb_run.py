@@ -378,6 +378,10 @@ def _decode(
             info.update(project=run.project or None, name=run.display_name or None)
         elif which == "exit":
             info["exit_code"] = record.exit.exit_code
+        elif which == "metric" and record.metric.glob_name == "*" and record.metric.step_metric:
+            # ``define_metric("*", step_metric=…)`` (HF Trainer, TRL): every value's step is that
+            # metric's, not W&B's count of log calls.
+            history.step_metric = record.metric.step_metric
         elif which == "header":
             producer = record.header.version_info.producer
             info["writer"] = f"wandb-core {producer}" if producer else "legacy"
@@ -398,6 +402,8 @@ def _decode(
         notes.append("no records")
     elif not histories:
         notes.append("no history records")
+    if history.step_metric:
+        notes.append(f"steps are {history.step_metric} (the run's define_metric), not W&B's count of log calls")
     return WandbRun(
         run_id, (path,), history.metrics(path), config=config, summary=summary,
         notes=tuple(notes), records_read=read, records_skipped=framing.skipped, **info,
@@ -411,7 +417,7 @@ def _kinds(pb: Any) -> frozenset[int]:
 
 def _wanted_fields(pb: Any, with_summary: bool) -> frozenset[int]:
     """Numbers of the kinds of record worth decoding."""
-    names = {"history", "config", "run", "exit", "header"} | ({"summary"} if with_summary else set())
+    names = {"history", "config", "run", "exit", "header", "metric"} | ({"summary"} if with_summary else set())
     return frozenset(f.number for f in pb.Record.DESCRIPTOR.oneofs_by_name["record_type"].fields if f.name in names)
 
 
@@ -430,6 +436,7 @@ class _History:
 
     def __init__(self, keys: str | None) -> None:
         self.regex = keys
+        self.step_metric: str | None = None
         self.frames: list[pl.DataFrame] = []
         self.steps: list[int] = []  # each history record's step, to find steps logged twice
         self._reset()
@@ -492,6 +499,10 @@ class _History:
         found = pl.DataFrame(rows, schema={"line": pl.Int64, "step": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64},
                              orient="row")
         frame = pl.concat([values.filter(pl.col("value").is_not_null()).select(found.columns), found]).sort("line", maintain_order=True)
+        if self.step_metric:  # each record's step is its value of the step metric (kept whatever the key filter)
+            steps = frame.filter(pl.col("key") == self.step_metric).select("line", pl.col("value").alias("own"))
+            frame = (frame.join(steps, on="line", how="left", maintain_order="left")
+                     .filter(pl.col("own").is_finite()).with_columns(pl.col("own").cast(pl.Int64).alias("step")).drop("own"))
         frame = with_keys(frame, self.regex)
         self.frames.append(frame.with_columns(pl.col("key").cast(pl.Categorical)))
 
@@ -500,7 +511,9 @@ class _History:
         self._flush()
         if not self.frames:
             return empty(METRIC_SCHEMA)
-        steps = pl.Series(self.steps, dtype=pl.Int64)
+        # (Records of one step-metric value — a train and an eval call — are one step.)
+        steps = (pl.concat([f.select("line", "step").unique() for f in self.frames])["step"] if self.step_metric
+                 else pl.Series(self.steps, dtype=pl.Int64))
         frame = later_lines_win(pl.concat(self.frames), steps.filter(steps.is_duplicated()).unique())
         return conform(frame.with_columns(pl.lit(path).alias("file")), METRIC_SCHEMA)
 

@@ -324,3 +324,39 @@ def test_history_records_without_values(tmp_path: Path) -> None:
     path.write_bytes(legacy_stream(records))
     run = read_wandb_run(path)
     assert run.metrics.select("step", "key", "value").rows() == [(4, "loss", 0.5)] and run.records_skipped == 0
+
+
+TRAINER_WRITER = textwrap.dedent(
+    """
+    import json, sys, wandb
+    spec = json.loads(sys.argv[1])
+    run = wandb.init(mode="offline", dir=spec["dir"], project="trl", id="hfrun1")
+    run.define_metric("train/global_step")
+    run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    for gs in range(10, 401, 10):
+        reward = 0.0 if gs >= 200 else 0.3 + (gs % 70) / 1000
+        run.log({"train/reward": reward, "train/loss": 0.1 + gs / 1e4, "train/global_step": gs})
+        if gs % 50 == 0:
+            run.log({"eval/reward": reward, "train/global_step": gs})
+    wandb.finish()
+    """
+)
+
+
+def test_a_runs_declared_step_metric_is_its_step(tmp_path: Path) -> None:
+    """HF Trainer and TRL log without ``step=`` and declare ``define_metric("*", step_metric=
+    "train/global_step")``: W&B's own step counts log calls (an eval call is one more), the run's
+    steps are the global step's values — read as such, the analysis keys alone too."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+               WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
+    subprocess.run([sys.executable, "-c", TRAINER_WRITER, json.dumps({"dir": str(tmp_path)})], env=env, check=True, timeout=120)
+    for keys in (None, "reward"):
+        [run] = read_wandb_runs(tmp_path, keys=keys)
+        reward = run.metrics.filter(pl.col("key") == "train/reward").sort("step")
+        assert reward["step"].to_list() == list(range(10, 401, 10))
+        assert reward.filter(pl.col("step") == 200)["value"].item() == 0.0
+        evals = run.metrics.filter(pl.col("key") == "eval/reward")["step"].to_list()
+        assert evals == list(range(50, 401, 50))
+        assert "steps are train/global_step (the run's define_metric), not W&B's count of log calls" in run.notes
