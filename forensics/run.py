@@ -190,11 +190,11 @@ def _own_sessions(events: list[pl.DataFrame], sessions: dict[int, datetime | Non
     time (another job's session, copied or left beside them), the starts of the sessions kept, and a
     note for each left out. With nothing else timed, every session is kept."""
     others = [frame["time"] for i, frame in enumerate(events) if i not in sessions] + times
-    known = pl.concat([t.drop_nulls() for t in others]) if others else pl.Series(dtype=pl.Datetime("ms"))
+    firsts = [t.min() for t in others if t.null_count() < len(t)]
     starts = [start for start in sessions.values() if start is not None]
-    if known.is_empty() or not sessions:
+    if not firsts or not sessions:
         return events, starts, []
-    first, last = known.min(), known.max()
+    first, last = min(firsts), max(t.max() for t in others if t.null_count() < len(t))
     kept, starts, notes = [], [], []
     for i, frame in enumerate(events):
         if i not in sessions:
@@ -383,11 +383,10 @@ _FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
 def other_logs(run: RunData) -> pl.DataFrame:
     """The timed metric rows of logs that log no step (a server's): what went on while the steps
     stopped. Copies of the run's numbers are the trainer's own, not other logs."""
-    stepped = run.step_copies["file"].cast(pl.String).unique().implode()
+    stepped = run.step_copies["file"].cast(pl.String).unique().to_list()
+    # (Categorical columns compared with their names as they are: no string copy of millions of rows.)
     return run.metrics.filter(
-        pl.col("time").is_not_null()
-        & ~pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES))
-        & ~pl.col("file").cast(pl.String).is_in(stepped)
+        pl.col("time").is_not_null() & ~pl.col("source").is_in(list(COPY_SOURCES)) & ~pl.col("file").is_in(stepped)
     ).select("time", "step", "file", "line", "key", "value")
 
 
