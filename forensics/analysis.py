@@ -156,7 +156,9 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     unread = unread_steps(run)
     findings = _findings(run, primary, events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
-    checkpoints, abandoned = _abandoned_checkpoints(_recover_saved_again(to_checkpoints(run.checkpoints), run), run)
+    checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
+    told = _saves_before_relaunches(run, checkpoints)
+    checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
@@ -176,7 +178,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         incidents=incidents,
         checkpoints=checkpoints,
         recommendation=_maybe_abandoned(recommend(checkpoints, incidents, run.facts, run.location.root,
-                                                  caveat=_caveat(run, primary), abandoned=abandoned), checkpoints, run),
+                                                  caveat=_caveat(run, primary), abandoned=abandoned), checkpoints, run, told),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -258,20 +260,20 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
                                     f"steps {last + 1} and {finding.onset_step}")
 
 
-def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Checkpoint], frozenset[str]]:
+def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData,
+                           told: dict[str, bool]) -> tuple[list[Checkpoint], frozenset[str]]:
     """Checkpoints an attempt a relaunch abandoned saved, which the run's own steps never saved
-    again: past its own last step, or saved (by their time) before the run's own copy of the step
-    they follow was logged. Said so, and never chosen."""
+    again: past its own last step, saved (by their time) before the run's own copy of the step
+    they follow was logged, or last saved before a relaunch that went back (``told``, by path:
+    see :func:`_saves_before_relaunches`). Said so, and never chosen."""
     if run.superseded_steps.is_empty() or run.steps.is_empty():
         return checkpoints, frozenset()
     last, reached = int(run.steps["step"].max()), int(run.superseded_steps["step"].max())
     own = dict(run.steps.select("step", "time").iter_rows())
     gone = set(run.superseded_steps["step"].to_list())
 
-    left = _saves_before_relaunches(run)
-
     def older(c: Checkpoint) -> bool:
-        if last + 1 < c.step <= reached + 1 or left.get(Path(c.path).name):
+        if last + 1 < c.step <= reached + 1 or told.get(c.path):
             return True
         # AReaL saves step s's export while it runs step s, after step s - 1 was logged
         before = own.get(c.step - 1)
@@ -298,30 +300,33 @@ def _recover_saved_again(checkpoints: list[Checkpoint], run: RunData) -> list[Ch
             for c in checkpoints]
 
 
-def _saves_before_relaunches(run: RunData) -> dict[str, bool]:
-    """For each checkpoint folder a save line names (``checkpoint_saved``): whether its last save
-    came before a relaunch in the same log that went back to its step or below — the abandoned
-    attempt's weights, by line order, which is all a log without times (verl's console) tells."""
+def _saves_before_relaunches(run: RunData, checkpoints: list[Checkpoint]) -> dict[str, bool]:
+    """For each checkpoint a save line names (``checkpoint_saved``, its folder's name), by path:
+    whether its last save came before a relaunch in the same log that went back to its step or
+    below — the abandoned attempt's weights, by line order, which is all a log without times
+    (verl's console) tells."""
     saves = run.events.filter(pl.col("kind") == "checkpoint_saved").select("file", "line", "message")
-    if saves.is_empty():
+    if saves.is_empty() or run.superseded_steps.is_empty():
         return {}
     copies = run.step_copies.select(pl.col("file").cast(pl.String), "line", "step").sort("file", "line")
     starts = copies.filter(relaunches(pl.col("step")).over("file"))  # each attempt's first step copy
-    left = {}
-    for file, line, message in saves.sort("file", "line").iter_rows():
-        for name in _FOLDER_NAME.findall(message or ""):
-            back = starts.filter((pl.col("file") == file) & (pl.col("line") > line))
-            step = _step_of_folder(name)
-            left[name] = step is not None and not back.filter(pl.col("step") <= step).is_empty()
-    return left
+    told = {}
+    for c in checkpoints:
+        named = saves.filter(pl.col("message").str.contains(re.escape(Path(c.path).name) + r"(?:$|\W)"))
+        if named.height:
+            file, line, _ = named.sort("file", "line").row(-1)
+            back = starts.filter((pl.col("file") == file) & (pl.col("line") > line) & (pl.col("step") <= c.step))
+            told[c.path] = not back.is_empty()
+    return told
 
 
-def _maybe_abandoned(recommendation: Recommendation, checkpoints: list[Checkpoint], run: RunData) -> Recommendation:
+def _maybe_abandoned(recommendation: Recommendation, checkpoints: list[Checkpoint], run: RunData,
+                     told: dict[str, bool]) -> Recommendation:
     """The chosen checkpoint's step was also reached by an attempt a relaunch abandoned, and
     neither times nor a save line tell which attempt saved it: said, for it may hold that attempt's weights."""
     chosen = next((c for c in checkpoints if c.path == recommendation.checkpoint), None)
     gone = run.superseded_steps["step"]
-    if chosen is None or not (gone == chosen.step).any() or Path(chosen.path).name in _saves_before_relaunches(run):
+    if chosen is None or not (gone == chosen.step).any() or chosen.path in told:
         return recommendation
     own = run.steps.filter(pl.col("step") == chosen.step - 1)["time"].drop_nulls()
     if chosen.time is not None and len(own):  # (the times judged it: see _abandoned_checkpoints)
@@ -330,16 +335,6 @@ def _maybe_abandoned(recommendation: Recommendation, checkpoints: list[Checkpoin
                f"and neither the logs' times nor a save line tell which attempt saved {Path(chosen.path).name}: if the "
                "abandoned one did, it holds that attempt's weights — check its time against the relaunch's.")
     return replace(recommendation, warnings=(*recommendation.warnings, warning))
-
-
-#: The checkpoint folders a save line names: verl's ``global_step_N``, AReaL's exports and its recover checkpoint.
-_FOLDER_NAME = re.compile(r"(global_step_\d+|epoch\d+epochstep\d+globalstep\d+)(?![\w])")
-
-
-def _step_of_folder(name: str) -> int | None:
-    """The step a checkpoint folder holds, in log units (AReaL's names count from 0)."""
-    found = re.search(r"global_?step_?(\d+)$", name)
-    return None if found is None else int(found[1]) + (1 if name.startswith("epoch") else 0)
 
 
 #: A note that the copy of a log stops before the log did (a torn or corrupt .gz).

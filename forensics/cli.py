@@ -29,7 +29,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.discover import within, without_runs
+from forensics.discover import analyzed_tree, within, without_runs
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
@@ -504,9 +504,7 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
 
 
 def _trees(paths: list[Path]) -> list[Path]:
-    """The trees an analysis reads: each folder given, and for a log file given its folder (the
-    run's: its checkpoints and config are read from there)."""
-    return [path.parent if path.is_file() else path for path in paths]
+    return [analyzed_tree(path) for path in paths]
 
 
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:

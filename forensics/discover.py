@@ -115,6 +115,13 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     return barren
 
 
+def analyzed_tree(path: PathArg) -> Path:
+    """The tree an analysis of ``path`` reads: a folder as given, a log file's folder (the run's:
+    its checkpoints and config are read from there). Nothing is written into it."""
+    path = Path(path)
+    return path.parent if path.is_file() else path
+
+
 def within(path: PathArg, given: PathArg) -> bool:
     """Whether ``path`` is ``given`` or lies under it (a folder: anywhere in it; a file: only itself).
     Symlinks are resolved; a loop does not raise."""

@@ -190,11 +190,10 @@ def _own_sessions(events: list[pl.DataFrame], sessions: dict[int, datetime | Non
     time (another job's session, copied or left beside them), the starts of the sessions kept, and a
     note for each left out. With nothing else timed, every session is kept."""
     others = [frame["time"] for i, frame in enumerate(events) if i not in sessions] + times
-    firsts = [t.min() for t in others if t.null_count() < len(t)]
-    starts = [start for start in sessions.values() if start is not None]
-    if not firsts or not sessions:
-        return events, starts, []
-    first, last = min(firsts), max(t.max() for t in others if t.null_count() < len(t))
+    bounds = [(t.min(), t.max()) for t in others if t.null_count() < len(t)]
+    if not bounds or not sessions:
+        return events, [start for start in sessions.values() if start is not None], []
+    first, last = min(lo for lo, _ in bounds), max(hi for _, hi in bounds)
     kept, starts, notes = [], [], []
     for i, frame in enumerate(events):
         if i not in sessions:

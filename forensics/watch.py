@@ -62,7 +62,7 @@ from forensics.detect import (
     uncaught_summary,
     value_token,
 )
-from forensics.discover import PathArg, find_runs
+from forensics.discover import PathArg, analyzed_tree, find_runs, within
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Cause, Evidence, iso
@@ -772,10 +772,7 @@ class _State:
 
 
 def _refuse_inside(state_dir: Path, watched: Path) -> None:
-    root = watched.resolve()
-    root = root if root.is_dir() or not root.exists() else root.parent
-    state = state_dir.resolve()
-    if state == root or root in state.parents:
+    if within(state_dir, analyzed_tree(watched)):
         raise UnusableInput(f"--state-dir {state_dir} is inside the watched path {watched}; nothing is written there")
 
 

@@ -160,56 +160,44 @@ def merge_wandb_runs(parts: Sequence[WandbRun]) -> WandbRun:
     not the later folder got as far (see :func:`parsers.schema.abandoned_by_later_parts`)."""
     if len(parts) == 1:
         return parts[0]
-    stacked = pl.concat([p.metrics.with_columns(pl.lit(i).alias("part")) for i, p in enumerate(parts)])
-    gone = abandoned_by_later_parts(stacked, "part")
     notes = [f"{Path(p.paths[0]).parent.name}: {note}" for p in parts for note in p.notes]
     notes.append(f"resumed run: {len(parts)} folders share id {parts[0].run_id}")
-    abandoned = stacked.filter(gone).drop("part")
-    if abandoned.height:
-        notes.append(f"{abandoned['step'].n_unique()} steps an earlier folder logged from where a later one resumed "
-                     "are an attempt the run abandoned: not the run's values")
-    last = parts[-1]
-    return replace(
-        last,
-        paths=tuple(path for p in parts for path in p.paths),
-        metrics=stacked.filter(~gone).sort("step", maintain_order=True).drop("part"),
-        superseded=abandoned.sort("step", maintain_order=True),
-        config={k: v for p in parts for k, v in p.config.items()},
-        summary={k: v for p in parts for k, v in p.summary.items()},
-        notes=tuple(notes),
-        records_read=sum(p.records_read for p in parts),
-        records_skipped=sum(p.records_skipped for p in parts),
-    )
+    return _one_history(parts, notes, "an earlier folder logged from where a later one resumed")
 
 
 def chain_wandb_runs(runs: Sequence[WandbRun]) -> WandbRun | None:
     """The runs of one ``wandb/`` folder as one history, in the order they began: a relaunch logs
     under a new id (verl's default), so a later run going back to a step abandons an earlier one's
-    values from there on, as a resumed run's later folder does (``superseded``). Runs that never
-    go back over each other's steps simply follow on."""
+    values from there on, as a resumed run's later folder does. Runs that never go back over each
+    other's steps simply follow on."""
     if not runs:
         return None
     notes = [f"W&B run {r.run_id}: {note}" for r in runs for note in r.notes]
     if len(runs) == 1:
         return replace(runs[0], notes=tuple(notes))
-    stacked = pl.concat([r.metrics.with_columns(pl.lit(i).alias("part")) for i, r in enumerate(runs)])
-    gone = abandoned_by_later_parts(stacked, "part")
-    abandoned = stacked.filter(gone).drop("part")
     ids = ", ".join(r.run_id for r in runs)
     notes.append(f"{len(runs)} W&B runs in one folder ({ids}) are read as one history in the order they began")
+    return _one_history(runs, notes, "an earlier W&B run logged from where a later one went back")
+
+
+def _one_history(parts: Sequence[WandbRun], notes: list[str], abandoned_by: str) -> WandbRun:
+    """``parts`` in order as one run: a later part going back abandons an earlier one's values
+    from there on (``superseded``, with those the parts had already); ``abandoned_by`` says how."""
+    stacked = pl.concat([p.metrics.with_columns(pl.lit(i).alias("part")) for i, p in enumerate(parts)])
+    gone = abandoned_by_later_parts(stacked, "part")
+    abandoned = stacked.filter(gone).drop("part")
     if abandoned.height:
-        notes.append(f"{abandoned['step'].n_unique()} steps an earlier W&B run logged from where a later one went back "
-                     "are an attempt the run abandoned: not the run's values")
+        notes.append(f"{abandoned['step'].n_unique()} steps {abandoned_by} are an attempt the run abandoned: not the run's values")
     return replace(
-        runs[-1],
-        paths=tuple(path for r in runs for path in r.paths),
+        parts[-1],
+        paths=tuple(path for p in parts for path in p.paths),
         metrics=stacked.filter(~gone).sort("step", maintain_order=True).drop("part"),
-        superseded=pl.concat([*(r.superseded for r in runs), abandoned]).sort("step", maintain_order=True),
-        config={k: v for r in runs for k, v in r.config.items()},
-        summary={k: v for r in runs for k, v in r.summary.items()},
+        superseded=pl.concat([*(p.superseded for p in parts), abandoned]).sort("step", maintain_order=True),
+        config={k: v for p in parts for k, v in p.config.items()},
+        summary={k: v for p in parts for k, v in p.summary.items()},
         notes=tuple(notes),
-        records_read=sum(r.records_read for r in runs),
-        records_skipped=sum(r.records_skipped for r in runs),
+        records_read=sum(p.records_read for p in parts),
+        records_skipped=sum(p.records_skipped for p in parts),
     )
 
 

@@ -116,23 +116,25 @@ def test_user_format_from_the_documented_example(tmp_path: Path) -> None:
     assert events["cuda_oom"]["severity"] == "error" and events["cuda_oom"]["step"] == 4  # after the last step line
 
 
+def read_with(tmp_path: Path, format_text: str, log_text: str):
+    """``log_text`` read with the TOML format ``format_text``, both written under ``tmp_path``."""
+    toml, log = tmp_path / "fmt.toml", tmp_path / "x.log"
+    toml.write_text(format_text, encoding="utf-8")
+    log.write_text(log_text, encoding="utf-8")
+    return read_custom_log(log, load_custom_format(toml))
+
+
 def test_user_format_without_values_table_keys_by_group(tmp_path: Path) -> None:
-    toml = tmp_path / "fmt.toml"
-    toml.write_text("name = 'bare'\nregex = '^it=(?P<step>\\d+) r=(?P<reward>\\S+)'\nstep_line_at = 'start'\n", encoding="utf-8")
-    log = tmp_path / "x.log"
-    log.write_text("it=5 r=0.5\nit=6 r=0.25\n", encoding="utf-8")
-    parsed = read_custom_log(log, load_custom_format(toml))
+    parsed = read_with(tmp_path, "name = 'bare'\nregex = '^it=(?P<step>\\d+) r=(?P<reward>\\S+)'\nstep_line_at = 'start'\n",
+                       "it=5 r=0.5\nit=6 r=0.25\n")
     assert values(parsed.metrics, "reward") == {5: 0.5, 6: 0.25}
 
 
 def test_a_step_group_that_catches_no_whole_number_reads_nothing_of_its_line(tmp_path: Path) -> None:
     """``(?P<step>\\S+)`` on ``it=12/60`` or ``it=abc``: not a step line, and its values not the
     next step's — unread, counted and said (they had all become one "step 0", or the next step's)."""
-    toml = tmp_path / "fmt.toml"
-    toml.write_text("name = 'loose'\nregex = '^it=(?P<step>\\S+) r=(?P<reward>\\S+)'\n", encoding="utf-8")
-    log = tmp_path / "x.log"
-    log.write_text("it=5 r=0.5\nit=abc r=9\nit=6 r=0.25\nit=7/60 r=9\n", encoding="utf-8")
-    parsed = read_custom_log(log, load_custom_format(toml))
+    parsed = read_with(tmp_path, "name = 'loose'\nregex = '^it=(?P<step>\\S+) r=(?P<reward>\\S+)'\n",
+                       "it=5 r=0.5\nit=abc r=9\nit=6 r=0.25\nit=7/60 r=9\n")
     assert values(parsed.metrics, "reward") == {5: 0.5, 6: 0.25}
     assert parsed.steps["step"].to_list() == [5, 6] and parsed.unparsed_lines == 2
     assert "2 lines matched a pattern with a step group that caught no whole number (e.g. 'abc'): not read" in parsed.notes
