@@ -85,3 +85,41 @@ def reconstruct_times(steps: pl.DataFrame, metrics: pl.DataFrame, starts: list[d
         .sort("at")
         .select(steps.columns)
     )
+
+
+def relaunch_gaps(copies: pl.DataFrame) -> pl.DataFrame:
+    """Each relaunch among the timed step copies (the run's and its abandoned attempts'):
+    ``died_in``, the step the attempt before it never finished; ``first``, the attempt's first step
+    the relaunch logged again; ``after``, that attempt's last header time; ``resumed``, the
+    relaunch's first step; ``before``, its header time."""
+    clock = copies.filter(pl.col("time").is_not_null()).sort("time", "line")
+    attempts = clock.with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
+    began = attempts.group_by("attempt").agg(pl.col("step").min().alias("began"))
+    return (
+        attempts.with_columns((pl.col("step").shift(1) + 1).alias("died_in"), pl.col("time").shift(1).alias("after"),
+                              pl.col("attempt").shift(1).alias("dying"))
+        .filter(relaunches(pl.col("step")))
+        .join(began, left_on="dying", right_on="attempt", how="left", maintain_order="left")
+        .select("died_in", pl.max_horizontal("step", "began").alias("first"), "after",
+                pl.col("step").alias("resumed"), pl.col("time").alias("before"))
+    )
+
+
+def into_dying_attempts(events: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Failures logged after an attempt's last step and before the relaunch's resume line
+    (``run_resumed``) take the step the attempt died in: by time they fall in the relaunch's first
+    step, but they are what ended the attempt before it. Without a resume line in the gap there
+    is no telling where one attempt ends and the next begins: left as they are."""
+    if gaps.is_empty() or events.is_empty():
+        return events
+    placed = pl.col("step")
+    for gap in gaps.iter_rows(named=True):
+        within = pl.col("time").is_between(gap["after"], gap["before"], closed="right")
+        resume = events.filter(within & (pl.col("kind") == "run_resumed")).sort("time", "line")
+        if resume.is_empty():
+            continue
+        cut = resume.row(0, named=True)
+        before_it = (pl.col("time") < cut["time"]) | ((pl.col("time") == cut["time"]) & (pl.col("file") == cut["file"])
+                                                     & (pl.col("line") < cut["line"]))
+        placed = pl.when(within & before_it & (pl.col("severity") != "info")).then(pl.lit(gap["died_in"])).otherwise(placed)
+    return events.with_columns(placed.alias("step"))

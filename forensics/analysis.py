@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.advice import suggest
-from forensics.align import step_durations
+from forensics.align import relaunch_gaps, step_durations
 from forensics.cache import ParseCache
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
@@ -31,6 +31,7 @@ from forensics.detect import (
     choose_primary,
     crashes,
     dead_batches,
+    died_before_relaunch,
     ended_by_exception,
     keys_matching,
     non_finite,
@@ -224,7 +225,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
               if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
-    crashed = crashes(run.steps, events, planned)
+    gaps = relaunch_gaps(run.step_copies)
+    crashed = [died_before_relaunch(f, run.steps, gaps, events) for f in crashes(run.steps, events, planned)]
     found += crashed
     # A run that logged every step it was launched for has nothing left to stall on; where the
     # steps could not all be read, silence after the last is the copy's end, not the run's.
@@ -369,7 +371,8 @@ def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
-    onset_time = (finding.onset_row["time"] if finding.onset_row else onset_row["time"][0] if onset_row.height
+    onset_time = (finding.onset_row["time"] if finding.onset_row else finding.failed_at if finding.redone
+                  else onset_row["time"][0] if onset_row.height
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
@@ -377,7 +380,9 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     end = finding.end_step if finding.end_step is not None else last + 1
     # Every step from the onset on, logged or not (a copy may hold every tenth: the steps between ran too).
     wasted = max(0, min(end - 1, last) - finding.onset_step + 1) if not run.steps.is_empty() else 0
-    if finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
+    if finding.redone and finding.kind == "crash":  # the attempt's steps the relaunch logged again, and the one it died in
+        wasted = finding.redone[1] - finding.redone[0] + 2
+    elif finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
         row = finding.onset_row
         # Its copies from the onset on: by time, or (a log printing none, verl's console) by line in the onset's file.
         ours = (pl.col("time").is_between(row["time"], finding.until or datetime.max) if row["time"] is not None
@@ -489,11 +494,12 @@ def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> s
         return ("No step had finished yet: an oversized first step looks the same as a deadlock, so compare "
                 "with the first step of a healthy run before calling it one.")
     before = earlier.filter(pl.col("time").is_not_null())
-    failed_at = _first_failure(finding, events) or finding.until
+    failed_at = finding.failed_at if finding.redone else _first_failure(finding, events) or finding.until
     durations = step_durations(run.steps)
     if before.is_empty() or failed_at is None or durations.is_empty():
         return ""
-    ran = (failed_at - before["time"].max()).total_seconds()
+    # (an attempt a relaunch abandoned died after its own last step: the run's copy of it is the relaunch's)
+    ran = (failed_at - (finding.last_step_time if finding.redone and finding.last_step_time else before["time"].max())).total_seconds()
     typical = float(durations["seconds"].median())
     if typical <= 0 or ran < 0:
         return ""
@@ -532,7 +538,8 @@ def _went_on(finding: Finding) -> list[Evidence]:
 def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     """The line that shows the onset itself: the metric's row at the onset step."""
     if finding.metric is None:
-        last = run.steps.filter(pl.col("step") == finding.onset_step - 1)
+        copies = run.step_copies.filter(pl.col("time") == finding.last_step_time) if finding.redone else run.steps
+        last = copies.filter(pl.col("step") == finding.onset_step - 1)
         if last.is_empty():
             return None
         row = last.row(0, named=True)

@@ -70,11 +70,12 @@ class Finding:
     last_step_time: datetime | None = None
     until: datetime | None = None
     """For a stall: the last thing logged after the last step; for a collapse in an abandoned
-    attempt: when the attempt logged its last collapsed step."""
+    attempt: when the attempt logged its last collapsed step; for a crash in one: when the run was
+    back where it failed."""
     failed_at: datetime | None = None
     """For a failure in a step never logged: when it was seen."""
     redone: tuple[int, int] | None = None
-    """For a collapse in an attempt a relaunch abandoned: the attempt's abandoned steps (first, last)."""
+    """For a collapse or crash in an attempt a relaunch abandoned: the attempt's abandoned steps (first, last)."""
     onset_row: dict[str, Any] | None = None
     """The abandoned attempt's row at the onset (``time``, ``file``, ``line``, ``value``): the run's
     own rows at that step are the relaunch's."""
@@ -429,6 +430,32 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
                 + ("and the run still logged every step it was launched for" if finished and step == last else fate[ended]))
         for step, kinds, ended in crashed
     ]
+
+
+def died_before_relaunch(finding: Finding, steps: pl.DataFrame, gaps: pl.DataFrame, events: pl.DataFrame) -> Finding:
+    """A crash in the step an attempt died in, a relaunch then going back to an earlier step
+    (``gaps``: :func:`forensics.align.relaunch_gaps`): the attempt's, not the run's own history —
+    the relaunch logged that step again. Told as such, its abandoned steps in ``redone``, and
+    ``until`` when the run (``steps``, its own copies) was back where it failed."""
+    if finding.kind != "crash" or gaps.is_empty():
+        return finding
+    for gap in gaps.filter(pl.col("died_in") == finding.onset_step).iter_rows(named=True):
+        failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"])
+                               & pl.col("time").is_between(gap["after"], gap["before"], closed="right"))
+        kinds = ", ".join(sorted(set(failed.filter(pl.col("kind").is_in(CRASH_KINDS))["kind"])))
+        if not kinds:
+            continue
+        first, resumed = int(gap["first"]), int(gap["resumed"])
+        taken = (f"a relaunch from step {resumed - 1} took the run on from step {resumed}" if resumed > 1
+                 else "the run was started again from its first step")
+        lost = (f"logged steps {first}–{finding.onset_step - 1} again" if finding.onset_step - 1 > first
+                else f"logged step {first} again")
+        back = steps.filter(pl.col("step") == finding.onset_step - 1)["time"].drop_nulls()
+        return replace(finding, end_step=finding.onset_step + 1, redone=(first, finding.onset_step - 1),
+                       failed_at=failed["time"].min(), last_step_time=gap["after"], until=back.max() if len(back) else None,
+                       summary=f"a training process failed during step {finding.onset_step} ({kinds}) in an attempt "
+                               f"the run abandoned: {taken} and {lost}")
+    return finding
 
 
 #: How a traceback event's message starts: Python's first line, or Ray's for a task's error.

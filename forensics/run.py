@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.align import assign_steps, reconstruct_times, step_clock
+from forensics.align import assign_steps, into_dying_attempts, reconstruct_times, relaunch_gaps, step_clock
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
@@ -165,7 +165,7 @@ def load_run(
         location=location,
         steps=latest_steps,
         metrics=assign_steps(metrics_frame, clock),
-        events=assign_steps(events_frame, clock).sort("time", "file", "line", nulls_last=True),
+        events=into_dying_attempts(assign_steps(events_frame, clock), relaunch_gaps(all_steps)).sort("time", "file", "line", nulls_last=True),
         checkpoints=checkpoints,
         sources=sources,
         facts=facts,

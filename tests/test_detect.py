@@ -253,6 +253,32 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     assert not [a for a in alarms if a[0] == "stall"], alarms
 
 
+def test_a_crash_the_launcher_relaunched_from_an_earlier_checkpoint_is_the_abandoned_attempts(tmp_path: Path) -> None:
+    """A trainer OOM during step 121, ``recover.mode`` relaunching from the recover checkpoint of
+    step 100, steps 101-200 healthy: the crash is the first attempt's, during its step 121 (not the
+    relaunch's 101, where its time alone puts it), it cost the 20 steps logged again and the one it
+    died in, it ran as long as a step does (not stuck), and the run's final checkpoint is the one."""
+    oom = ("Traceback (most recent call last):\n  File \"/AReaL/examples/math/gsm8k_grpo.py\", line 200, in main\n"
+           "    stats = actor.ppo_update(batch)\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.")
+    base = RunSpec(last_step=200, save_freq_steps=50, recover_mode="auto", recover_freq_steps=100,
+                   relaunch=Relaunch(stop_after=120, resume_from=100, pause=300.0))
+    first = {t.step: t.time for t in schedule(base) if t.attempt == 0}
+    died = first[120] + timedelta(seconds=20)
+    lines = (LogLine(died, "ppo update failed", "[FSDP Engine Rank 0]", "ERROR"), LogLine(died, oom),
+             LogLine(died + timedelta(seconds=5), "JobException: Job exp_trial0:trainer JobState.FAILED at node local",
+                     "Local Scheduler", "ERROR"))
+    run = only_run(write_run(tmp_path / "outputs", replace(base, extra_lines=lines)).fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause, incident.redone) == ("crash", 121, "training_worker_crash", True)
+    assert incident.wasted_steps == 21 and incident.onset_time == died
+    assert ("in an attempt the run abandoned: a relaunch from step 100 took the run on from step 101 and logged "
+            "steps 101–120 again") in incident.summary
+    assert "not stuck" in incident.summary, incident.summary
+    assert incident.onset_evidence is not None and abs((incident.onset_evidence.time - first[120]).total_seconds()) < 0.001
+    assert run.recommendation.step == 200 and "was in an attempt a relaunch abandoned" in run.recommendation.reason
+    assert not [w for w in run.recommendation.warnings if "overwritten" in w]
+
+
 def test_a_relaunch_from_before_a_collapse_that_collapsed_again(tmp_path: Path) -> None:
     """The first attempt collapsed at step 60; the relaunch from step 50 was healthy for four steps
     and collapsed again at 55, for good. One incident, the run's, telling the first attempt's; and
