@@ -43,6 +43,69 @@ def step_offset(reference: pl.DataFrame, copy: pl.DataFrame) -> int:
     return best
 
 
+@dataclass(frozen=True)
+class StepUnits:
+    """How a copy's steps map to the text log's: ``step // scale + offset``. A scale above one is
+    a copy logged per micro-step (a loop's ``global_step`` counting gradient accumulation steps)."""
+
+    scale: int = 1
+    offset: int = 0
+
+    def of(self, step: pl.Expr) -> pl.Expr:
+        return step // self.scale + self.offset if self.scale > 1 else step + self.offset
+
+
+#: Micro-steps to a step tried, at most; and how many of the log's values their mean must match.
+_SCALES = range(2, 17)
+_SCALED_AGREEMENT = 0.6
+
+
+def step_units(reference: pl.DataFrame, copy: pl.DataFrame) -> StepUnits:
+    """The mapping under which ``copy``'s values line up with ``reference``'s: a shift (exact
+    values agreeing most), or — for a copy with several times the log's steps — micro-steps,
+    when their mean matches the log's value (a loop averages its micro-steps into the step it
+    prints) far better than any shift does."""
+    units = StepUnits(offset=step_offset(reference, copy))
+    ratio = copy["step"].drop_nulls().n_unique() / max(reference["step"].drop_nulls().n_unique(), 1)
+    if ratio < 1.5:
+        return units
+    ref = reference.filter(pl.col("step").is_not_null()).select("step", pl.col("key").cast(pl.String), "value")
+    other = copy.filter(pl.col("step").is_not_null()).select("step", pl.col("key").cast(pl.String), "value")
+    shared = set(ref["key"].unique()) & set(other["key"].unique())
+    if not shared:
+        return units
+    ref, other = ref.filter(pl.col("key").is_in(shared)), other.filter(pl.col("key").is_in(shared))
+    best, matched = units, _matching(ref, other, units)
+    for scale in (k for k in _SCALES if k <= ratio + 1):
+        for offset in (-1, 0, 1):
+            tried = StepUnits(scale, offset)
+            share = _matching(ref, other, tried)
+            if share >= _SCALED_AGREEMENT and share > matched:
+                best, matched = tried, share
+    return best
+
+
+def _matching(ref: pl.DataFrame, other: pl.DataFrame, units: StepUnits) -> float:
+    """The share of the log's values the copy's (their mean, per step) match, to the log's printed precision."""
+    means = other.group_by(units.of(pl.col("step")).alias("step"), "key").agg(pl.col("value").mean())
+    pairs = means.join(ref, on=["step", "key"], suffix="_ref").filter(pl.col("value").is_finite() & pl.col("value_ref").is_finite())
+    if pairs.height < 10:
+        return 0.0
+    close = (pl.col("value") - pl.col("value_ref")).abs() <= 5e-4 + 1e-3 * pl.col("value_ref").abs()
+    return pairs.filter(close).height / pairs.height
+
+
+def per_log_step(copy: pl.DataFrame, units: StepUnits) -> pl.DataFrame:
+    """``copy`` in the log's steps: shifted, and micro-steps averaged into their step (the first
+    record's time and place kept as the step's)."""
+    if units.scale == 1:
+        return copy.with_columns(units.of(pl.col("step")))
+    stepped = copy.filter(pl.col("step").is_not_null()).with_columns(units.of(pl.col("step")))
+    averaged = stepped.group_by("step", "key", maintain_order=True).agg(
+        pl.col("value").mean(), *(pl.col(c).first() for c in copy.columns if c not in ("step", "key", "value")))
+    return pl.concat([averaged.select(copy.columns), copy.filter(pl.col("step").is_null())])
+
+
 def merge_sources(frames: dict[str, pl.DataFrame]) -> Merged:
     """Merge per-source metric frames (same schema, ``source`` column set) by (step, key)."""
     frames = {name: frame for name, frame in frames.items() if not frame.is_empty()}

@@ -16,7 +16,7 @@ from forensics.detect import keys_matching
 from forensics.discover import LogSource, RunLocation
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
-from forensics.merge import merge_sources, step_offset
+from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
 from parsers import read_areal_log, read_sglang_log
@@ -122,10 +122,10 @@ def load_run(
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
         latest[name], older = _latest_copy(metrics.pop(name), lineage=name in _LINEAGE)
         abandoned.setdefault(name, []).append(older)
-    shifted, shifts, offsets = _in_log_units(latest)
+    shifted, shifts, units = _in_log_units(latest)
     del latest
     superseded = [
-        pl.concat(frames).with_columns(pl.col("step") + offsets.get(name, 0), pl.lit(name).cast(pl.Categorical).alias("source"))
+        per_log_step(pl.concat(frames), units.get(name, StepUnits())).with_columns(pl.lit(name).cast(pl.Categorical).alias("source"))
         for name, frames in abandoned.items()
     ]
     earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
@@ -146,6 +146,8 @@ def load_run(
         estimated = all_steps["time"].null_count() < all_steps.height
         if estimated:
             notes.append("the step log carries no times: step times are the Ray session start plus the summed timing_s/step")
+    all_steps, past = _copied_past_the_log(all_steps, merged.metrics, rank=len(location.logs))
+    notes += past
     clock = step_clock(all_steps)
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
@@ -389,30 +391,36 @@ def other_logs(run: RunData) -> pl.DataFrame:
     ).select("time", "step", "file", "line", "key", "value")
 
 
-def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, int]]:
-    """Copies (W&B, TensorBoard) shifted to the text log's step numbers, a note per shift, and the shifts.
+def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, StepUnits]]:
+    """Copies (W&B, TensorBoard) put in the text log's step numbers, a note per change, and each
+    copy's mapping.
 
-    With a text log to compare against, the shift is the one under which values agree; without
-    one, AReaL's copies (``grpo_actor/…``, ``ppo_actor/…`` keys) are 0-based and move up by one.
+    With a text log to compare against, the mapping is the one under which values agree (a shift,
+    or micro-steps averaged into steps); without one, AReaL's copies (``grpo_actor/…``,
+    ``ppo_actor/…`` keys) are 0-based and move up by one.
     """
     reference = next((frames[s] for s in ("areal", "verl", "custom") if s in frames), None)
-    out, notes, offsets = dict(frames), [], {}
+    out, notes, mapped = dict(frames), [], {}
     for name in COPY_SOURCES:
         if name not in frames:
             continue
         copy = frames[name]
         if reference is not None:
-            offset = step_offset(reference, copy)
+            units = step_units(reference, copy)
             why = "so that its values line up with the text log's"
         else:
-            offset = 1 if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else 0
+            units = StepUnits(offset=1 if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else 0)
             why = "AReaL logs its 0-based global_step there; its trainer log and checkpoints count from 1"
-        if offset:
-            notes.append(f"{name} steps are shown {offset:+d} ({why})")
-        out[name] = copy.with_columns(pl.col("step") + offset)
-        offsets[name] = offset
+        if units.scale > 1:
+            notes.append(f"{name} steps are micro-steps, {units.scale} to each of the text log's steps: shown as that step "
+                         f"(step // {units.scale}{f' {units.offset:+d}' if units.offset else ''}, their values averaged, "
+                         "as the log averages them)")
+        elif units.offset:
+            notes.append(f"{name} steps are shown {units.offset:+d} ({why})")
+        out[name] = per_log_step(copy, units)
+        mapped[name] = units
     renamed = {name: frame.with_columns(pl.lit(name).cast(pl.Categorical).alias("source")) for name, frame in out.items()}
-    return renamed, notes, offsets
+    return renamed, notes, mapped
 
 
 #: Validation values (verl's ``val-core/…``, a loop's ``val/…``): a step with only these trained nothing.
@@ -431,6 +439,24 @@ def _steps_from_metrics(metrics: pl.DataFrame, *, per_file: bool = False) -> pl.
         .select(list(STEP_SCHEMA))
     )
     return steps if per_file else steps.with_columns(pl.lit(0).alias("rank"))
+
+
+def _copied_past_the_log(steps: pl.DataFrame, metrics: pl.DataFrame, *, rank: int) -> tuple[pl.DataFrame, list[str]]:
+    """Step rows for the steps a copy (W&B, TensorBoard) holds past the step log's last: the log
+    stopped (its tee died, the file was cut) and the run went on, as the copy shows."""
+    if steps.is_empty():
+        return steps, []
+    last = int(steps["step"].max())
+    copied = metrics.filter(pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES)) & (pl.col("step") > last))
+    if copied.is_empty():
+        return steps, []
+    past = _steps_from_metrics(copied).with_columns(pl.lit(rank).alias("rank"), pl.lit(False).alias("lineage"))
+    if past.is_empty():
+        return steps, []
+    sources = ", ".join(sorted(set(copied["source"].cast(pl.String))))
+    note = (f"the step log ends at step {last}; steps {last + 1}–{past['step'].max()} are known only from its copy "
+            f"({sources})")
+    return pl.concat([steps, past.select(steps.columns)], how="vertical_relaxed"), [note]
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:

@@ -236,3 +236,50 @@ def test_a_copy_logged_every_tenth_step_counts_every_step_a_collapse_wasted(tmp_
     [collapse] = run.incidents
     assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (111, None, 191)
     assert "so it began between steps 102 and 111" in collapse.summary
+
+
+def test_a_step_log_cut_short_goes_on_in_its_copy(console, tmp_path: Path) -> None:
+    """The trainer log stops at step 50 (its tee died), a TensorBoard copy holds all 100 steps: the
+    run's steps are 1-100, the collapse at 70 never recovered and wasted 31 steps, and no note says
+    steps after 50 could not be read."""
+    paths, rows = console
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log = tree / paths.trainer_log.relative_to(paths.fileroot)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "Train step 51/" in line)]))
+    writer = tensorboardX.SummaryWriter(str(log.parent / "tensorboard"))
+    for step, row in rows:
+        for key, value in row.items():
+            writer.add_scalar(key, value, step)
+    writer.close()
+    [run] = analyze([tree]).runs
+    assert run.step_range()["last"] == 100
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (ONSET, None, 31)
+    assert "never recovered" in collapse.summary
+    assert "the step log ends at step 50; steps 51–100 are known only from its copy (tensorboard)" in run.notes
+    assert not [n for n in run.notes if "could not be read" in n]
+
+
+def test_a_copy_logged_per_micro_step_is_read_in_the_loops_steps(tmp_path: Path) -> None:
+    """A hand-rolled loop prints iterations 0-59 of four micro-steps each (seed 003's format) and
+    writes TensorBoard scalars per micro-step (global step 4·iteration + micro); rewards are 0 from
+    iteration 30. The copy is read in iterations — its micro-steps averaged, as the log averages
+    them — so the run is steps 0-59 and the collapse begins at 30, not at micro-step 120."""
+    lines, writer = [], tensorboardX.SummaryWriter(str(tmp_path / "run" / "runs" / "grpo"))
+    for n in range(60):
+        for m in range(4):
+            reward = 0.0 if n >= 30 else 0.25 + (n * 7 + m * 3) % 11 / 20
+            spread = 0.0 if n >= 30 else 0.3 + m / 100
+            lines += [f"[Micro {m}] 1. Iteration start: mem=16104.8 MB, time=0.000s",
+                      f"[Micro {m}] 3. Samples scored: mem=18411.7 MB, time=2.5{m}0s, rewards={reward:.4f}±{spread:.4f}"]
+            writer.add_scalar("reward/mean", reward, 4 * n + m)
+            writer.add_scalar("reward/std", spread, 4 * n + m)
+        lines.append(f"iter {n}: loss {0.1 + n / 1000:.4f} (main {0.1 + n / 1000:.4f}, critic 0.0000), time 25000.00ms")
+    writer.close()
+    (tmp_path / "run" / "train.log").write_text("\n".join(lines) + "\n")
+    [run] = analyze([tmp_path / "run"]).runs
+    assert run.step_range()["last"] == 59
+    assert [(i.kind, i.onset_step) for i in run.incidents if i.kind == "reward_collapse"] == [("reward_collapse", 30)]
+    assert any(n.startswith("tensorboard steps are micro-steps, 4 to each of the text log's steps") for n in run.notes), run.notes
