@@ -160,6 +160,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
+    recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
+                               judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
@@ -178,8 +180,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=_maybe_abandoned(recommend(checkpoints, incidents, run.facts, run.location.root,
-                                                  caveat=_caveat(run, primary), abandoned=abandoned), checkpoints, run, told),
+        recommendation=_maybe_abandoned(recommendation, checkpoints, run, told),
         metrics=run.metrics,
         events=events,
         steps=run.steps,

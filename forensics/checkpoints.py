@@ -37,9 +37,11 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
-              *, caveat: str | None = None, abandoned: frozenset[str] = frozenset()) -> Recommendation:
+              *, caveat: str | None = None, judged: bool = True, abandoned: frozenset[str] = frozenset()) -> Recommendation:
     """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
-    incident does not make the run healthy (nothing judged, logs not read), when it does not.
+    incident does not make the run healthy (nothing judged, logs not read), when it does not;
+    ``judged``: false when nothing could be judged (no step, no reward series), so that no
+    checkpoint is called healthy — the newest is named in the reason, not chosen.
     ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved (never chosen)."""
     complete = [c for c in checkpoints if c.complete and c.path not in abandoned]
     skipped = [c for c in checkpoints if not c.complete or c.path in abandoned]
@@ -58,6 +60,9 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
             reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))
         best = max(complete, key=lambda c: (c.step, c.resumable))
+        if not judged:
+            return Recommendation(None, None, f"{found}, so no checkpoint can be called healthy; the newest complete "
+                                              f"one is step {best.step} ({best.path}).", None, tuple(warnings))
         reason = f"{found}; step {best.step} is the newest complete checkpoint."
         return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
 

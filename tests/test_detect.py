@@ -199,6 +199,22 @@ def test_best_checkpoint_exit_codes(tmp_path: Path, spec: RunSpec, code: int) ->
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_run_whose_reward_could_not_be_judged_names_no_checkpoint_healthy(tmp_path: Path) -> None:
+    """Checkpoints, steps, but no reward series (renamed in the log): ``analyze`` recommends none —
+    naming the newest in its reason — as ``best-checkpoint`` refuses to, both for the same reason."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, save_freq_steps=20))
+    paths.trainer_log.write_text(paths.trainer_log.read_text().replace("reward", "signal"))
+    run = only_run(paths.fileroot)
+    assert run.primary_metric is None and run.incidents == []
+    rec = run.recommendation
+    assert rec.checkpoint is None and rec.step is None
+    assert rec.reason.startswith("No incident found, but no reward series was found: the reward could not be judged, "
+                                 "so no checkpoint can be called healthy; the newest complete one is step 40 (")
+    result = runner.invoke(app, ["best-checkpoint", str(paths.fileroot), "--json", "--no-cache"])
+    assert result.exit_code == 2 and json.loads(result.stdout)["checkpoint"] is None
+    assert "no checkpoint can be called healthy" in result.stderr
+
+
 def test_incomplete_checkpoint_is_skipped_with_a_warning(tmp_path: Path) -> None:
     spec = RunSpec(
         last_step=80,
