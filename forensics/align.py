@@ -4,7 +4,7 @@ record gets the step it fell in (the step in progress when it was written).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -123,3 +123,26 @@ def into_dying_attempts(events: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFram
                                                      & (pl.col("line") < cut["line"]))
         placed = pl.when(within & before_it & (pl.col("severity") != "info")).then(pl.lit(gap["died_in"])).otherwise(placed)
     return events.with_columns(placed.alias("step"))
+
+
+#: A copy's clock is put on the step log's when the two differ by a time zone's offset: a whole
+#: quarter hour, give or take this, at most fourteen hours (epoch times read in the analyzing
+#: machine's zone, the log printed in the training host's).
+_ZONE_SLACK = timedelta(minutes=2)
+_ZONE_MAX = timedelta(hours=14)
+
+
+def zone_offset(steps: pl.DataFrame, copy: pl.DataFrame) -> timedelta | None:
+    """How far ``copy``'s clock is from the step log's (``steps``, its timed rows): the median gap
+    between the two's times of the steps both hold, when it is a time zone's offset; else ``None``."""
+    logged = steps.filter(pl.col("time").is_not_null()).group_by("step").agg(pl.col("time").max().alias("logged"))
+    copied = copy.filter(pl.col("time").is_not_null() & pl.col("step").is_not_null()).group_by("step").agg(pl.col("time").max())
+    gaps = copied.join(logged, on="step").select((pl.col("time") - pl.col("logged")).dt.total_milliseconds())
+    if gaps.height < 3:
+        return None
+    gap = timedelta(milliseconds=float(gaps.to_series().median()))  # type: ignore[arg-type]
+    quarter = timedelta(minutes=15)
+    zone = round(gap / quarter) * quarter
+    if not zone or abs(zone) > _ZONE_MAX or abs(gap - zone) > _ZONE_SLACK:
+        return None
+    return zone

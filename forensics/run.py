@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.align import assign_steps, into_dying_attempts, reconstruct_times, relaunch_gaps, step_clock
+from forensics.align import assign_steps, into_dying_attempts, reconstruct_times, relaunch_gaps, step_clock, zone_offset
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
@@ -124,14 +124,19 @@ def load_run(
         abandoned.setdefault(name, []).append(older)
     shifted, shifts, units = _in_log_units(latest)
     del latest
+    all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"), pl.lit(False).alias("lineage"))
+    zones = _on_the_logs_clock(shifted, all_steps)
+    for name, zone in zones.items():
+        shifts.append(f"{name} times were {_ahead_or_behind(zone)} the step log's (epoch times read in this machine's time "
+                      "zone, the log printed in the training host's): put on the log's clock")
     superseded = [
-        per_log_step(pl.concat(frames), units.get(name, StepUnits())).with_columns(pl.lit(name).cast(pl.Categorical).alias("source"))
+        per_log_step(pl.concat(frames), units.get(name, StepUnits()))
+        .with_columns(pl.lit(name).cast(pl.Categorical).alias("source"), pl.col("time") - zones.get(name, timedelta(0)))
         for name, frames in abandoned.items()
     ]
     earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
     merged = merge_sources(shifted)
     del shifted
-    all_steps = pl.concat(steps) if steps else empty(STEP_SCHEMA).with_columns(pl.lit(0).alias("rank"), pl.lit(False).alias("lineage"))
     abandoned_steps = empty(STEP_SCHEMA)
     if all_steps.is_empty() and not merged.metrics.is_empty():
         # A run known only from copies: its steps from their values, an abandoned attempt's from its own.
@@ -439,6 +444,22 @@ def _steps_from_metrics(metrics: pl.DataFrame, *, per_file: bool = False) -> pl.
         .select(list(STEP_SCHEMA))
     )
     return steps if per_file else steps.with_columns(pl.lit(0).alias("rank"))
+
+
+def _on_the_logs_clock(frames: dict[str, pl.DataFrame], steps: pl.DataFrame) -> dict[str, timedelta]:
+    """Copies whose clock is a time zone away from the step log's, moved onto it (in place), and by how much."""
+    zones = {}
+    for name in COPY_SOURCES:
+        zone = zone_offset(steps, frames[name]) if name in frames else None
+        if zone:
+            frames[name] = frames[name].with_columns(pl.col("time") - zone)
+            zones[name] = zone
+    return zones
+
+
+def _ahead_or_behind(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{abs(hours):g} h {'ahead of' if hours > 0 else 'behind'}"
 
 
 def _copied_past_the_log(steps: pl.DataFrame, metrics: pl.DataFrame, *, rank: int) -> tuple[pl.DataFrame, list[str]]:

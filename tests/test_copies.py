@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
@@ -283,3 +284,30 @@ def test_a_copy_logged_per_micro_step_is_read_in_the_loops_steps(tmp_path: Path)
     assert run.step_range()["last"] == 59
     assert [(i.kind, i.onset_step) for i in run.incidents if i.kind == "reward_collapse"] == [("reward_collapse", 30)]
     assert any(n.startswith("tensorboard steps are micro-steps, 4 to each of the text log's steps") for n in run.notes), run.notes
+
+
+def test_a_copy_read_in_another_time_zone_is_put_on_the_logs_clock(console, tmp_path: Path) -> None:
+    """The trainer log stops at step 50; a TensorBoard copy of all 100 steps whose wall times, read
+    in this machine's zone, are 8 h ahead of the log's (a cluster in UTC, a laptop in UTC+8): its
+    steps past the log are on the log's clock, so the collapse at 70 begins when the run was there,
+    not 8 h later, and its hours are the run's."""
+    paths, rows = console
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log = tree / paths.trainer_log.relative_to(paths.fileroot)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "Train step 51/" in line)]))
+    full = analyze([paths.fileroot]).runs[0].steps.select("step", "time")
+    at = dict(full.iter_rows())
+    writer = tensorboardX.SummaryWriter(str(log.parent / "tensorboard"))
+    for step, row in rows:
+        wall = (at[step + 1] + timedelta(hours=8, seconds=0.5)).timestamp()
+        for key, value in row.items():
+            writer.add_scalar(key, value, step, walltime=wall)
+    writer.close()
+    [run] = analyze([tree]).runs
+    assert "tensorboard times were 8 h ahead of the step log's (epoch times read in this machine's time zone, " \
+           "the log printed in the training host's): put on the log's clock" in run.notes
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert abs((collapse.onset_time - at[ONSET]).total_seconds()) < 2
+    assert collapse.wasted_hours is not None and collapse.wasted_hours < 2
