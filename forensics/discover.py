@@ -307,10 +307,15 @@ def _run_id(given: Path, root: Path) -> str:
 
 
 def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
-    """verl saves ``global_step_N/`` under ``trainer.default_local_dir`` (``checkpoints/<project>/<exp>``)."""
-    if not any(s.kind in ("verl_log", "verl_jsonl") for s in members):
+    """verl saves ``global_step_N/`` under ``trainer.default_local_dir`` (``checkpoints/<project>/<exp>``).
+    A run known only from a W&B or TensorBoard copy may be verl's too: its folder's one such
+    checkpoint folder, when there is exactly one (several would be a guess)."""
+    copies_only = bool(members) and all(s.kind in ("wandb", "tensorboard") for s in members)
+    if not copies_only and not any(s.kind in ("verl_log", "verl_jsonl") for s in members):
         return None
     found = find_verl_checkpoint_roots(root)
+    if copies_only:
+        return found[0] if len(found) == 1 else None
     # The file logger writes <cwd>/<project>/<experiment>.jsonl, the checkpoints go to
     # <cwd>/checkpoints/<project>/<experiment>: beside the JSONL's folder, not under it.
     for jsonl in (s.path for s in members if s.kind == "verl_jsonl" and not found):

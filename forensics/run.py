@@ -41,7 +41,7 @@ from parsers.schema import (
 )
 from parsers.tensorboard import read_tensorboard
 from parsers.verl import read_verl_log
-from parsers.verl_checkpoints import read_verl_checkpoints
+from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, chain_wandb_runs, read_wandb_online, read_wandb_runs
 
 
@@ -158,7 +158,7 @@ def load_run(
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
     if location.checkpoint_dir is None:
         checkpoints = empty(CHECKPOINT_SCHEMA)
-    elif location.framework == "verl":
+    elif location.framework == "verl" or is_verl_checkpoint_root(location.checkpoint_dir):  # (a copy-only run's)
         checkpoints = read_verl_checkpoints(location.checkpoint_dir)
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)

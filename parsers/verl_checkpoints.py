@@ -63,6 +63,14 @@ def find_verl_checkpoint_roots(root: Path) -> list[Path]:
     return sorted(found)
 
 
+def is_verl_checkpoint_root(folder: Path) -> bool:
+    """Whether ``folder`` holds verl's ``global_step_N/`` folders or its tracker file."""
+    try:
+        return any(_STEP_FOLDER.fullmatch(p.name) or p.name == TRACKER for p in Path(folder).iterdir())
+    except OSError:
+        return False
+
+
 def latest_checkpointed_iteration(ckpt_root: Path) -> int | None:
     """The step ``latest_checkpointed_iteration.txt`` names, or None when it is missing or unreadable."""
     try:

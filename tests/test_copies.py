@@ -311,3 +311,19 @@ def test_a_copy_read_in_another_time_zone_is_put_on_the_logs_clock(console, tmp_
     [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
     assert abs((collapse.onset_time - at[ONSET]).total_seconds()) < 2
     assert collapse.wasted_hours is not None and collapse.wasted_hours < 2
+
+
+def test_a_verl_run_known_only_from_wandb_finds_its_checkpoints_beside_it(tmp_path: Path) -> None:
+    """verl's W&B copy alone in its working folder, the checkpoints at ``checkpoints/<project>/<exp>``
+    beside ``wandb/``: they are read as verl's, and the one before the collapse is chosen."""
+    from verl_builder import write_checkpoint
+
+    rows = [(s, {"critic/score/mean": 0.0 if s >= 30 else 0.3 + s % 7 / 50, "actor/pg_loss": 0.01 + s % 5 / 100,
+                 "actor/grad_norm": 0.5 + s % 3 / 10}) for s in range(1, 41)]
+    write_wandb(tmp_path / "run", rows)
+    for step in (10, 20, 30, 40):
+        write_checkpoint(tmp_path / "run" / "checkpoints" / "copies" / "exp" / f"global_step_{step}", world_size=2)
+    [run] = analyze([tmp_path / "run"]).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+    assert [c.step for c in run.checkpoints] == [10, 20, 30, 40] and {c.kind for c in run.checkpoints} == {"verl"}
+    assert run.recommendation.step == 20 and "trainer.resume_from_path=" in (run.recommendation.resume_command or "")
