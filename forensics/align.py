@@ -146,3 +146,51 @@ def zone_offset(steps: pl.DataFrame, copy: pl.DataFrame) -> timedelta | None:
     if not zone or abs(zone) > _ZONE_MAX or abs(gap - zone) > _ZONE_SLACK:
         return None
     return zone
+
+
+#: A server log is off the run's clock when almost none of its lines fall in the run's steps (a
+#: server idling on after a hung trainer still has as many in them as after it).
+_OFF_CLOCK = 0.2
+_ON_CLOCK = 0.9
+_SPAN_SLACK = timedelta(minutes=10)
+_ORDER_SLACK = timedelta(seconds=60)
+
+
+def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta | None, bool]:
+    """Whether a server log's own lines (``own``: ``line``, ``time``) are on another clock than the
+    run's steps (``step_times``), and the time zone offset that puts them on it, when one does and
+    only one: ``(offset, off_clock)``. ``others``: the same file's lines written on the run's clock
+    (AReaL's wrapper lines), whose order among the server's bounds the offset."""
+    times = own["time"].drop_nulls().sort()
+    steps = step_times.drop_nulls()
+    if times.len() < 10 or steps.is_empty():
+        return None, False
+    start, end = steps.min() - _SPAN_SLACK, steps.max() + _SPAN_SLACK  # type: ignore[operator]
+
+    def inside(shift: timedelta) -> float:
+        lo, hi = times.search_sorted(start - shift, "left"), times.search_sorted(end - shift, "right")
+        return (int(hi) - int(lo)) / times.len()
+
+    if inside(timedelta(0)) >= _OFF_CLOCK:
+        return None, False
+    low, high = _order_bounds(own, others)
+    quarter = timedelta(minutes=15)
+    fits = [k * quarter for k in range(-56, 57)
+            if k and low <= k * quarter <= high and inside(k * quarter) >= _ON_CLOCK]
+    return (fits[0] if len(fits) == 1 else None), True
+
+
+def _order_bounds(own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta, timedelta]:
+    """The offsets under which the file's lines stay in time order: each line on the run's clock
+    comes after the server's line above it and before the one below it."""
+    low, high = timedelta.min, timedelta.max
+    if others.is_empty():
+        return low, high
+    own = own.filter(pl.col("time").is_not_null()).sort("line")
+    for line, at in others.filter(pl.col("time").is_not_null()).select("line", "time").iter_rows():
+        above, below = own.filter(pl.col("line") < line)["time"], own.filter(pl.col("line") > line)["time"]
+        if len(above):
+            high = min(high, at - above[-1] + _ORDER_SLACK)
+        if len(below):
+            low = max(low, at - below[0] - _ORDER_SLACK)
+    return low, high

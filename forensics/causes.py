@@ -125,7 +125,9 @@ def explain(
     if cause == "inference_server_crash" and _memory_first(in_window, first):
         cause = "inference_server_oom"
     kinds = scores.filter(pl.col("cause") == cause)
-    best_p = float(kinds["p_value"].min()) if not kinds.is_empty() else 1.0
+    # (what the cause brings about counts for it: a server that ran out of memory then refused connections)
+    brought = scores.filter(pl.col("cause").is_in(_BRINGS_ABOUT.get(cause, ())))
+    best_p = float(pl.concat([kinds, brought])["p_value"].min()) if kinds.height + brought.height else 1.0
     rivals = standing_out.filter(pl.col("cause").is_not_null() & (pl.col("cause") != cause) & (pl.col("cause") != "inference_server_oom"))
     confidence = 0.9 if best_p < 1e-3 else 0.75 if best_p < 0.01 else 0.55
     if cause == "inference_server_unresponsive" and not rivals.is_empty():
@@ -134,7 +136,7 @@ def explain(
         confidence += 0.1
     if finding.kind == "crash":
         confidence = max(confidence, 0.85)  # a process death is seen, not inferred
-    parts = [_explain_rates(kinds, spans, first), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
+    parts = [_explain_rates(kinds, spans, first), _brought_about(brought), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
     explanation = " ".join(p for p in parts if p)
     deciding_lines = _evidence(in_window, cause)
     evidence = deciding_lines[:12] + server.evidence + _later_evidence(attributed, spans, cause) + deciding_lines[12:]
@@ -145,6 +147,11 @@ def explain(
 #: exhausted memory kills workers, not the other way round.
 _ROOT_FIRST: tuple[Cause, ...] = ("nccl_timeout", "inference_server_oom", "numerical_divergence")
 TOGETHER_SECONDS = 10.0
+#: The failures each root cause brings about, which tell of it too.
+_BRINGS_ABOUT: dict[str, tuple[str, ...]] = {
+    "inference_server_oom": ("inference_server_crash", "inference_server_unresponsive"),
+    "nccl_timeout": ("training_worker_crash",),
+}
 
 
 def _root_cause(deciding: pl.DataFrame) -> Cause:
@@ -240,6 +247,15 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict | None = No
         parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before ({chance})" if before > 0 else seen)
     said = "; ".join(parts)
     return f"{said}; first: {first['kind']} at {_when(first['time'])} (step {first['step']})." if first else said
+
+
+def _brought_about(brought: pl.DataFrame) -> str:
+    """The failures the cause brings about, those that stand out, in a line."""
+    brought = brought.filter(pl.col("p_value") < 0.01).sort("p_value", maintain_order=True)
+    if brought.is_empty():
+        return ""
+    listed = ", ".join(f"{r['in_window']} {r['kind']} (p={r['p_value']:.1g})" for r in brought.head(4).iter_rows(named=True))
+    return f"Then the failures it leads to: {listed}."
 
 
 def _when(time: datetime | None) -> str:

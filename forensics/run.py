@@ -9,7 +9,15 @@ from typing import Any
 
 import polars as pl
 
-from forensics.align import assign_steps, into_dying_attempts, reconstruct_times, relaunch_gaps, step_clock, zone_offset
+from forensics.align import (
+    assign_steps,
+    into_dying_attempts,
+    reconstruct_times,
+    relaunch_gaps,
+    server_zone,
+    step_clock,
+    zone_offset,
+)
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
@@ -156,6 +164,8 @@ def load_run(
     clock = step_clock(all_steps)
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
+    events_frame, metrics_frame, zoned = _servers_on_the_runs_clock(events_frame, metrics_frame, all_steps["time"])
+    notes += zoned
     if location.checkpoint_dir is None:
         checkpoints = empty(CHECKPOINT_SCHEMA)
     elif location.framework == "verl" or is_verl_checkpoint_root(location.checkpoint_dir):  # (a copy-only run's)
@@ -455,6 +465,40 @@ def _on_the_logs_clock(frames: dict[str, pl.DataFrame], steps: pl.DataFrame) -> 
             frames[name] = frames[name].with_columns(pl.col("time") - zone)
             zones[name] = zone
     return zones
+
+
+def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
+                               step_times: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Server logs whose own lines lie off the run's steps: moved onto the run's clock when a time
+    zone's offset does it and only one (:func:`forensics.align.server_zone`), else said."""
+    if step_times.null_count() == step_times.len():
+        return events, metrics, []
+    start, end = step_times.min(), step_times.max()
+    rows = pl.concat([
+        events.lazy().filter(pl.col("source") == "sglang").select("file", "line", "time"),
+        metrics.lazy().filter(pl.col("source") == "sglang").select(pl.col("file").cast(pl.String), "line", "time"),
+    ])
+    # (one pass over the server's rows first: most logs are on the run's clock)
+    apart = (rows.group_by("file").agg(pl.col("time").is_between(start, end).mean().alias("inside"))
+             .filter(pl.col("inside") < 0.5).collect()["file"].to_list())
+    notes = []
+    for file in apart:
+        own = rows.filter(pl.col("file") == file).select("line", "time").collect()
+        others = events.filter((pl.col("file") == file) & (pl.col("source") != "sglang"))
+        zone, off = server_zone(step_times, own, others)
+        if not off:
+            continue
+        name = Path(file).name
+        if zone is None:
+            notes.append(f"{name}: the server's own lines lie outside the run's steps (another clock, or another run's "
+                         "log) and no one time zone's offset puts them in: they are placed by their own times")
+            continue
+        ours = (pl.col("file").cast(pl.String) == file) & (pl.col("source").cast(pl.String) == "sglang")
+        moved = pl.when(ours).then(pl.col("time") + zone).otherwise(pl.col("time")).alias("time")
+        events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+        notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
+                     "told by the order of the file's own lines): moved onto it")
+    return events, metrics, notes
 
 
 def _ahead_or_behind(delta: timedelta) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.align import assign_steps, reconstruct_times
+from forensics.align import assign_steps, reconstruct_times, server_zone
 from forensics.discover import find_runs
 from forensics.run import load_run
 from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, cut_alike
@@ -81,3 +81,22 @@ def test_times_rebuilt_attempt_by_attempt_from_each_ray_session() -> None:
     assert seconds(reconstruct_times(steps, metrics, [later, T0])) == [10, 30, 60, 5 * 3600 + 1, 5 * 3600 + 3]
     assert seconds(reconstruct_times(steps, metrics, [T0])) == [10, 30, 60, 61, 63]  # one session: one clock
     assert reconstruct_times(steps.clear(), metrics, [T0]).is_empty()
+
+
+def _minutes(times: range, hours: float = 0.0) -> pl.Series:
+    return pl.Series("time", [T0 + timedelta(minutes=m, hours=hours) for m in times])
+
+
+def test_a_server_log_a_time_zone_away_is_put_on_the_run_clock_only_when_one_offset_does() -> None:
+    """Steps for 3 h; the server's own lines 8 h behind for its first 100 minutes. With AReaL's
+    wrapper lines around them in the file (launched before, exited after), one offset keeps the
+    file in order: 8 h. Without them, any of several quarter hours would fit: none is taken, and
+    the log is said to be off the clock. A server on the run's clock, or idling on after it, is neither."""
+    steps = _minutes(range(0, 180))
+    own = pl.DataFrame({"line": range(2, 102), "time": _minutes(range(0, 100), hours=-8)})
+    wrapper = pl.DataFrame({"line": [1, 102], "time": [T0 - timedelta(seconds=30), T0 + timedelta(minutes=99, seconds=20)]})
+    assert server_zone(steps, own, wrapper) == (timedelta(hours=8), True)
+    assert server_zone(steps, own, wrapper.clear()) == (None, True)
+    assert server_zone(steps, own.with_columns(pl.col("time") + timedelta(hours=8)), wrapper) == (None, False)
+    idle = pl.DataFrame({"line": range(2, 362), "time": _minutes(range(0, 360))})  # 3 h on past the last step
+    assert server_zone(steps, idle, wrapper.clear()) == (None, False)

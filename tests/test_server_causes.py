@@ -196,3 +196,32 @@ def test_failures_the_run_logged_all_along_do_not_explain_a_collapse(tmp_path: P
     if cause == "reward_pipeline":
         assert ("The only failures around the onset were of kinds the run had logged all along (1 request_timeout in "
                 "steps 117–122 vs 6 in the 50 steps before (p=0.5)), not what changed; the rewards themselves went constant") in collapse.summary
+
+
+def test_a_server_log_on_another_time_zones_clock_is_moved_onto_the_runs(fixture_run, tmp_path: Path) -> None:
+    """The OOM fixture with SGLang's own lines 8 h behind the trainer's (the server in UTC, the
+    trainer's host in UTC+8), AReaL's wrapper lines in the same file on the trainer's clock: the
+    file's line order tells the offset, the lines are moved onto the run's clock and the cause
+    is the server's OOM, as with one clock; the note says so."""
+    import gzip
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_oom"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    stamp = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", re.MULTILINE)
+
+    def behind(match: re.Match[bytes]) -> bytes:
+        when = datetime.strptime(match[1].decode(), "%Y-%m-%d %H:%M:%S") - timedelta(hours=8)
+        return b"[" + when.strftime("%Y-%m-%d %H:%M:%S").encode() + b"]"
+
+    log.with_suffix("").write_bytes(stamp.sub(behind, gzip.decompress(log.read_bytes())))
+    log.unlink()
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    incident = run["incidents"][0]
+    assert (incident["onset_step"], incident["cause"]) == (180, "inference_server_oom") and incident["confidence"] >= 0.75
+    assert "Then the failures it leads to: 6 connection_refused (p=" in incident["summary"]
+    assert ("llm_server.log: the server's own lines are 8 h behind the run's clock (another time zone, told by the "
+            "order of the file's own lines): moved onto it") in run["notes"]
