@@ -220,7 +220,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     # A step past the step log's last is one the log ended in, unless a copy of the run's numbers holds it whole.
-    copied = run.metrics.filter(pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES)))["step"].max()
+    copied = run.metrics.filter(pl.col("source").is_in(list(COPY_SOURCES)))["step"].max()
     logged = max(last, int(copied)) if copied is not None else last
     found += [d for d in dead_batches(run.metrics, t, logged if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]

@@ -474,16 +474,18 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
     if step_times.null_count() == step_times.len():
         return events, metrics, []
     start, end = step_times.min(), step_times.max()
-    rows = pl.concat([
-        events.lazy().filter(pl.col("source") == "sglang").select("file", "line", "time"),
-        metrics.lazy().filter(pl.col("source") == "sglang").select(pl.col("file").cast(pl.String), "line", "time"),
-    ])
-    # (one pass over the server's rows first: most logs are on the run's clock)
-    apart = (rows.group_by("file").agg(pl.col("time").is_between(start, end).mean().alias("inside"))
-             .filter(pl.col("inside") < 0.5).collect()["file"].to_list())
+    server = pl.col("source") == "sglang"  # (categorical or not, compared as it is: no copy of millions of rows)
+    # One pass over the server's rows first: most logs are on the run's clock.
+    counts: dict[str, list[int]] = {}
+    for frame in (events, metrics):
+        inside = frame.lazy().filter(server).group_by("file").agg(pl.col("time").is_between(start, end).sum().alias("in"), pl.len())
+        for file, n_in, n in inside.collect().iter_rows():
+            counts.setdefault(str(file), [0, 0])[0] += n_in
+            counts[str(file)][1] += n
     notes = []
-    for file in apart:
-        own = rows.filter(pl.col("file") == file).select("line", "time").collect()
+    for file in (f for f, (n_in, n) in counts.items() if n_in < 0.5 * n):
+        mine = server & (pl.col("file") == file)
+        own = pl.concat([events.filter(mine).select("line", "time"), metrics.filter(mine).select("line", "time")])
         others = events.filter((pl.col("file") == file) & (pl.col("source") != "sglang"))
         zone, off = server_zone(step_times, own, others)
         if not off:
@@ -493,11 +495,11 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
             notes.append(f"{name}: the server's own lines lie outside the run's steps (another clock, or another run's "
                          "log) and no one time zone's offset puts them in: they are placed by their own times")
             continue
-        ours = (pl.col("file").cast(pl.String) == file) & (pl.col("source").cast(pl.String) == "sglang")
-        moved = pl.when(ours).then(pl.col("time") + zone).otherwise(pl.col("time")).alias("time")
+        moved = pl.when(mine).then(pl.col("time") + zone).otherwise(pl.col("time")).alias("time")
         events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+        how = "kept in order with the file's wrapper lines" if others.height else "putting them among the steps"
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
-                     "told by the order of the file's own lines): moved onto it")
+                     f"the one offset {how}): moved onto it")
     return events, metrics, notes
 
 
@@ -512,7 +514,7 @@ def _copied_past_the_log(steps: pl.DataFrame, metrics: pl.DataFrame, *, rank: in
     if steps.is_empty():
         return steps, []
     last = int(steps["step"].max())
-    copied = metrics.filter(pl.col("source").cast(pl.String).is_in(list(COPY_SOURCES)) & (pl.col("step") > last))
+    copied = metrics.filter(pl.col("source").is_in(list(COPY_SOURCES)) & (pl.col("step") > last))
     if copied.is_empty():
         return steps, []
     past = _steps_from_metrics(copied).with_columns(pl.lit(rank).alias("rank"), pl.lit(False).alias("lineage"))

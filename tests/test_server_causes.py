@@ -223,5 +223,5 @@ def test_a_server_log_on_another_time_zones_clock_is_moved_onto_the_runs(fixture
     incident = run["incidents"][0]
     assert (incident["onset_step"], incident["cause"]) == (180, "inference_server_oom") and incident["confidence"] >= 0.75
     assert "Then the failures it leads to: 6 connection_refused (p=" in incident["summary"]
-    assert ("llm_server.log: the server's own lines are 8 h behind the run's clock (another time zone, told by the "
-            "order of the file's own lines): moved onto it") in run["notes"]
+    assert ("llm_server.log: the server's own lines are 8 h behind the run's clock (another time zone, the one offset "
+            "kept in order with the file's wrapper lines): moved onto it") in run["notes"]
