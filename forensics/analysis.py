@@ -24,6 +24,7 @@ from forensics.cache import ParseCache
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
+    CRASH_KINDS,
     NUMERIC_HEALTH,
     Finding,
     Thresholds,
@@ -446,6 +447,8 @@ def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
 
 def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:
     failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"]))
+    if finding.kind == "crash" and failed["kind"].is_in(CRASH_KINDS).any():  # (not a request failing as it hung)
+        failed = failed.filter(pl.col("kind").is_in(CRASH_KINDS))
     times = failed["time"].drop_nulls()
     return times.min() if len(times) else None  # type: ignore[return-value]
 

@@ -55,16 +55,22 @@ class LogFormat:
     traceback_start: str
     traceback_exception: str
     traceback_kinds: tuple[tuple[str, str], ...]
+    untimed_events: tuple[EventPattern, ...] = ()
+    """Patterns for lines outside the format's own (a C++ library's stderr among a logger's lines)."""
 
     @property
     def any_event(self) -> str:
         """One regex matching wherever any event pattern matches."""
-        return "|".join(f"(?:{re.sub(r'[(][?]P<[^>]+>', '(?:', p.regex)})" for p in self.events)
+        return _any(self.events)
 
-    def classify(self, message: pl.Expr) -> pl.Expr:
+    @property
+    def any_untimed_event(self) -> str:
+        return _any(self.untimed_events)
+
+    def classify(self, message: pl.Expr, *, untimed: bool = False) -> pl.Expr:
         """The event kind of each message (first matching pattern wins), else null."""
         expr: Any = pl.lit(None, dtype=pl.String)
-        for pattern in reversed(self.events):
+        for pattern in reversed(self.untimed_events if untimed else self.events):
             expr = pl.when(message.str.contains(pattern.regex)).then(pl.lit(pattern.kind)).otherwise(expr)
         return expr
 
@@ -77,13 +83,18 @@ class LogFormat:
     @property
     def kinds(self) -> frozenset[str]:
         """Every event kind this format can give a line."""
-        return frozenset({p.kind for p in self.events} | {kind for kind, _ in self.traceback_kinds} | {"traceback"})
+        return frozenset({p.kind for p in (*self.events, *self.untimed_events)} | {kind for kind, _ in self.traceback_kinds}
+                         | {"traceback"})
 
     def traceback_kind(self, exception_line: pl.Expr) -> pl.Expr:
         expr: Any = pl.lit("traceback")
         for kind, regex in reversed(self.traceback_kinds):
             expr = pl.when(exception_line.str.contains(regex)).then(pl.lit(kind)).otherwise(expr)
         return expr
+
+
+def _any(patterns: tuple[EventPattern, ...]) -> str:
+    return "|".join(f"(?:{re.sub(r'[(][?]P<[^>]+>', '(?:', p.regex)})" for p in patterns)
 
 
 def _require(data: dict[str, Any], key: str, where: str) -> Any:
@@ -114,15 +125,18 @@ def _samples(item: dict[str, Any], here: str) -> tuple[str, ...]:
 def parse_format(data: dict[str, Any], where: str) -> LogFormat:
     """Build a :class:`LogFormat` from its JSON object, checking what can be checked."""
     line = _require(data, "line", where)
-    events = [
-        EventPattern(
-            kind=_require(item, "kind", here),
-            severity=_require(item, "severity", here),
-            regex=_compiled(_require(item, "regex", here), here),
-            samples=_samples(item, here),
-        )
-        for here, item in _items(data, "events", where)
-    ]
+    events, untimed = (
+        [
+            EventPattern(
+                kind=_require(item, "kind", here),
+                severity=_require(item, "severity", here),
+                regex=_compiled(_require(item, "regex", here), here),
+                samples=_samples(item, here),
+            )
+            for here, item in _items(data, section, where)
+        ]
+        for section in ("events", "untimed_events")
+    )
     metrics = [
         MetricPattern(
             name=_require(item, "name", here),
@@ -148,6 +162,7 @@ def parse_format(data: dict[str, Any], where: str) -> LogFormat:
         traceback_start=_compiled(tracebacks.get("start", "^Traceback \\(most recent call last\\):"), where),
         traceback_exception=_compiled(tracebacks.get("exception", "^$^"), where),
         traceback_kinds=tuple((k["kind"], _compiled(k["regex"], where)) for k in tracebacks.get("kinds", [])),
+        untimed_events=tuple(untimed),
     )
 
 

@@ -183,12 +183,15 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     text, logged = pl.col("text"), pl.col("logged")
     border = first.is_in(["╒", "╘"])
     untimed = ~logged & ~border
+    bare = (untimed & text.str.contains(fmt.any_untimed_event)) if fmt.untimed_events else pl.lit(False)
     flags = base.with_columns(
         (untimed & text.str.contains(fmt.traceback_start)).alias("start"),
         (untimed & text.str.contains(fmt.traceback_exception)).alias("exc"),
+        bare.alias("bare"),  # (a library's own line among the logger's: torch's NCCL watchdog)
     ).with_columns(
         pl.when((logged & (pl.col("level").is_in(["ERROR", "CRITICAL"]) | text.str.contains(_FACT_LINES)
-                           | text.str.contains(fmt.any_event))) | pl.col("start") | pl.col("exc")).then(text).alias("kept")
+                           | text.str.contains(fmt.any_event))) | pl.col("start") | pl.col("exc") | pl.col("bare"))
+        .then(text).alias("kept")
     )
     # Kept texts are copied out: a view into the batch would pin the whole batch in memory.
     kept = pl.concat_str(pl.col("kept"), pl.lit("")).alias("text")
@@ -212,12 +215,12 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     position = pl.int_range(pl.len())
     untimed_rows = (
         flags.filter(untimed)
-        .filter(traced | traced.shift(1) | traced.shift(-1) | (position == 0) | (position == pl.len() - 1))
-        .select("line", kept, "start", "exc", text.str.contains(_CHAIN_MARKER).alias("chain"))
+        .filter(traced | traced.shift(1) | traced.shift(-1) | pl.col("bare") | (position == 0) | (position == pl.len() - 1))
+        .select("line", kept, "start", "exc", "bare", text.str.contains(_CHAIN_MARKER).alias("chain"))
     )
     counts = flags.select(
         pl.col("line").max().alias("last"),
-        (untimed & ~pl.col("start") & ~pl.col("exc") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
+        (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
         (logged & pl.col("time").is_null()).sum().alias("undated"),
     )
     # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
@@ -472,13 +475,35 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         )
     )
     named = named.filter((pl.col("kind") != "log_error") | ~(pl.col("line") + 1).is_in(tracebacks["line"].implode()))
+    # A library's own lines (torch's NCCL watchdog on stderr): the time of the logger line above them.
+    bare = (
+        untimed.filter("bare")
+        .join_asof(logged.select(pl.col("line").alias("timed_line"), "time").sort("timed_line"),
+                   left_on="line", right_on="timed_line", strategy="backward")
+        .with_columns(pl.coalesce(_glog_time(pl.col("text"), pl.col("time")), "time").alias("time"),
+                      fmt.classify(pl.col("text"), untimed=True).alias("kind"))
+        .with_columns(pl.col("kind").replace_strict({p.kind: p.severity for p in fmt.untimed_events}, default="error").alias("severity"))
+    )
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
             tracebacks.select("time", "kind", "severity", "line", "message"),
+            bare.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
         ]
     ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
     return conform(events.sort("line"), EVENT_SCHEMA)
+
+
+#: glog's prefix, as torch's C++ logs it: ``[E1201 11:36:35.394775308 …`` (month, day, time; no year).
+_GLOG = r"^(?:\[rank\d+\]:)?\[[EWIF](\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,6}))?"
+
+
+def _glog_time(text: pl.Expr, near: pl.Expr) -> pl.Expr:
+    """A glog line's own time, in the year of ``near`` (the logger line above it); null if none."""
+    parts = text.str.extract_groups(_GLOG)
+    stamp = pl.concat_str(near.dt.year().cast(pl.String), parts.struct[0], parts.struct[1], pl.lit(" "), parts.struct[2],
+                          pl.lit("."), parts.struct[3].fill_null("0").str.pad_end(6, "0"))
+    return stamp.str.strptime(pl.Datetime("ms"), "%Y%m%d %H:%M:%S%.f", strict=False)
 
 
 _FACTS = {

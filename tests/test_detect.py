@@ -199,6 +199,24 @@ def test_best_checkpoint_exit_codes(tmp_path: Path, spec: RunSpec, code: int) ->
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_nccl_watchdog_on_the_trainers_stderr_is_the_crashs_cause(tmp_path: Path) -> None:
+    """torch's own C++ lines among AReaL's logger lines in trainer.log (rank 1's NCCL watchdog after
+    10 minutes of a hung all-reduce): read as ``nccl_timeout`` at their own glog time, cited, and
+    named the cause of the crash — not counted as unparsed."""
+    spec = RunSpec(last_step=40)
+    hung = schedule(spec)[-1].time + timedelta(minutes=10, seconds=5)
+    watchdog = (f"[rank1]:[E{hung:%m%d %H:%M:%S}.394775308 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=48213, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+                "for 600094 milliseconds before timing out.\nterminate called after throwing an instance of 'c10::DistBackendError'")
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=(LogLine(hung - timedelta(minutes=9), watchdog),)))
+    run = only_run(paths.fileroot)
+    [crash] = [i for i in run.incidents if i.kind == "crash"]
+    assert (crash.onset_step, crash.cause) == (41, "nccl_timeout")
+    cited = [e for e in crash.evidence if "Watchdog caught collective operation timeout" in e.text]
+    assert cited and cited[0].time is not None and abs((cited[0].time - hung).total_seconds()) < 1
+    assert "Watchdog caught" in paths.trainer_log.read_text().splitlines()[cited[0].line - 1]
+
+
 def test_a_run_whose_reward_could_not_be_judged_names_no_checkpoint_healthy(tmp_path: Path) -> None:
     """Checkpoints, steps, but no reward series (renamed in the log): ``analyze`` recommends none —
     naming the newest in its reason — as ``best-checkpoint`` refuses to, both for the same reason."""

@@ -27,6 +27,12 @@ EVENT_SAMPLES = [
     for pattern in load_format(name).events
     for sample in pattern.samples
 ]
+UNTIMED_SAMPLES = [
+    (name, pattern.kind, sample)
+    for name in format_names()
+    for pattern in load_format(name).untimed_events
+    for sample in pattern.samples
+]
 METRIC_SAMPLES = [
     (name, pattern, sample)
     for name in format_names()
@@ -41,6 +47,13 @@ def test_event_sample_is_recognised_as_its_kind(name: str, kind: str, sample: st
     message = _message(fmt, sample)
     first = next((p.kind for p in fmt.events if re.search(p.regex, message)), None)
     assert first == kind
+
+
+@pytest.mark.parametrize(("name", "kind", "sample"), UNTIMED_SAMPLES)
+def test_untimed_event_sample_is_not_a_logger_line_and_is_its_kind(name: str, kind: str, sample: str) -> None:
+    fmt = load_format(name)
+    assert not re.search(fmt.line_regex, sample)
+    assert next((p.kind for p in fmt.untimed_events if re.search(p.regex, sample)), None) == kind
 
 
 @pytest.mark.parametrize(("name", "pattern", "sample"), METRIC_SAMPLES, ids=lambda v: getattr(v, "name", None))
