@@ -37,11 +37,14 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
-              *, caveat: str | None = None, judged: bool = True, abandoned: frozenset[str] = frozenset()) -> Recommendation:
+              *, caveat: str | None = None, judged: bool = True, read_to: int | None = None,
+              abandoned: frozenset[str] = frozenset()) -> Recommendation:
     """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
     incident does not make the run healthy (nothing judged, logs not read), when it does not;
     ``judged``: false when nothing could be judged (no step, no reward series), so that no
     checkpoint is called healthy — the newest is named in the reason, not chosen.
+    ``read_to``: the last step read, when the run may have logged steps after it that could not be
+    read — a checkpoint past it was saved in steps nothing judged (never chosen, said).
     ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved (never chosen)."""
     complete = [c for c in checkpoints if c.complete and c.path not in abandoned]
     skipped = [c for c in checkpoints if not c.complete or c.path in abandoned]
@@ -59,6 +62,15 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         if not complete:
             reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
             return Recommendation(None, None, reason, None, tuple(warnings))
+        unjudged = [c for c in complete if read_to is not None and c.step > read_to]
+        if unjudged:
+            complete = [c for c in complete if c not in unjudged]
+            warnings.append(f"{len(unjudged)} checkpoint{'s' if len(unjudged) > 1 else ''} after step {read_to}, the last step "
+                            f"that could be read (up to step {max(c.step for c in unjudged)}), "
+                            f"{'were' if len(unjudged) > 1 else 'was'} not considered: no step after it was judged")
+            if not complete:
+                return Recommendation(None, None, f"{found}; no complete checkpoint was saved by step {read_to}, the last "
+                                                  "step that could be read.", None, tuple(warnings))
         best = max(complete, key=lambda c: (c.step, c.resumable))
         if not judged:
             return Recommendation(None, None, f"{found}, so no checkpoint can be called healthy; the newest complete "

@@ -217,6 +217,26 @@ def test_an_nccl_watchdog_on_the_trainers_stderr_is_the_crashs_cause(tmp_path: P
     assert "Watchdog caught" in paths.trainer_log.read_text().splitlines()[cited[0].line - 1]
 
 
+def test_a_torn_log_names_no_checkpoint_past_its_last_step_read(tmp_path: Path) -> None:
+    """A trainer.log.gz torn halfway through a run that collapsed at step 70 and saved every 10
+    steps to 100: the checkpoints after the last step read were saved in steps nothing judged —
+    not chosen, and said; the newest before it is."""
+    import gzip
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=100, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 70 else healthy_reward(s)))
+    data = gzip.compress(paths.trainer_log.read_bytes())
+    paths.trainer_log.unlink()
+    (paths.log_dir / "trainer.log.gz").write_bytes(data[: len(data) * 55 // 100])
+    run = only_run(paths.fileroot)
+    last = run.step_range()["last"]
+    assert last is not None and last < 70 and run.incidents == []
+    rec = run.recommendation
+    assert rec.step is not None and rec.step <= last
+    assert any(w.startswith(f"5 checkpoints after step {last}, the last step that could be read (up to step 100)")
+               for w in rec.warnings), rec.warnings
+
+
 def test_a_run_whose_reward_could_not_be_judged_names_no_checkpoint_healthy(tmp_path: Path) -> None:
     """Checkpoints, steps, but no reward series (renamed in the log): ``analyze`` recommends none —
     naming the newest in its reason — as ``best-checkpoint`` refuses to, both for the same reason."""
