@@ -144,12 +144,18 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
         if kind not in first_a:
             lines.append(f"B has {kind} at step {inc.onset_step}, which A does not.")
     avoided_onsets = [i.onset_step for k, i in first_a.items() if k not in first_b]
+    avoided = None if not first_a else not (first_a.keys() & first_b.keys())
+    # Not seeing A's incident in B is no avoidance where B could not show it: cannot be told.
     if avoided_onsets and sb.last_step is not None and sb.last_step < min(avoided_onsets):
         lines.append(f"B was logged only up to step {sb.last_step}, before A's onset at step {min(avoided_onsets)}: "
                      "it does not show that the fix holds that long.")
+        avoided = None if avoided else avoided
+    caveat = b.caveat()
+    if avoided_onsets and caveat:
+        lines.append(f"B cannot show it either way: {caveat}.")
+        avoided = None if avoided else avoided
     if a.primary_metric != b.primary_metric:
         lines.append(f"The runs report different primary metrics: A {a.primary_metric or 'none'}, B {b.primary_metric or 'none'}.")
-    avoided = None if not first_a else not (first_a.keys() & first_b.keys())
     return avoided, tuple(lines)
 
 

@@ -84,7 +84,8 @@ def _figure(ca: Comparison) -> dict[str, Any] | None:
 def render_compare_html(ca: Comparison) -> str:
     """The comparison as one self-contained HTML document."""
     cls = {True: "ok", False: "bad", None: "neutral"}[ca.avoided]
-    answer = {True: "B avoided A's incident.", False: "B did not avoid A's incident.", None: "Nothing to avoid."}
+    answer = {True: "B avoided A's incident.", False: "B did not avoid A's incident.",
+              None: "Whether B avoided A's incident cannot be told." if ca.a.incidents else "Nothing to avoid."}
     verdict = "".join(f"<li>{e(line)}</li>" for line in ca.verdict)
     figure = _figure(ca)
     body = (

@@ -26,8 +26,10 @@ def runs():
 
 
 def test_fix_without_the_incident(runs) -> None:
+    avoided = compare(runs["areal_seed001"], runs["areal_healthy_sparse"])  # B went on past A's onset at 188
+    assert avoided.avoided is True and avoided.verdict[0] == "B has no reward_collapse; A collapsed at step 188."
     result = compare(runs["areal_seed000"], runs["areal_healthy_sparse"])
-    assert result.avoided is True
+    assert result.avoided is None  # B stopped at 300, before A's onset at 940: it cannot show it
     assert result.verdict[0] == "B has no reward_collapse; A collapsed at step 940."
     assert "B has no stall; A stalled at step 1870." in result.verdict
     # B stopped at step 300: the verdict says it cannot vouch for the steps beyond
@@ -59,7 +61,7 @@ def test_control_without_incident(runs) -> None:
 
 def test_compare_document(runs) -> None:
     doc = compare(runs["areal_seed000"], runs["areal_healthy_sparse"]).to_dict()
-    assert doc["schema"] == "grpo-forensics/compare/v1" and doc["avoided"] is True
+    assert doc["schema"] == "grpo-forensics/compare/v1" and doc["avoided"] is None
     assert doc["a"]["incidents"][0]["onset_step"] == 940 and doc["b"]["incidents"] == []
     assert set(doc["a"]) >= {"run_id", "steps", "final_metric", "median_step_seconds", "steps_per_hour",
                              "peak_device_used_gb"}
@@ -70,6 +72,7 @@ def test_compare_page(runs) -> None:
     page = render_compare_html(compare(runs["areal_seed000"], runs["areal_healthy_sparse"]))
     head = page[:page.index('<div class="plot"')]
     assert "B has no reward_collapse; A collapsed at step 940." in head
+    assert "Whether B avoided A&#x27;s incident cannot be told." in head
     assert "steps/h" in head and "GB" in head and "median step time" in head
     [block] = re.findall(r'<script type="application/json" data-plot="plot-1">(.*?)</script>', page, re.S)
     names = {tr.get("name") for tr in json.loads(block)["data"]}
@@ -99,3 +102,15 @@ def test_cli_compare_needs_exactly_one_run_each(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1 and "2 runs found" in result.stderr
     missing = runner.invoke(app, ["compare", str(tmp_path / "nope"), str(both), "--no-html"])
     assert missing.exit_code == 2 and "Traceback" not in missing.output
+
+
+def test_a_fix_whose_reward_could_not_be_judged_avoided_nothing_that_can_be_told(runs, tmp_path: Path) -> None:
+    """B is a server log alone (no step, no reward series): not seeing A's collapse in it is no
+    avoidance; ``avoided`` is null and the verdict says why."""
+    server = next((Path(__file__).parent / "fixtures" / "sglang_oom" / "outputs").rglob("llm_server.log.gz"))
+    (tmp_path / "b").mkdir()
+    shutil.copy(server, tmp_path / "b" / server.name)
+    [b] = analyze([tmp_path / "b"]).runs
+    result = compare(runs["areal_seed001"], b)
+    assert result.avoided is None
+    assert any(line.startswith("B cannot show it either way: no training step was logged") for line in result.verdict), result.verdict
