@@ -223,7 +223,8 @@ def _tables(run: RunAnalysis, prefix: str) -> str:
     ]
     out = [f'<h2 id="{prefix}evidence">Evidence</h2>']
     out.append(_table(["incident", "time", "step", "source", "kind", "file:line", "text"], ev_rows)
-               if ev_rows else "<p>No evidence: no incident was found.</p>")
+               if ev_rows else "<p>No evidence: no incident was found.</p>" if not run.incidents
+               else "<p>No failure lines: the incidents were seen in the numbers alone (each one's metric line is in its card).</p>")
     if run.checkpoints:
         rec = run.recommendation.checkpoint
         ck_rows = [

@@ -459,3 +459,15 @@ def test_a_stall_wastes_hours_not_steps(fixture_run) -> None:
 
     stall = analyze(fixture_run("areal_seed000")).runs[0].incidents[-1]
     assert stall.kind == "stall" and stall.wasted == "13.41 h with no step logged"
+
+
+def test_an_incident_seen_in_the_numbers_alone_is_not_called_no_incident() -> None:
+    """A reward_pipeline collapse has no failure lines: the evidence table says so, not that no
+    incident was found."""
+    from forensics import analyze
+
+    run = analyze([Path(__file__).parent / "fixtures" / "sglang_healthy_collapse" / "outputs"]).runs[0]
+    stripped = replace(run, incidents=[replace(i, evidence=()) for i in run.incidents])
+    page = render_html(Analysis(runs=[stripped]))
+    assert "no incident was found" not in page
+    assert "No failure lines: the incidents were seen in the numbers alone" in page
