@@ -113,9 +113,12 @@ def explain(
             "The training numbers themselves went non-finite; the optimizer cannot recover from that on its own.",
             seen,
         )
-    deciding = in_window.filter(pl.col("cause").is_not_null() & pl.col("kind").is_in(standing_out["kind"].implode()))
+    usual = scores.filter((pl.col("in_baseline") >= _USUAL) & (pl.col("p_value") >= 0.01))
+    # A root failure decides even when seen once (a server's watchdog firing on its hang, then
+    # its exit and a flood of refused connections that stand out far more).
+    roots = pl.col("kind").is_in(_ROOT_KINDS) & ~pl.col("kind").is_in(usual["kind"].implode())
+    deciding = in_window.filter(pl.col("cause").is_not_null() & (pl.col("kind").is_in(standing_out["kind"].implode()) | roots))
     if deciding.is_empty():  # none stands out: a rare failure still decides, the run's usual ones do not
-        usual = scores.filter((pl.col("in_baseline") >= _USUAL) & (pl.col("p_value") >= 0.01))
         deciding = in_window.filter(pl.col("cause").is_not_null() & ~pl.col("kind").is_in(usual["kind"].implode()))
     if deciding.is_empty():
         return _no_fault(finding, in_window, spans, seen, server, scores)
@@ -147,9 +150,12 @@ def explain(
 #: exhausted memory kills workers, not the other way round.
 _ROOT_FIRST: tuple[Cause, ...] = ("nccl_timeout", "inference_server_oom", "numerical_divergence")
 TOGETHER_SECONDS = 10.0
+#: Failures that are a cause by nature, not a consequence: each one decides, however rare.
+_ROOT_KINDS = ("watchdog_timeout", "nccl_timeout", "cuda_oom", "kv_cache_oom")
 #: The failures each root cause brings about, which tell of it too.
 _BRINGS_ABOUT: dict[str, tuple[str, ...]] = {
     "inference_server_oom": ("inference_server_crash", "inference_server_unresponsive"),
+    "inference_server_unresponsive": ("inference_server_crash",),  # (a hung server killed by its watchdog)
     "nccl_timeout": ("training_worker_crash",),
 }
 
@@ -242,11 +248,15 @@ def _explain_rates(kinds: pl.DataFrame, spans: _Windows, first: dict | None = No
     for row in kinds.sort("p_value", maintain_order=True).iter_rows(named=True):
         seen = f"{row['in_window']} {row['kind']} in {step_span(*spans.window)}"
         p = row["p_value"]
-        chance = "p<1e-15" if p < 1e-15 else f"p={p:.1g}"  # a tail too small for a float reads 0: not "p=0"
+        chance = _chance(p)
         # With no step before the window there is nothing to compare with: the count alone.
         parts.append(f"{seen} vs {row['in_baseline']} in the {before} steps before ({chance})" if before > 0 else seen)
     said = "; ".join(parts)
     return f"{said}; first: {first['kind']} at {_when(first['time'])} (step {first['step']})." if first else said
+
+
+def _chance(p: float) -> str:
+    return "p<1e-15" if p < 1e-15 else f"p={p:.1g}"  # a tail too small for a float reads 0: not "p=0"
 
 
 def _brought_about(brought: pl.DataFrame) -> str:
@@ -254,7 +264,7 @@ def _brought_about(brought: pl.DataFrame) -> str:
     brought = brought.filter(pl.col("p_value") < 0.01).sort("p_value", maintain_order=True)
     if brought.is_empty():
         return ""
-    listed = ", ".join(f"{r['in_window']} {r['kind']} (p={r['p_value']:.1g})" for r in brought.head(4).iter_rows(named=True))
+    listed = ", ".join(f"{r['in_window']} {r['kind']} ({_chance(r['p_value'])})" for r in brought.head(4).iter_rows(named=True))
     return f"Then the failures it leads to: {listed}."
 
 

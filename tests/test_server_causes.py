@@ -225,3 +225,23 @@ def test_a_server_log_on_another_time_zones_clock_is_moved_onto_the_runs(fixture
     assert "Then the failures it leads to: 6 connection_refused (p=" in incident["summary"]
     assert ("llm_server.log: the server's own lines are 8 h behind the run's clock (another time zone, the one offset "
             "kept in order with the file's wrapper lines): moved onto it") in run["notes"]
+
+
+def test_a_server_its_watchdog_killed_hung_first(tmp_path: Path) -> None:
+    """SGLang's scheduler hangs in step 80's rollout; 300 s later its watchdog fires (one line),
+    the server is killed and the trainer's requests are refused from then on. The refused
+    connections stand out far more than the one watchdog line, but the hang came first: the cause
+    is an unresponsive server, the watchdog line is cited, and the refusals are what it led to."""
+    from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
+    from sglang_lines import sglang_line
+
+    spec = RunSpec(last_step=120, reward=lambda s: 0.0 if s >= 80 else healthy_reward(s))
+    at = {t.step: t.time for t in schedule(spec)}
+    fired = at[79] + timedelta(seconds=20)
+    down = Outage(start=fired + timedelta(seconds=5), end=at[120], kind="refused", server_exit=True, in_flight=3)
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "outages": (down,),
+                                                       "extra_lines": (sglang_line(fired, "Watchdog timeout (self.watchdog_timeout=300)"),)}))
+    incident = first_incident(paths.fileroot, tmp_path)
+    assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
+    assert "first: watchdog_timeout" in incident["summary"] and "Then the failures it leads to: " in incident["summary"]
+    assert any("Watchdog timeout" in e["text"] for e in incident["evidence"])
