@@ -7,6 +7,8 @@ onset against a baseline window before it, scored with a Poisson tail probabilit
 
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -337,7 +339,19 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
         # A server seen answering makes "not the infrastructure" a finding, not a default.
         confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
         usual = scores.filter(pl.col("cause").is_not_null())
-        if usual.is_empty():
+        # Errors naming no infrastructure fault (a reward function's AttributeError in a failed
+        # workflow): the pipeline's own, cited.
+        own = in_window.filter(pl.col("cause").is_null() & pl.col("kind").is_in(list(_AMBIGUOUS))
+                               & pl.col("severity").is_in(["error", "fatal"])).sort("time", "line", nulls_last=True)
+        cited: tuple[Evidence, ...] = ()
+        if usual.is_empty() and own.height:
+            first = own.row(0, named=True)
+            exception = re.sub(r"^.*?\b(?:ERROR|CRITICAL): ", "", (first["message"] or "").split("… ")[-1]).strip()[:160]
+            found = (f"No infrastructure fault was logged in {step_span(*spans.window)}, but {own.height} "
+                     f"error{'s' if own.height > 1 else ''} naming none {'were' if own.height > 1 else 'was'} "
+                     f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
+            cited = tuple(_to_evidence(r) for r in own.head(8).iter_rows(named=True))
+        elif usual.is_empty():
             found = f"No failure of any kind was logged in {step_span(*spans.window)}:"
         else:  # (failures as common before as in the window: not what changed)
             confidence -= 0.1
@@ -346,7 +360,7 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
         return Verdict(
             "reward_pipeline",
             confidence,
-            server.evidence,
+            cited + server.evidence,
             " ".join(
                 [
                     f"{found} the rewards themselves went constant (reward function, parser or data), not the infrastructure.",

@@ -237,6 +237,20 @@ def test_a_torn_log_names_no_checkpoint_past_its_last_step_read(tmp_path: Path) 
                for w in rec.warnings), rec.warnings
 
 
+def test_errors_naming_no_fault_at_a_collapse_are_the_reward_pipelines_evidence(tmp_path: Path) -> None:
+    """The reward function raising in every workflow from step 40 (AReaL's ``Workflow execution
+    failed: …`` ERROR lines naming no infrastructure fault), the reward 0 from there: the cause
+    is the reward pipeline, and those lines are cited — not "no failure of any kind"."""
+    spec = RunSpec(last_step=80, reward=lambda s: 0.0 if s >= 40 else healthy_reward(s))
+    at = {t.step: t.time for t in schedule(spec)}
+    failed = tuple(LogLine(at[s] - timedelta(seconds=20), "Workflow execution failed: 'NoneType' object has no attribute 'group'",
+                           "[Remote Inference Engine Rank 0]", "ERROR") for s in range(40, 43))
+    [incident] = only_run(write_run(tmp_path / "outputs", replace(spec, extra_lines=failed)).fileroot).incidents
+    assert (incident.onset_step, incident.cause) == (40, "reward_pipeline")
+    assert "but 3 errors naming none were (workflow_failed; first: Workflow execution failed: 'NoneType'" in incident.summary
+    assert [e.kind for e in incident.evidence] == ["workflow_failed"] * 3
+
+
 def test_a_run_whose_reward_could_not_be_judged_names_no_checkpoint_healthy(tmp_path: Path) -> None:
     """Checkpoints, steps, but no reward series (renamed in the log): ``analyze`` recommends none —
     naming the newest in its reason — as ``best-checkpoint`` refuses to, both for the same reason."""
