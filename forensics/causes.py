@@ -7,9 +7,8 @@ onset against a baseline window before it, scored with a Poisson tail probabilit
 
 from __future__ import annotations
 
-import re
-
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
