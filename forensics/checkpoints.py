@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.model import Checkpoint, Incident, Recommendation
+from parsers.areal_config import read_areal_config
 from parsers.verl_checkpoints import resume_command as verl_resume_command
 
 _HF_WARNING = (
@@ -132,7 +133,20 @@ def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) ->
     else:
         args.append(f"trial_name={trial or 'trial'}-from-step{chosen.step}")
         args.append(f"actor.path={chosen.path}")
+    if config.is_file():
+        args += _moved_fileroot(chosen, read_areal_config(config))
     return shlex.join(args)
+
+
+def _moved_fileroot(chosen: Checkpoint, config: dict[str, object]) -> list[str]:
+    """Overrides for a tree that no longer lives where its config says (copied to another machine):
+    AReaL finds its recover checkpoint, and writes its logs, under ``cluster.fileroot``; the dumped
+    config holds that path resolved in every section, so each is set."""
+    old = config.get("cluster.fileroot")
+    here = next((p.parent for p in Path(chosen.path).parents if p.name == "checkpoints"), None)
+    if not isinstance(old, str) or here is None or Path(old) == here:
+        return []
+    return [f"{key}={here}" for key, value in config.items() if key.endswith(".fileroot") and value == old]
 
 
 def _trainer_script(command: str) -> tuple[str, str | None] | None:

@@ -47,6 +47,9 @@ def test_seed000_onset_cause_and_checkpoint(fixture_run, tmp_path: Path) -> None
     assert rec["step"] == 900
     assert any("recover checkpoint" in w and "overwritten" in w for w in rec["warnings"])
     assert "actor.path=" in rec["resume_command"]
+    # The fixture's config says /workspace/outputs/grpo: the tree is elsewhere now, and AReaL looks there.
+    root = str(fixture_run("areal_seed000"))
+    assert f"cluster.fileroot={root}" in rec["resume_command"] and f"recover.fileroot={root}" in rec["resume_command"]
 
 
 def test_every_evidence_line_is_in_its_file(fixture_run, tmp_path: Path) -> None:
