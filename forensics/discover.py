@@ -91,15 +91,11 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files){why}"
         )
-    # A path given twice, or a run's folder with the folder above it: each run once, as first found.
-    seen: set[tuple[str, ...]] = set()
-    unique = []
-    for run in runs:
-        logs = tuple(sorted(os.path.realpath(s.path) for s in run.logs))
-        if logs not in seen:
-            seen.add(logs)
-            unique.append(run)
-    return unique
+    # A path given twice, a run's folder with the folder above it, or a log with its run's folder:
+    # each run once, as first found (a run whose logs another's include is that run).
+    logs = [frozenset(os.path.realpath(s.path) for s in run.logs) for run in runs]
+    return [run for i, run in enumerate(runs)
+            if not any(logs[i] < other or (logs[i] == other and j < i) for j, other in enumerate(logs) if j != i)]
 
 
 def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> list[Path]:

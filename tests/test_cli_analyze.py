@@ -346,6 +346,12 @@ def test_a_run_given_twice_is_analyzed_once(fixture_run, tmp_path: Path) -> None
     assert twice.exit_code == 0 and twice.stdout == once.stdout
     result = runner.invoke(app, ["analyze", str(run), str(trial), "--no-cache", "--no-html", "--json", str(tmp_path / "a.json")])
     assert result.exit_code == 0 and len(json.loads((tmp_path / "a.json").read_text())["runs"]) == 1
+    # A log given with its run's folder (either order): the run, once, with all its logs.
+    log = next(trial.glob("trainer.log*"))
+    for given in ([log, run], [run, log]):
+        result = runner.invoke(app, ["analyze", *map(str, given), "--no-cache", "--no-html", "--json", str(tmp_path / "b.json")])
+        [whole] = json.loads((tmp_path / "b.json").read_text())["runs"]
+        assert result.exit_code == 0 and len(whole["sources"]) > 1
 
 
 def test_a_terminal_that_cannot_spell_the_output_gets_it_anyway(fixture_run) -> None:
