@@ -44,6 +44,7 @@ from parsers.schema import (
     conform,
     cut_alike,
     empty,
+    relaunches,
     stream_of,
     with_keys,
 )
@@ -151,6 +152,7 @@ def load_run(
         all_steps = _steps_from_metrics(merged.metrics)
         abandoned_steps = _steps_from_metrics(earlier, per_file=True)
     notes = shifts + list(merged.notes)
+    sources = _interleaved(sources, all_steps)
     events, starts, apart = _own_sessions(events, sessions, [all_steps["time"], merged.metrics["time"]])
     notes += apart
     estimated = False
@@ -501,6 +503,24 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
     return events, metrics, notes
+
+
+#: A log whose steps go back this often is two runs writing into it at once, not relaunches.
+_INTERLEAVED = 0.2
+
+
+def _interleaved(sources: list[SourceReport], steps: pl.DataFrame) -> list[SourceReport]:
+    """Step logs whose steps go back again and again (two jobs teeing into one file): said, as a
+    loss — only the last copy of each step is judged, and the other job's cannot be told apart."""
+    if steps.is_empty():
+        return sources
+    back = (steps.sort("line").group_by("file", maintain_order=True)
+            .agg(relaunches(pl.col("step")).sum().alias("back"), pl.len().alias("copies"))
+            .filter((pl.col("back") >= 5) & (pl.col("back") >= _INTERLEAVED * pl.col("copies"))))
+    said = {str(file): (f"its steps go back {n} times in {copies} step lines: two runs seem to write into it at once; "
+                        "one cannot read their steps apart, so only the last copy of each step is judged")
+            for file, n, copies in back.iter_rows()}
+    return [replace(s, notes=(*s.notes, said[s.path])) if s.path in said else s for s in sources]
 
 
 def _ahead_or_behind(delta: timedelta) -> str:

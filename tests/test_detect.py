@@ -251,6 +251,26 @@ def test_errors_naming_no_fault_at_a_collapse_are_the_reward_pipelines_evidence(
     assert [e.kind for e in incident.evidence] == ["workflow_failed"] * 3
 
 
+def test_two_jobs_teeing_into_one_log_are_said_not_hidden(tmp_path: Path) -> None:
+    """Two jobs launched under the same names write into one trainer.log, step by step in turn
+    (one healthy, one whose reward is 0 from step 30): one value per step survives, so the
+    collapse cannot be seen — the tool says why, and does not call the run healthy."""
+    a = write_run(tmp_path / "a" / "outputs", RunSpec(last_step=60, seed=1))
+    b = write_run(tmp_path / "b" / "outputs", RunSpec(last_step=60, seed=2, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+
+    def chunks(text: str) -> list[str]:
+        lines = text.splitlines(keepends=True)
+        cuts = [i for i, line in enumerate(lines) if "Train step " in line]
+        return ["".join(lines[i:j]) for i, j in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
+
+    ours, theirs = chunks(a.trainer_log.read_text()), chunks(b.trainer_log.read_text())
+    a.trainer_log.write_text(ours[0] + "".join(x + y for x, y in zip(ours[1:], theirs[1:], strict=True)))
+    run = only_run(a.fileroot)
+    [note] = [n for s in run.sources for n in s.notes if "two runs seem to write into it" in n]
+    assert note.startswith("its steps go back 60 times in 120 step lines")
+    assert run.caveat() is not None
+
+
 def test_a_run_whose_reward_could_not_be_judged_names_no_checkpoint_healthy(tmp_path: Path) -> None:
     """Checkpoints, steps, but no reward series (renamed in the log): ``analyze`` recommends none —
     naming the newest in its reason — as ``best-checkpoint`` refuses to, both for the same reason."""
