@@ -26,6 +26,7 @@ from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
     NUMERIC_HEALTH,
+    RUN_TRACEBACK,
     Finding,
     Thresholds,
     abandoned_collapses,
@@ -406,8 +407,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         evidence=(*verdict.evidence, *_went_on(finding)),
         wasted_steps=wasted,
         wasted_hours=hours,
-        summary=" ".join(p for p in (f"{finding.summary}.", _brief_returns(finding, run, events, t.min_run), _relaunches(finding, events),
-                                     _step_in_progress(finding, run, events), verdict.explanation) if p),
+        summary=" ".join(p for p in (f"{finding.summary}.", _what_it_raised(finding, events), _brief_returns(finding, run, events, t.min_run),
+                                     _relaunches(finding, events), _step_in_progress(finding, run, events), verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
         redone=finding.redone is not None,
@@ -444,6 +445,19 @@ def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
         else:  # saved during the collapse, and the reward came back: the weights were not what broke
             text += f"; the reward came back at step {finding.end_step} all the same"
     return text + "."
+
+
+def _what_it_raised(finding: Finding, events: pl.DataFrame) -> str:
+    """For a crash a launcher's exit tells of: the exception the run's own process raised in that
+    step (disk full, an OOM), which says why — the exit only says that."""
+    if finding.kind != "crash" or finding.summary.startswith("an uncaught exception"):
+        return ""
+    raised = events.filter((pl.col("step") == finding.onset_step) & RUN_TRACEBACK).sort("time", "line", nulls_last=True)
+    if raised.is_empty():
+        return ""
+    exception = (raised["message"][0] or "").split("… ")[-1].strip()
+    exception = exception if len(exception) <= 160 else exception[:159] + "…"
+    return f"It raised {exception.rstrip('.')}." if exception else ""
 
 
 def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:

@@ -320,8 +320,8 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
         (pl.col("cause") == cause).fill_null(False).alias("deciding"),
         pl.col("kind").cum_count().over("kind").alias("nth"),
     )
-    ranked = ordered.sort(
-        pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), "time", nulls_last=True
+    ranked = ordered.sort(  # (bookkeeping, a checkpoint saved or a server ready, after every failure)
+        pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", nulls_last=True
     )
     return tuple(_to_evidence(r) for r in ranked.head(16).iter_rows(named=True))
 

@@ -358,6 +358,7 @@ def test_a_crash_the_launcher_relaunched_from_an_earlier_checkpoint_is_the_aband
     run = only_run(write_run(tmp_path / "outputs", replace(base, extra_lines=lines)).fileroot)
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause, incident.redone) == ("crash", 121, "training_worker_crash", True)
+    assert "It raised torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB." in incident.summary
     assert incident.wasted_steps == 21 and incident.onset_time == died
     assert ("in an attempt the run abandoned: a relaunch from step 100 took the run on from step 101 and logged "
             "steps 101–120 again") in incident.summary
