@@ -30,6 +30,7 @@ EXPORT_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Datetime("ms"),
     "key": pl.String(),
     "value": pl.Float64(),
+    "root": pl.String(),  # (the run's folder: runs sharing a run id, one config launched twice, apart)
 }
 FORMATS = ("csv", "jsonl", "parquet")
 #: Rows converted and written at once: the strings of a slice, not of a run, are held.
@@ -99,8 +100,12 @@ def _json_line() -> pl.Expr:
         .otherwise(value.cast(pl.String))
         .fill_null("null")
     )
-    head = pl.struct(pl.all().exclude("value")).struct.json_encode().str.strip_suffix("}")
-    return pl.concat_str(head, pl.lit(',"value":'), token, pl.lit("}"))
+    # (the columns in the export's order: those before ``value``, it, then the rest)
+    names = list(EXPORT_SCHEMA)
+    before, after = names[: names.index("value")], names[names.index("value") + 1:]
+    head = pl.struct(before).struct.json_encode().str.strip_suffix("}")
+    tail = pl.struct(after).struct.json_encode().str.strip_prefix("{")
+    return pl.concat_str(head, pl.lit(',"value":'), token, pl.lit(","), tail)
 
 
 def _export_form(run: RunData) -> Iterator[pl.DataFrame]:
@@ -114,4 +119,5 @@ def _export_form(run: RunData) -> Iterator[pl.DataFrame]:
             "time",
             pl.col("key").cast(pl.String),
             "value",
+            pl.lit(str(run.location.root), pl.String).alias("root"),
         )

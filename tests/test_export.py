@@ -41,7 +41,7 @@ def test_several_runs_are_exported_in_turn_whatever_the_slices(fixture_run, tmp_
     expected = pl.concat(
         r.metrics.select(
             pl.lit(r.run_id).alias("run_id"), pl.col("source").cast(pl.String), "step", "time",
-            pl.col("key").cast(pl.String), "value",
+            pl.col("key").cast(pl.String), "value", pl.lit(r.root).alias("root"),
         )
         for r in analyze(runs).runs
     )
