@@ -298,8 +298,16 @@ def events(
                 sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
         if kind and not seen & set(kind):  # a typo must not look like a clean run
             typer.echo(f"grpo-forensics: no event of kind {', '.join(kind)}; found: {', '.join(sorted(seen)) or 'none'}", err=True)
+        _no_run_under(paths, log_format)
 
     _guard(debug, work)
+
+
+def _no_run_under(paths: list[Path], log_format: Path | None) -> None:
+    """A path given beside others that holds no run: said, exit 2, once the others are written (as ``analyze``)."""
+    barren = without_runs(paths, locate(paths, custom_format=log_format)) if paths else []
+    if barren:
+        raise UnusableInput("; ".join(f"{path}: no training run found" for path in barren))
 
 
 @app.command()
@@ -340,6 +348,7 @@ def metrics(
         rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
         write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout.buffer)
+        _no_run_under(paths or [], log_format)
 
     _guard(debug, work)
 

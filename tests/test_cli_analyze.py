@@ -373,3 +373,11 @@ def test_events_of_a_kind_never_found_are_said_so(fixture_run) -> None:
     assert "no event of kind server_exitt; found: " in result.stderr and "server_exit" in result.stderr
     found = runner.invoke(app, ["events", str(fixture_run("areal_seed000")), "--kind", "server_exit", "--no-cache"])
     assert found.stdout.count("\n") >= 1 and found.stderr == ""
+
+
+def test_metrics_and_events_say_a_path_holding_no_run(fixture_run, tmp_path: Path) -> None:
+    """A folder with no run beside a run: its rows are written, then exit 2 naming the folder (as analyze)."""
+    (tmp_path / "empty").mkdir()
+    for command in (["metrics"], ["events"]):
+        result = runner.invoke(app, [*command, str(fixture_run("areal_healthy_sparse")), str(tmp_path / "empty"), "--no-cache"])
+        assert result.exit_code == 2 and result.stdout and f"{tmp_path / 'empty'}: no training run found" in result.stderr
