@@ -236,6 +236,15 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
     for source in sources:
         if source.kind not in COPY_KINDS:
             by_root.setdefault(source.path.parent, []).append(source)
+    # A server's log copied into a folder of its own below a run's (``trial0/node2/llm_server.log``)
+    # is that run's: the server served it.
+    servers = ("areal_server", "sglang_server")
+    for root in sorted(by_root, key=lambda r: -len(r.parts)):
+        if all(s.kind in servers for s in by_root[root]):
+            above = next((r for r in sorted(by_root, key=lambda r: -len(r.parts))
+                          if r in root.parents and any(s.kind not in servers for s in by_root[r])), None)
+            if above is not None:
+                by_root[above].extend(by_root.pop(root))
     roots = sorted(by_root)
     for source in sources:
         if source.kind in COPY_KINDS:

@@ -245,3 +245,21 @@ def test_a_server_its_watchdog_killed_hung_first(tmp_path: Path) -> None:
     assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
     assert "first: watchdog_timeout" in incident["summary"] and "Then the failures it leads to: " in incident["summary"]
     assert any("Watchdog timeout" in e["text"] for e in incident["evidence"])
+
+
+def test_a_server_log_from_another_node_in_a_folder_below_the_run_is_the_runs(fixture_run, tmp_path: Path) -> None:
+    """The OOM fixture's server log copied from its node into ``trial0/node2/``: one run, and the
+    server's OOM is still the cause, cited in that file."""
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_oom"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    (log.parent / "node2").mkdir()
+    log.rename(log.parent / "node2" / log.name)
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    incident = run["incidents"][0]
+    assert incident["cause"] == "inference_server_oom"
+    assert any("/node2/llm_server.log" in e["file"] for e in incident["evidence"])
