@@ -395,3 +395,19 @@ def test_checkpoints_saved_past_the_last_step_read_mean_the_run_went_on(tmp_path
     last = int(run.steps["step"].max())
     assert last < 1869 and f"had not recovered by step {last}" in run.incidents[0].summary
     assert any("checkpoints were saved up to step 1869" in n for n in run.notes), run.notes
+
+
+def test_a_utf16_log_is_said_not_read(tmp_path: Path) -> None:
+    """A server log saved as UTF-16 (a Windows tool's copy): every other byte a NUL, nothing in it
+    can be read as UTF-8 text — a warning that says so and how to convert it, not a silent loss."""
+    from areal_builder import RunSpec, write_run
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=20))
+    server = paths.log_dir / "llm_server.log"
+    server.write_bytes(server.read_text().encode("utf-16"))
+    [run] = analyze([paths.fileroot]).runs
+    [report] = [s for s in run.sources if s.path == str(server)]
+    assert "not read: the file is UTF-16 text (convert it with iconv -f UTF-16 -t UTF-8)" in report.notes
+    assert run.caveat() is not None
+    [trainer] = [s for s in run.sources if s.path == str(paths.trainer_log)]
+    assert not [n for n in trainer.notes if "UTF-16" in n]
