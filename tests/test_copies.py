@@ -66,6 +66,26 @@ def onset_of(path: Path) -> tuple[int, str]:
     return incident.onset_step, run.framework
 
 
+def write_tensorboard(folder: Path, rows: list, wall=None) -> None:
+    """The copy's rows as TensorBoard scalars (``wall``: a step's wall time, else now)."""
+    writer = tensorboardX.SummaryWriter(str(folder))
+    for step, row in rows:
+        for key, value in row.items():
+            writer.add_scalar(key, value, step, walltime=wall(step) if wall else None)
+    writer.close()
+
+
+def cut_at_step_50(console, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the console run whose trainer log stops before step 51 (its tee died): the tree, the log."""
+    paths, _ = console
+    tree = tmp_path / "outputs"
+    shutil.copytree(paths.fileroot, tree)
+    log = tree / paths.trainer_log.relative_to(paths.fileroot)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "Train step 51/" in line)]))
+    return tree, log
+
+
 def test_console_log_onset(console) -> None:
     paths, _ = console
     assert onset_of(paths.fileroot) == (ONSET, "areal")
@@ -81,11 +101,7 @@ def test_wandb_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
 
 def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
     _, rows = console
-    writer = tensorboardX.SummaryWriter(str(tmp_path / "tb"))
-    for step, row in rows:
-        for key, value in row.items():
-            writer.add_scalar(key, value, step)
-    writer.close()
+    write_tensorboard(tmp_path / "tb", rows)
     assert onset_of(tmp_path / "tb") == (ONSET, "areal")
 
 
@@ -243,17 +259,8 @@ def test_a_step_log_cut_short_goes_on_in_its_copy(console, tmp_path: Path) -> No
     """The trainer log stops at step 50 (its tee died), a TensorBoard copy holds all 100 steps: the
     run's steps are 1-100, the collapse at 70 never recovered and wasted 31 steps, and no note says
     steps after 50 could not be read."""
-    paths, rows = console
-    tree = tmp_path / "outputs"
-    shutil.copytree(paths.fileroot, tree)
-    log = tree / paths.trainer_log.relative_to(paths.fileroot)
-    lines = log.read_text().splitlines(keepends=True)
-    log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "Train step 51/" in line)]))
-    writer = tensorboardX.SummaryWriter(str(log.parent / "tensorboard"))
-    for step, row in rows:
-        for key, value in row.items():
-            writer.add_scalar(key, value, step)
-    writer.close()
+    tree, log = cut_at_step_50(console, tmp_path)
+    write_tensorboard(log.parent / "tensorboard", console[1])
     [run] = analyze([tree]).runs
     assert run.step_range()["last"] == 100
     [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
@@ -292,19 +299,9 @@ def test_a_copy_read_in_another_time_zone_is_put_on_the_logs_clock(console, tmp_
     steps past the log are on the log's clock, so the collapse at 70 begins when the run was there,
     not 8 h later, and its hours are the run's."""
     paths, rows = console
-    tree = tmp_path / "outputs"
-    shutil.copytree(paths.fileroot, tree)
-    log = tree / paths.trainer_log.relative_to(paths.fileroot)
-    lines = log.read_text().splitlines(keepends=True)
-    log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "Train step 51/" in line)]))
-    full = analyze([paths.fileroot]).runs[0].steps.select("step", "time")
-    at = dict(full.iter_rows())
-    writer = tensorboardX.SummaryWriter(str(log.parent / "tensorboard"))
-    for step, row in rows:
-        wall = (at[step + 1] + timedelta(hours=8, seconds=0.5)).timestamp()
-        for key, value in row.items():
-            writer.add_scalar(key, value, step, walltime=wall)
-    writer.close()
+    tree, log = cut_at_step_50(console, tmp_path)
+    at = dict(analyze([paths.fileroot]).runs[0].steps.select("step", "time").iter_rows())
+    write_tensorboard(log.parent / "tensorboard", rows, wall=lambda step: (at[step + 1] + timedelta(hours=8, seconds=0.5)).timestamp())
     [run] = analyze([tree]).runs
     assert "tensorboard times were 8 h ahead of the step log's (epoch times read in this machine's time zone, " \
            "the log printed in the training host's): put on the log's clock" in run.notes
