@@ -128,6 +128,7 @@ def into_dying_attempts(events: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFram
 #: A copy's clock is put on the step log's when the two differ by a time zone's offset: a whole
 #: quarter hour, give or take this, at most fourteen hours (epoch times read in the analyzing
 #: machine's zone, the log printed in the training host's).
+_QUARTER = timedelta(minutes=15)
 _ZONE_SLACK = timedelta(minutes=2)
 _ZONE_MAX = timedelta(hours=14)
 
@@ -141,8 +142,7 @@ def zone_offset(steps: pl.DataFrame, copy: pl.DataFrame) -> timedelta | None:
     if gaps.height < 3:
         return None
     gap = timedelta(milliseconds=float(gaps.to_series().median()))  # type: ignore[arg-type]
-    quarter = timedelta(minutes=15)
-    zone = round(gap / quarter) * quarter
+    zone = round(gap / _QUARTER) * _QUARTER
     if not zone or abs(zone) > _ZONE_MAX or abs(gap - zone) > _ZONE_SLACK:
         return None
     return zone
@@ -174,9 +174,8 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
     if inside(timedelta(0)) >= _OFF_CLOCK:
         return None, False
     low, high = _order_bounds(own, others)
-    quarter = timedelta(minutes=15)
-    fits = [k * quarter for k in range(-56, 57)
-            if k and low <= k * quarter <= high and inside(k * quarter) >= _ON_CLOCK]
+    fits = [k * _QUARTER for k in range(-56, 57)
+            if k and low <= k * _QUARTER <= high and inside(k * _QUARTER) >= _ON_CLOCK]
     return (fits[0] if len(fits) == 1 else None), True
 
 

@@ -37,6 +37,7 @@ from forensics.detect import (
     ended_by_exception,
     keys_matching,
     non_finite,
+    raised,
     reward_collapses,
     series,
     stall,
@@ -57,7 +58,7 @@ from forensics.model import (
     unjudged,
 )
 from forensics.observations import slow_start
-from forensics.run import COPY_SOURCES, RunData, load_online_wandb, load_run, other_logs
+from forensics.run import RunData, load_online_wandb, load_run, other_logs
 from parsers._formats import FormatDefinitionError
 from parsers.custom import CustomFormat, load_custom_format
 from parsers.schema import EVENT_SCHEMA, conform, relaunches
@@ -222,10 +223,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    # A step past the step log's last is one the log ended in, unless a copy of the run's numbers holds it whole.
-    copied = run.metrics.filter(pl.col("source").is_in(list(COPY_SOURCES)))["step"].max()
-    logged = max(last, int(copied)) if copied is not None else last
-    found += [d for d in dead_batches(run.metrics, t, logged if run.steps.height else None)
+    # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
+    found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
@@ -452,10 +451,10 @@ def _what_it_raised(finding: Finding, events: pl.DataFrame) -> str:
     step (disk full, an OOM), which says why — the exit only says that."""
     if finding.kind != "crash" or finding.summary.startswith("an uncaught exception"):
         return ""
-    raised = events.filter((pl.col("step") == finding.onset_step) & RUN_TRACEBACK).sort("time", "line", nulls_last=True)
-    if raised.is_empty():
+    tracebacks = events.filter((pl.col("step") == finding.onset_step) & RUN_TRACEBACK).sort("time", "line", nulls_last=True)
+    if tracebacks.is_empty():
         return ""
-    exception = (raised["message"][0] or "").split("… ")[-1].strip()
+    exception = raised(tracebacks["message"][0])
     exception = exception if len(exception) <= 160 else exception[:159] + "…"
     return f"It raised {exception.rstrip('.')}." if exception else ""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.detect import Finding
+from forensics.detect import Finding, raised
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
 from parsers.schema import stream_of
@@ -345,7 +345,7 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
         cited: tuple[Evidence, ...] = ()
         if usual.is_empty() and own.height:
             first = own.row(0, named=True)
-            exception = re.sub(r"^.*?\b(?:ERROR|CRITICAL): ", "", (first["message"] or "").split("… ")[-1]).strip()[:160]
+            exception = re.sub(r"^.*?\b(?:ERROR|CRITICAL): ", "", raised(first["message"]))[:160]
             found = (f"No infrastructure fault was logged in {step_span(*spans.window)}, but {own.height} "
                      f"error{'s' if own.height > 1 else ''} naming none {'were' if own.height > 1 else 'was'} "
                      f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
@@ -369,13 +369,13 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
             seen,
         )
     if finding.kind == "crash":
-        raised = in_window.filter(pl.col("kind") == "traceback")
-        if not raised.is_empty():
+        tracebacks = in_window.filter(pl.col("kind") == "traceback")
+        if not tracebacks.is_empty():
             # The run ended in its own exception: the traceback is what stopped it.
             return Verdict(
                 "training_worker_crash",
                 0.7,
-                _evidence(raised, "training_worker_crash") + server.evidence,
+                _evidence(tracebacks, "training_worker_crash") + server.evidence,
                 "The training process raised an exception it did not catch and stopped; the traceback "
                 "says where. No infrastructure failure was logged around it.",
                 seen,

@@ -487,9 +487,15 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
     return Finding("crash", None, step, None, uncaught_summary(step, first["message"]), failed_at=first["time"] or last["time"])
 
 
+def raised(message: str | None) -> str:
+    """The exception a traceback event's message names: what follows its first line (both of a
+    Ctrl-C chain's, the Ctrl-C first; see :func:`parsers.schema.traceback_message`)."""
+    return (message or "").split("… ", 1)[-1].strip()
+
+
 def uncaught_summary(step: int, message: str | None) -> str:
     """What a run ended by its own exception during ``step`` is told, the exception named."""
-    exception = (message or "").split("… ", 1)[-1].strip()[:160] or "a traceback"
+    exception = raised(message)[:160] or "a traceback"
     return f"an uncaught exception during step {step} ({exception}), and the run logged no step after it"
 
 
