@@ -35,6 +35,7 @@ from reports import write_compare_html, write_html
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 WIDTH, FOLD = 1280, 900
+START_TIMEOUT = 120
 HOSTILE = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"> [x](javascript:alert(1))'
 
 
@@ -67,11 +68,12 @@ class Browser:
         args = [
             "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-extensions", "--remote-debugging-pipe", f"--user-data-dir={profile}",
+            "--disable-extensions", "--disable-dev-shm-usage", "--remote-debugging-pipe", f"--user-data-dir={profile}",
             f"--window-size={WIDTH},{FOLD}", "about:blank",
         ]
         # A tiny Python trampoline puts our pipe ends on fds 3 and 4, then becomes Chromium.
         trampoline = "import os,sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); os.execv(sys.argv[3], sys.argv[3:])"
+        profile.mkdir(exist_ok=True)
         self._log = open(profile / "chromium.log", "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", trampoline, str(to_chrome_r), str(from_chrome_w), exe, *args],
@@ -82,11 +84,16 @@ class Browser:
         self._buf = b""
         self._next = 0
         self.events: list[dict[str, Any]] = []
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.page(f"{domain}.enable")
-        self.page("Emulation.setDeviceMetricsOverride", width=WIDTH, height=FOLD, deviceScaleFactor=1, mobile=False)
+        try:
+            # A first start on a cold, loaded machine can take long (fonts, profile, D-Bus retries).
+            target = self.call("Target.createTarget", url="about:blank", timeout=START_TIMEOUT)["targetId"]
+            self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+            for domain in ("Page", "Runtime", "Log", "Network"):
+                self.page(f"{domain}.enable")
+            self.page("Emulation.setDeviceMetricsOverride", width=WIDTH, height=FOLD, deviceScaleFactor=1, mobile=False)
+        except BaseException:
+            self.close()
+            raise
 
     # -- protocol
     def _read(self, timeout: float) -> dict[str, Any]:
@@ -94,13 +101,20 @@ class Browser:
         while b"\0" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._in], [], [], left)[0]:
-                raise TimeoutError("no answer from chromium")
+                raise TimeoutError(f"no answer from chromium in {timeout:.0f} s{self._said()}")
             chunk = os.read(self._in, 1 << 20)
             if not chunk:
-                raise RuntimeError("chromium closed the pipe")
+                raise RuntimeError(f"chromium closed the pipe{self._said()}")
             self._buf += chunk
         raw, self._buf = self._buf.split(b"\0", 1)
         return json.loads(raw)
+
+    def _said(self) -> str:
+        """Whether Chromium still runs, and the end of what it printed: a failed start is told, not guessed."""
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        self._log.flush()
+        lines = [line for line in Path(self._log.name).read_text(errors="replace").splitlines() if "dbus" not in line]
+        return f" (chromium {state}; its last lines:\n" + "\n".join(lines[-25:]) + ")"
 
     def call(self, method: str, session: str | None = None, timeout: float = 30, **params: Any) -> dict[str, Any]:
         self._next += 1
@@ -200,8 +214,13 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    with tempfile.TemporaryDirectory(prefix="grpo-forensics-chromium-") as profile:
-        b = Browser(CHROMIUM, Path(profile))  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix="grpo-forensics-chromium-") as root:
+        try:
+            b = Browser(CHROMIUM, Path(root, "first"))  # type: ignore[arg-type]
+        except (TimeoutError, RuntimeError) as first:
+            # Once more with a new profile; a second failure is the test's, with both starts' output.
+            print(f"chromium did not start, trying again: {first}", file=sys.stderr)
+            b = Browser(CHROMIUM, Path(root, "second"))  # type: ignore[arg-type]
         try:
             yield b
         finally:
