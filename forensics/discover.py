@@ -181,9 +181,9 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
             continue
         if kind is None:
             match = _LOG_NAME.match(path.name)
-            if match and match.group("base") == "trainer.log":  # by its name a run's main log: say why it is left out
-                problems.append(f"{path}: named like a trainer log, but no format this tool reads (binary, damaged or"
-                                " another tool's log): not read")
+            if match and match.group("base") in _TRAINER_LOGS | _SERVER_LOGS:  # by its name a run's log: say why it is left out
+                problems.append(f"{path}: named like a trainer or server log, but no format this tool reads (binary,"
+                                " damaged or another tool's log): not read")
             continue
         match = _LOG_NAME.match(path.name)
         rotation = int(match.group("rot") or 0) if match else 0

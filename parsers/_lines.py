@@ -3,7 +3,9 @@
 Files are read in blocks of whole lines, a few in flight at a time, so no file is ever held
 whole; Polars splits each block into lines. Blocks it cannot take (invalid UTF-8) are decoded
 lossily and gzipped logs are inflated as they are read, so damaged logs still yield every line
-with its true line number.
+with its true line number. A line longer than :data:`LONG_LINE` (a request payload dumped whole)
+keeps only its head and tail, joined by a marker that says how much was left out, so one line
+never costs more memory than a block.
 """
 
 from __future__ import annotations
@@ -31,39 +33,22 @@ IN_FLIGHT = 2
 _PROBE = 64 << 10
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 
+#: Lines longer than this keep their first ``LINE_HEAD`` and last ``LINE_TAIL`` bytes: a line's
+#: time, level and message lead, and the error a payload dump ends with ("Last error: …").
+LONG_LINE = 1 << 20
+LINE_HEAD = 64 << 10
+LINE_TAIL = 16 << 10
 #: Colour and cursor escape sequences (colorlog writes them into files too).
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 
 
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:
     """Yield the lines of ``path`` in chunks, gzip-aware, undecodable bytes replaced."""
-    first_line = 1
-    rest = b""
-    with _open(path) as fh:
-        while True:
-            block = fh.read(chunk_bytes)
-            if first_line == 1 and not rest and block[:1] == b"\0":  # a copytruncate hole (see _line_blocks)
-                block = block.lstrip(b"\0")
-                if not block:  # all of this read was the hole: read on
-                    continue
-            data = rest + block
-            if not block:
-                if data:
-                    yield _chunk_frame(data, first_line)
-                return
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                rest = data
-                continue
-            head, rest = data[: cut + 1], data[cut + 1 :]
-            frame = _chunk_frame(head[:-1], first_line)
-            first_line += head.count(b"\n")
-            yield frame
-
-
-def _chunk_frame(data: bytes, first_line: int) -> pl.LazyFrame:
-    texts = data.decode("utf-8", errors="replace").split("\n")
-    return _numbered(pl.LazyFrame({"text": texts}), first_line).with_columns(pl.col("text").str.strip_suffix("\r"))
+    first = 1
+    for data in _line_blocks(path, chunk_bytes):
+        texts = _texts(data)
+        yield _numbered(texts.lazy(), first)
+        first += texts.height
 
 
 #: What was wrong with a gzipped log's stream when it was last read, by path (see :func:`gzip_damage`).
@@ -218,7 +203,7 @@ def line_frames(path: Path, batch_bytes: int | None = None) -> Iterator[pl.DataF
     (UTF-8 only: invalid bytes raise ``ComputeError``; :func:`line_batch_pieces` decodes them lossily)."""
     first = 1
     for data in _line_blocks(path, batch_bytes or BATCH_BYTES):
-        texts = pl.read_lines(data, name="text")
+        texts = _shortened(pl.read_lines(data, name="text"))
         yield _numbered(texts, first)
         first += texts.height
 
@@ -247,6 +232,8 @@ def lines_of_blocks(blocks: dict[int, bytes]) -> pl.DataFrame:
         if "utf" not in str(exc).lower():
             raise
         texts = pl.concat([_texts(block) for block in ended])
+    else:
+        texts = _shortened(texts)
     owner = pl.DataFrame({"file": list(blocks), "n": [block.count(b"\n") for block in ended]},
                          schema={"file": pl.Int64, "n": pl.UInt32})
     owner = owner.select(pl.col("file").repeat_by("n")).explode("file")
@@ -263,13 +250,65 @@ def _numbered(texts: FrameT, first: int) -> FrameT:
 def _texts(data: bytes) -> pl.DataFrame:
     """The lines of ``data`` (whole lines) as a ``text`` column; undecodable bytes replaced."""
     try:
-        return pl.read_lines(data, name="text")
+        return _shortened(pl.read_lines(data, name="text"))
     except pl.exceptions.ComputeError as exc:
         if "utf" not in str(exc).lower():
             raise
     body = data[:-1] if data.endswith(b"\n") else data
     texts = body.decode("utf-8", errors="replace").split("\n")
-    return pl.DataFrame({"text": texts}).with_columns(pl.col("text").str.strip_suffix("\r"))
+    return _shortened(pl.DataFrame({"text": texts}).with_columns(pl.col("text").str.strip_suffix("\r")))
+
+
+def _left_out(head: bytes, size: int, tail: bytes) -> bytes:
+    return head + f" … [{size - len(head) - len(tail):,} bytes of this line left out] … ".encode() + tail
+
+
+def _shortened(texts: pl.DataFrame) -> pl.DataFrame:
+    """``texts`` with every line longer than :data:`LONG_LINE` cut to its head and tail (a line
+    longer than a block was already cut as it was read: see :class:`_Line`)."""
+    sizes = texts["text"].str.len_bytes()
+    if texts.is_empty() or (sizes.max() or 0) <= LONG_LINE:
+        return texts
+    where = (sizes > LONG_LINE).arg_true()
+    cut = []
+    for text in texts["text"].gather(where):  # a few lines at most
+        raw = text.encode()
+        cut.append(_left_out(raw[:LINE_HEAD], len(raw), raw[-LINE_TAIL:]).decode(errors="replace"))
+    return texts.with_columns(texts["text"].scatter(where, cut))
+
+
+class _Line:
+    """One line's bytes as they are read, which may span many blocks: whole up to
+    :data:`LONG_LINE`, then only its head and tail (with the count of bytes between)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._whole: bytearray | None = bytearray()
+        self._head = b""
+        self._tail = b""
+
+    @property
+    def cut(self) -> bool:
+        return self._whole is None
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        if self._whole is not None:
+            self._whole += data
+            if len(self._whole) <= LONG_LINE:
+                return
+            data, self._whole = bytes(self._whole), None
+            self._head = data[:LINE_HEAD]
+        self._tail = (self._tail + data[-LINE_TAIL:])[-LINE_TAIL:]
+
+    def take(self) -> bytes:
+        """The line as read (shortened if long), and start a new one."""
+        if self._whole is not None:
+            out = bytes(self._whole)
+        else:
+            out = _left_out(self._head, self.size, self._tail)
+        self.__init__()  # type: ignore[misc]
+        return out
 
 
 def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
@@ -295,17 +334,24 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
             return
     finally:
         os.close(fd)
-    rest = b""
+    rest = _Line()  # the line a read ended in, to be finished by the next
     with _open(path) as fh:
         while block := fh.read(size):
             cut = block.rfind(b"\n") + 1
             if not cut:
-                rest += block
+                rest.add(block)
                 continue
-            yield rest + block[:cut] if rest else block[:cut]
-            rest = block[cut:]
-    if rest:
-        yield rest
+            if rest.cut:  # a long line ends in this block: it goes alone
+                first = block.index(b"\n") + 1
+                rest.add(block[: first - 1])
+                yield rest.take() + b"\n"
+                if cut > first:
+                    yield block[first:cut]
+            else:
+                yield rest.take() + block[:cut] if rest.size else block[:cut]
+            rest.add(block[cut:])
+    if rest.size:
+        yield rest.take()
 
 
 def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
@@ -329,14 +375,17 @@ def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
                 yield block
             return
         cut = block.rfind(b"\n") + 1
-        if not cut:  # a line longer than a block: read on to its end
-            parts = [block]
-            while (more := os.pread(fd, size, offset + sum(map(len, parts)))) and b"\n" not in more:
-                parts.append(more)
-            if more:
-                parts.append(more[: more.index(b"\n") + 1])
-            block = b"".join(parts)
-            cut = len(block)
+        if not cut:  # a line longer than a block: read on to its end, keeping its head and tail
+            line, end = _Line(), -1
+            line.add(block)
+            while more := os.pread(fd, size, offset + line.size):
+                end = more.find(b"\n")
+                line.add(more if end < 0 else more[:end])
+                if end >= 0:
+                    break
+            offset += line.size + (end >= 0)
+            yield line.take() + (b"\n" if end >= 0 else b"")
+            continue
         yield block if cut == len(block) else block[:cut]
         offset += cut
 

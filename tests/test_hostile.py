@@ -14,6 +14,7 @@ import shutil
 import stat
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import FIXTURES, tree_state
 from typer.testing import CliRunner
@@ -411,3 +412,33 @@ def test_a_utf16_log_is_said_not_read(tmp_path: Path) -> None:
     assert run.caveat() is not None
     [trainer] = [s for s in run.sources if s.path == str(paths.trainer_log)]
     assert not [n for n in trainer.notes if "UTF-16" in n]
+
+
+def test_a_payload_dumped_on_one_line_is_cut_to_its_ends(tmp_path: Path) -> None:
+    """AReaL prints a failed request's whole payload on its error line (here 40 MB): the event keeps
+    the line's head and its last error, says how much it left out, and every line after it keeps
+    its number. A main.log that is one line of junk is said not read, not dropped in silence."""
+    from areal_builder import RunSpec, write_run
+
+    from parsers._lines import LONG_LINE
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=20))
+    lines = paths.trainer_log.read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if b"Train step 10/" in line)
+    stamp = re.search(rb"\d{8}-\d\d:\d\d:\d\d\.\d{3}", lines[at])[0]  # type: ignore[index]
+    payload = (b"\x1b[31m" + stamp + b" [Remote Inference Engine Rank 0] ERROR: Workflow execution failed: Failed after"
+               b" 3 retries each. Payload: {'input_ids': [" + b"151644, " * 5_000_000 + b"]}. Last error: TimeoutError()\x1b[0m")
+    lines.insert(at, payload)
+    paths.trainer_log.write_bytes(b"\n".join(lines))
+    (paths.log_dir / "main.log").write_bytes(b"x" * (3 << 20))
+
+    [run] = analyze([paths.fileroot]).runs
+    [event] = run.events.filter(pl.col("line") == at + 1).to_dicts()
+    assert event["kind"] == "workflow_failed"
+    assert len(event["message"]) < LONG_LINE / 8
+    assert event["message"].endswith("Last error: TimeoutError()")
+    assert "bytes of this line left out" in event["message"]
+    [step] = run.steps.filter(pl.col("step") == 15).to_dicts()
+    assert "Train step 15/" in physical_line(step["file"], step["line"])
+    [junk] = [s for s in run.sources if s.path == str(paths.log_dir / "main.log")]
+    assert "named like a trainer or server log, but no format this tool reads" in junk.notes[0]

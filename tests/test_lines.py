@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import parsers._lines as lines
@@ -105,3 +106,32 @@ def test_a_copytruncate_hole_or_a_byte_order_mark_before_the_first_line_is_skipp
     assert (a.lines, a.unparsed_lines) == (b.lines, b.unparsed_lines)
     for name in ("metrics", "events"):
         assert getattr(a, name).drop("file", strict=False).equals(getattr(b, name).drop("file", strict=False)), name
+
+
+@pytest.mark.parametrize("size", [64, 700, 4096, 1 << 20])
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_line_longer_than_long_line_keeps_its_head_and_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, packed: bool
+) -> None:
+    """A request payload dumped whole on one line: every reader keeps its head and tail, says how
+    many bytes it left out, and numbers the lines after it as the file does — whether the line is
+    longer than a block (cut as it is read) or within one (cut once split)."""
+    monkeypatch.setattr(lines, "LONG_LINE", 1000)
+    monkeypatch.setattr(lines, "LINE_HEAD", 100)
+    monkeypatch.setattr(lines, "LINE_TAIL", 50)
+    payload = b"ERROR: Workflow execution failed. Payload: [" + b"151644, " * 900 + b"]. Last error: TimeoutError()"
+    last = b"z" * 1500  # long, and with no newline after it
+    data = b"before\n" + payload + b"\nafter\n" + b"x" * 999 + b"\n" + last
+    log = tmp_path / "trainer.log"
+    log.write_bytes(gzip.compress(data) if packed else data)
+    monkeypatch.setattr(lines, "BATCH_BYTES", size)
+
+    def cut(raw: bytes) -> str:
+        return (raw[:100] + f" … [{len(raw) - 150:,} bytes of this line left out] … ".encode() + raw[-50:]).decode()
+
+    want = [(1, "before"), (2, cut(payload)), (3, "after"), (4, "x" * 999), (5, cut(last))]
+    batched = lines.collect_lines(log, lambda found: {"lines": found})["lines"]
+    assert list(batched.iter_rows()) == want
+    for reader in (lines.line_frames(log, size), lines.iter_line_chunks(log, size)):
+        frames = [frame.lazy().collect() for frame in reader]
+        assert list(pl.concat(frames).select("line", "text").iter_rows()) == want
