@@ -27,9 +27,9 @@ from rich.console import Console
 
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
-from forensics.analysis import analyze_each, locate
+from forensics.analysis import analyze_each, locate, read_log_format
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.discover import analyzed_tree, within, without_runs
+from forensics.discover import analyzed_tree, why_no_run, within, without_runs
 from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
@@ -189,7 +189,7 @@ def analyze(
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}))
         if barren:
-            raise UnusableInput("; ".join(f"{path}: no training run found" for path in barren))
+            raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
         return result
 
     result = _guard(debug, work)
@@ -307,7 +307,7 @@ def _no_run_under(paths: list[Path], log_format: Path | None) -> None:
     """A path given beside others that holds no run: said, exit 2, once the others are written (as ``analyze``)."""
     barren = without_runs(paths, locate(paths, custom_format=log_format)) if paths else []
     if barren:
-        raise UnusableInput("; ".join(f"{path}: no training run found" for path in barren))
+        raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
 
 
 @app.command()
@@ -417,7 +417,6 @@ def watch(
     Example: grpo-forensics watch outputs/ --on-alarm 'scancel "$SLURM_JOB_ID"' --report-dir /tmp/alarm
     """
     from forensics import alarms as act
-    from forensics.analysis import read_log_format
     from forensics.watch import Watcher, WatchSettings
     from forensics.watch import replay as replay_run
     from reports.alarms import print_alarm, render_replay

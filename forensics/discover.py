@@ -111,6 +111,16 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     return barren
 
 
+def why_no_run(path: PathArg, custom_format: CustomFormat | None = None) -> str:
+    """Why ``path`` (one of :func:`without_runs`) holds no run, as :func:`find_runs` alone would say
+    it: what was looked for, and what was skipped there and why (a damaged log, a pipe)."""
+    try:
+        find_runs([path], custom_format=custom_format)
+    except (NoRunsFound, PathNotFound) as exc:
+        return str(exc)
+    return f"{path}: no training run found"
+
+
 def analyzed_tree(path: PathArg) -> Path:
     """The tree an analysis of ``path`` reads: a folder as given, a log file's folder (the run's:
     its checkpoints and config are read from there). Nothing is written into it."""

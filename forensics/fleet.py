@@ -40,7 +40,7 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
-from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs, without_runs
+from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs, why_no_run, without_runs
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
@@ -212,7 +212,7 @@ def analyze_fleet(
         if started_ray:
             ray.shutdown()
     runs = [done[task.slug] for task in tasks]
-    runs += [FleetRun(slug, str(path), str(path), None, None, error="no training run found", unusable=True)
+    runs += [FleetRun(slug, str(path), str(path), None, None, error=why_no_run(path, fmt).removeprefix(f"{path}: "), unusable=True)
              for slug, path in zip(slugs[len(tasks):], barren)]
     runs_frame, incidents_frame = index_frames(runs)
     index, incidents = out_dir / "index.parquet", out_dir / "incidents.parquet"

@@ -238,6 +238,10 @@ def test_a_path_with_no_run_is_said_not_left_out(fixture_run, tmp_path: Path) ->
     index = pl.read_parquet(tmp_path / "out" / "index.parquet")
     failed = index.filter(pl.col("error").is_not_null())
     assert index.height == 4 and sorted(failed["run_id"]) == [str(tmp_path / "empty"), str(tmp_path / "junk")]
+    # Each row says why, as the path given alone would: the junk log is named.
+    why = dict(failed.select("run_id", "error").iter_rows())
+    assert why[str(tmp_path / "empty")].startswith("no training run found (looked for AReaL")
+    assert f"skipped {tmp_path / 'junk' / 'trainer.log'}: named like a trainer or server log" in why[str(tmp_path / "junk")]
     one = runner.invoke(app, ["analyze", runs[0], str(tmp_path / "empty"), "--no-cache", "--no-html",
                               "--json", str(tmp_path / "one.json")])
     assert one.exit_code == 2 and f"{tmp_path / 'empty'}: no training run found" in one.stderr
