@@ -347,6 +347,9 @@ class _Follower:
         self._live_steps = 0
         self._bad = _Streak()
         self._durations: deque[float] = deque(maxlen=200)
+        self._step_times: deque[tuple[datetime, int]] = deque(maxlen=2000)
+        """Recent steps' times, to name the step an alarm's time fell in: live, steps logged after
+        that time may already have been read when the clock gets there."""
         self._steps_seen = 0
         self._refusals: deque[tuple[datetime, Evidence]] = deque()
         self._timeouts: deque[tuple[datetime, Evidence]] = deque()
@@ -470,6 +473,8 @@ class _Follower:
             del self._latched["reward_collapse"]
             self._reward = _Streak()
         self._last_step, self._last_row = row.step, row
+        if row.time is not None and row.step is not None:
+            self._step_times.append((row.time, row.step))
         self._steps_seen += 1
         self._latched.pop("stall", None)  # the run logged a step: it is moving again
         # ... and past a crash only with a step after the one it failed in: Ray forwards a worker's
@@ -656,6 +661,15 @@ class _Follower:
             return self._held_time, self._held[0]
         return self._last_step_time, self._last_step
 
+    def _step_before(self, at: datetime) -> int | None:
+        """The newest step logged before ``at`` (the one an alarm at ``at`` came after), as a
+        replay would have it; the newest step read when none is that old."""
+        found = next(((when, step) for when, step in reversed(self._step_times) if when < at), None)
+        held = self._held_time
+        if self._held is not None and held is not None and held < at and (found is None or held > found[0]):
+            return self._held[0]  # logged, its table maybe still arriving
+        return found[1] if found is not None else self._latest_step()[1]
+
     def _tick(self, now: datetime | None) -> list[_Trigger]:
         if now is None:
             return []
@@ -670,7 +684,7 @@ class _Follower:
                 at = self._exit.time + timedelta(minutes=self.s.server_down_minutes)
                 summary = (f"the inference server exited at {iso(self._exit.time)} and no server came back within "
                            f"{_span(self.s.server_down_minutes * 60)} while the trainer kept calling it")
-                last = self._latest_step()[1]
+                last = self._step_before(at)
                 step = last + 1 if last is not None else self._exit.step
                 fired.append(_Trigger("server_down", step, at, self._exit.step, summary, (self._exit,)))
                 self._exit = None

@@ -414,3 +414,33 @@ def test_a_traceback_the_trainer_went_on_from_is_no_crash_alarm(tmp_path: Path) 
     [result] = replay([paths.fileroot])
     assert not [a for a in result.alarms if a.kind == "crash"], [a.summary for a in result.alarms]
     assert not [i for i in analyze([paths.fileroot]).runs[0].incidents if i.kind == "crash"]
+
+
+def test_a_live_alarm_names_the_step_a_replay_names(tmp_path: Path) -> None:
+    """The server dies at step 30 and stays dead while the trainer goes on: live, the logs after
+    the alarm's time may already be read when the clock reaches it, yet the alarm names the step it
+    fell in, as ``--replay`` does, not the newest step read."""
+    from datetime import datetime, timedelta
+
+    from areal_builder import Outage, RunSpec, healthy_reward, write_run
+
+    start = datetime(2025, 11, 10, 9)
+    spec = RunSpec(experiment="cr30", last_step=60, anchors={1: start, 30: start + timedelta(minutes=33)},
+                   reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+                   outages=(Outage(start=start + timedelta(minutes=32.4), end=start + timedelta(hours=3), kind="refused",
+                                   server_exit=True),))
+    paths = write_run(tmp_path / "src" / "outputs", spec)
+    [replayed] = replay([paths.fileroot])
+    want = {a.kind: a.step for a in replayed.alarms}
+    assert "server_down" in want
+
+    writer = Writer(paths.log_dir, tmp_path / "live" / "outputs" / "logs" / "root" / "cr30" / "trial0", chunk=150, pause=0.05)
+    watcher = Watcher(tmp_path / "live" / "outputs", state_dir=tmp_path / "state")
+    writer.start()
+    alarms = []
+    while writer.is_alive():
+        alarms += watcher.poll()
+        time.sleep(0.02)
+    alarms += watcher.poll()
+    got = {a.kind: a.step for a in alarms}
+    assert got["server_down"] == want["server_down"], (got, want)
