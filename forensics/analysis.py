@@ -378,7 +378,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
                   else onset_row["time"][0] if onset_row.height
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
-    verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log)
+    verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
+                      unseen=_unseen(run, finding, onset_time, events))
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     # Every step from the onset on, logged or not (a copy may hold every tenth: the steps between ran too).
@@ -412,6 +413,28 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
         redone=finding.redone is not None,
     )
+
+
+def _unseen(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
+    """Why no log could have shown a failure at the onset, when none could: the text logs ended
+    before it (the steps after are known only from a W&B or TensorBoard copy), or there are none."""
+    if finding.kind not in ("reward_collapse", "zero_variance"):
+        return None
+    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
+    steps = run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
+    first = max(finding.onset_step - 3, 0)
+    if steps.height and int(steps["step"].max()) >= first:
+        return None
+    seen = [t for t in (events["time"].max(), other_logs(run)["time"].max(), steps["time"].max()) if t is not None]
+    if seen and onset_time is not None and max(seen) >= onset_time:  # type: ignore[type-var]
+        return None  # (a server's or Ray's log went on past it)
+    if not texts:
+        return "No text log was found, only copies of the run's numbers (W&B, TensorBoard): nothing shows what failed."
+    if steps.is_empty():
+        return "No text log covers the onset: the cause cannot be told from what is here."
+    return (f"No log covers the onset: the step log ends at step {int(steps['step'].max())} and nothing else was "
+            "logged after it; the steps since are known only from a copy of the run's numbers (W&B, TensorBoard). "
+            "Fetch the trainer's and the inference server's logs of those steps to tell the cause.")
 
 
 #: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it

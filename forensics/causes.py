@@ -87,11 +87,13 @@ def explain(
     onset_time: datetime | None,
     *,
     has_server_log: bool = True,
+    unseen: str | None = None,
     window_before: int = 3,
     window_after: int = 2,
     baseline: int = 50,
 ) -> Verdict:
-    """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned)."""
+    """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned).
+    ``unseen`` says why no log could show a failure at the onset: then finding none is no finding."""
     onset = finding.onset_step
     if finding.kind == "stall":
         spans = _Windows((onset, onset), (max(onset - baseline, 0), onset - 1))
@@ -121,6 +123,8 @@ def explain(
     deciding = in_window.filter(pl.col("cause").is_not_null() & (pl.col("kind").is_in(standing_out["kind"].implode()) | roots))
     if deciding.is_empty():  # none stands out: a rare failure still decides, the run's usual ones do not
         deciding = in_window.filter(pl.col("cause").is_not_null() & ~pl.col("kind").is_in(usual["kind"].implode()))
+    if deciding.is_empty() and unseen is not None:
+        return Verdict("unknown", 0.2, server.evidence, " ".join([unseen, *server.sentences]), seen)
     if deciding.is_empty():
         return _no_fault(finding, in_window, spans, seen, server, scores)
 

@@ -103,6 +103,9 @@ def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) ->
     _, rows = console
     write_tensorboard(tmp_path / "tb", rows)
     assert onset_of(tmp_path / "tb") == (ONSET, "areal")
+    [run] = analyze([tmp_path / "tb"]).runs
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert collapse.cause == "unknown" and "No text log was found, only copies of the run's numbers" in collapse.summary
 
 
 def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path) -> None:
@@ -267,6 +270,9 @@ def test_a_step_log_cut_short_goes_on_in_its_copy(console, tmp_path: Path) -> No
     assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (ONSET, None, 31)
     assert "never recovered" in collapse.summary
     assert "the step log ends at step 50; steps 51–100 are known only from its copy (tensorboard)" in run.notes
+    # No log saw step 70: that no failure was logged there says nothing, so no cause is claimed.
+    assert collapse.cause == "unknown" and "No failure of any kind" not in collapse.summary
+    assert "No log covers the onset: the step log ends at step 50 and nothing else was logged after it" in collapse.summary
     assert not [n for n in run.notes if "could not be read" in n]
 
 
