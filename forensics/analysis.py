@@ -165,7 +165,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
     recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
                                judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned,
-                               read_to=int(run.steps["step"].max()) if unread else None)
+                               read_to=int(run.steps["step"].max()) if unread else None,
+                               read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
     notes = [f"primary metric: {why_primary}", *run.notes]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))

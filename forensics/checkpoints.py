@@ -39,13 +39,15 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
               *, caveat: str | None = None, judged: bool = True, read_to: int | None = None,
-              abandoned: frozenset[str] = frozenset()) -> Recommendation:
+              read_from: int | None = None, abandoned: frozenset[str] = frozenset()) -> Recommendation:
     """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
     incident does not make the run healthy (nothing judged, logs not read), when it does not;
     ``judged``: false when nothing could be judged (no step, no reward series), so that no
     checkpoint is called healthy — the newest is named in the reason, not chosen.
     ``read_to``: the last step read, when the run may have logged steps after it that could not be
     read — a checkpoint past it was saved in steps nothing judged (never chosen, said).
+    ``read_from``: the first step read — a state already under way there (a collapse) may have begun
+    before the logs do, so no checkpoint before it is known healthy.
     ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved (never chosen)."""
     complete = [c for c in checkpoints if c.complete and c.path not in abandoned]
     skipped = [c for c in checkpoints if not c.complete or c.path in abandoned]
@@ -93,6 +95,12 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
             reason += f" The oldest one (step {min(c.step for c in complete)}) is already after it."
         return Recommendation(None, None, reason, None, tuple(warnings))
     best = max(before, key=lambda c: (c.step, c.resumable))
+    if read_from is not None and first.onset_step <= read_from and first.kind not in ("crash", "stall"):
+        reason = (f"The {first.kind.replace('_', ' ')} was already under way at step {read_from}, the first step the "
+                  "logs hold: it may have begun before them, so no checkpoint is known healthy. The newest before it is "
+                  f"step {best.step} ({best.path}); find the run's earlier logs (an older rotated trainer.log, its W&B "
+                  "run) to tell whether it is.")
+        return Recommendation(None, None, reason, None, tuple(warnings))
     lost = first.onset_step - best.step - 1
     reason = (
         f"Step {best.step} is the newest complete checkpoint before the {first.kind.replace('_', ' ')} "

@@ -442,3 +442,22 @@ def test_a_payload_dumped_on_one_line_is_cut_to_its_ends(tmp_path: Path) -> None
     assert "Train step 15/" in physical_line(step["file"], step["line"])
     [junk] = [s for s in run.sources if s.path == str(paths.log_dir / "main.log")]
     assert "named like a trainer or server log, but no format this tool reads" in junk.notes[0]
+
+
+def test_a_collapse_under_way_where_the_log_starts_leaves_no_checkpoint_known_healthy(tmp_path: Path) -> None:
+    """Only the newest part of trainer.log was copied: it starts at step 41 with the reward already
+    zero (the collapse began at 30, unseen). The step-40 checkpoint is 10 steps into the collapse:
+    none is called healthy, best-checkpoint exits 4, and the reason names the newest candidate."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    text = paths.trainer_log.read_text()
+    paths.trainer_log.write_text(text[text.rindex("\n", 0, text.index("Train step 41/")) + 1:])
+    [run] = analyze([paths.fileroot]).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 41)]
+    rec = run.recommendation
+    assert rec.checkpoint is None and "already under way at step 41, the first step the logs hold" in rec.reason
+    assert "The newest before it is step 40" in rec.reason
+    result = runner.invoke(app, ["best-checkpoint", str(paths.fileroot), "--no-cache"])
+    assert result.exit_code == 4 and result.stdout == ""
