@@ -25,7 +25,10 @@ from parsers.verl_checkpoints import find_verl_checkpoint_roots
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
               "eval-rollout", "perf_tracer", "session_tracer", "memory_snapshots",
               "__pycache__", ".git", "weight_update", "node_modules"}
-_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)(?:\.(?P<rot>\d+))?(?:\.gz)?$")
+#: A log's name: its base, then logrotate's number (``.1``) or date (``dateext``: ``-20251111``,
+#: ``-2025111117``, ``-20251111-1762900000``), then ``.gz``.
+_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)"
+                       r"(?:\.(?P<rot>\d+)|-(?P<date>\d{8}(?:\d{2})?(?:-\d+)?))?(?:\.gz)?$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
@@ -196,9 +199,17 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
                                 " damaged or another tool's log): not read")
             continue
         match = _LOG_NAME.match(path.name)
-        rotation = int(match.group("rot") or 0) if match else 0
-        sources.append(LogSource(path, kind, -rotation))
+        sources.append(LogSource(path, kind, _rotation_order(match)))
     return sources, problems
+
+
+def _rotation_order(match: re.Match[str] | None) -> int:
+    """Rotated copies before the live log, oldest first: ``.2`` before ``.1``; dated ones by date."""
+    if match is None:
+        return 0
+    if match.group("date"):
+        return int(match.group("date").replace("-", "")[:14].ljust(14, "0")) - 10**15
+    return -int(match.group("rot") or 0)
 
 
 def _special(path: Path) -> str | None:

@@ -111,9 +111,10 @@ def abandoned_by_later_parts(rows: pl.DataFrame, part: str, within: str = "key")
 
 
 def stream_of(file: pl.Expr) -> pl.Expr:
-    """A log's name without a rotation's number or ``.gz``: ``trainer.log.2.gz`` → ``trainer.log``.
-    Only a log's own rotated parts are one run's attempts in order; two logs side by side are not."""
-    return file.cast(pl.String).str.replace(r"(?:\.\d+)?(?:\.gz)?$", "")
+    """A log's name without a rotation's number or date or ``.gz``: ``trainer.log.2.gz`` and
+    ``trainer.log-20251111.gz`` → ``trainer.log``. Only a log's own rotated parts are one run's
+    attempts in order; two logs side by side are not."""
+    return file.cast(pl.String).str.replace(r"(?:\.\d+|-\d{8}(?:\d{2})?(?:-\d+)?)?(?:\.gz)?$", "")
 
 
 _CTRL_C = r"^\s*KeyboardInterrupt\b"
