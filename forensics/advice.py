@@ -53,6 +53,9 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framewor
         return ("Loss or gradients went non-finite: lower the learning rate, check gradient clipping and the loss scale.",)
     if cause == "nccl_timeout":
         return ("A collective hung: find the rank that did not join (its last log lines) before raising the NCCL timeout.",)
+    if cause == "training_worker_crash" and seen.get("process_killed") and not seen.get("host_oom_kill"):
+        return ("A process was killed (SIGKILL) with no word of why: most often the kernel's OOM killer — look for "
+                "'Out of memory: Killed process' in `dmesg -T` or `journalctl -k` on the node, at that time.",)
     if cause == "training_worker_crash":
         return ("A training worker died: its exit detail (signal, OOM kill, traceback) is in the evidence lines.",)
     return ()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.detect import Finding, raised
+from forensics.detect import FROM_SERVER, Finding, raised
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
 from parsers.schema import stream_of
@@ -58,7 +58,6 @@ _CAUSE_IN_MESSAGE: tuple[tuple[str, Cause], ...] = (
     (r"TimeoutError|timed out", "inference_server_unresponsive"),
 )
 _AMBIGUOUS = {"workflow_failed", "retries_exhausted", "traceback", "log_error"}
-_SERVER_FILES = ("llm_server", "sglang", "vllm")
 #: A failure kind logged this often in the baseline, and no more often around the onset than
 #: there, is the run's usual noise (a slow request timing out now and then): it explains nothing.
 _USUAL = 3
@@ -184,7 +183,7 @@ def _attribute(events: pl.DataFrame) -> pl.DataFrame:
     by_text: pl.Expr = pl.lit(None, dtype=pl.String)
     for regex, cause in reversed(_CAUSE_IN_MESSAGE):
         by_text = pl.when(pl.col("message").str.contains(regex)).then(pl.lit(cause)).otherwise(by_text)
-    from_server = pl.col("file").str.contains("|".join(_SERVER_FILES)) | (pl.col("source") == "sglang")
+    from_server = FROM_SERVER
     cause = (
         pl.when((pl.col("kind") == "cuda_oom") & from_server)
         .then(pl.lit("inference_server_oom"))

@@ -397,6 +397,11 @@ CRASH_KINDS = (
     "actor_died", "worker_died", "host_oom_kill", "segfault", "fatal_check", "illegal_memory_access",
     "nccl_timeout", "nccl_error", "raylet_died", "node_dead", "gcs_unreachable", "job_exit",
 )
+#: Killed with no word of why (a shell's bare ``Killed``): a crash when the trainer's own log says
+#: it; an inference server's is that server's failure, told by its cause.
+_KILLED = "process_killed"
+_SERVER_FILES = ("llm_server", "sglang", "vllm")
+FROM_SERVER = pl.col("file").cast(pl.String).str.contains("|".join(_SERVER_FILES)) | (pl.col("source") == "sglang")
 
 
 def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> list[Finding]:
@@ -406,7 +411,8 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     the run, one before it was survived (the run logged steps again). Once the run logged all
     ``planned`` steps, failures after the last are its teardown, and one in the last was survived.
     """
-    dead = events.filter(pl.col("kind").is_in(CRASH_KINDS) & pl.col("step").is_not_null())
+    dead = events.filter((pl.col("kind").is_in(CRASH_KINDS) | ((pl.col("kind") == _KILLED) & ~FROM_SERVER))
+                         & pl.col("step").is_not_null())
     last = int(steps["step"].max()) if not steps.is_empty() else None
     finished = planned is not None and last is not None and last >= planned
     if finished:

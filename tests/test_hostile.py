@@ -484,3 +484,28 @@ def test_logs_rotated_by_date_are_read_oldest_first(tmp_path: Path, names: tuple
     assert run.step_range() == {"first": 1, "last": 60, "count": 60}
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
     assert run.recommendation.step == 20
+
+
+def test_a_trainer_log_ending_in_killed_is_a_crash(tmp_path: Path) -> None:
+    """The kernel's OOM killer SIGKILLs the trainer: its log ends with the shell's bare ``Killed``
+    (no traceback, no ``Training completes!``). A crash after the last step, the line cited, and
+    where to look for why; the same word in the server's log is the server's, not a training crash."""
+    from areal_builder import RunSpec, write_run
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=20))
+    with paths.trainer_log.open("a") as fh:
+        fh.write("Killed\n")
+    [run] = analyze([paths.fileroot]).runs
+    [crash] = run.incidents
+    # (the line has no time of its own: it takes the last logged line's, step 20's table)
+    assert (crash.kind, crash.cause) == ("crash", "training_worker_crash") and crash.onset_step in (20, 21)
+    assert "and the run logged no step after it" in crash.summary
+    last = len(paths.trainer_log.read_text().splitlines())
+    assert (crash.evidence[0].kind, crash.evidence[0].file, crash.evidence[0].line) == ("process_killed", str(paths.trainer_log), last)
+    assert any("dmesg" in s for s in crash.suggestions)
+
+    server = write_run(tmp_path / "other", RunSpec(last_step=20))
+    with (server.log_dir / "llm_server.log").open("a") as fh:
+        fh.write("Killed\n")
+    [other] = analyze([server.fileroot]).runs
+    assert not [i for i in other.incidents if i.kind == "crash"]
