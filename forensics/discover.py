@@ -160,6 +160,10 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
             sources.append(LogSource(Path(folder), "ray_session"))
             dirs[:] = []
             continue
+        if folder == str(top) and any(name in names for name in _RAY_LOGS):
+            # A session's own logs/ given (Ray's docs point there): the session, and its files as
+            # they were read before (a TaskRunner's output is verl's console, with the steps).
+            sources.append(LogSource(Path(folder), "ray_session"))
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
@@ -271,7 +275,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
         if source.kind in COPY_KINDS:
             # ``wandb/`` sits in the run's log folder; event files anywhere below it.
             home = source.path.parent
-            owner = next((r for r in reversed(roots) if r == home or r in home.parents), home)
+            owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents), home)
             by_root.setdefault(owner, []).append(source)
     runs = []
     for root, members in sorted(by_root.items()):

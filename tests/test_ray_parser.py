@@ -688,3 +688,21 @@ def test_a_ray_session_apart_from_the_run_in_time_is_another_jobs(tmp_path: Path
         assert kinds == [("reward_collapse", "reward_pipeline")]
         assert apart and apart[0].endswith("lies apart from the run's other logs (2025-11-24 10:09–2025-11-24 13:56): another job's; its events are left out")
         assert result.events.filter(pl.col("kind") == "host_oom_kill").is_empty()
+
+
+@needs_samples
+@pytest.mark.parametrize("name", ["a_actor_exit", "b_sigkill", "d_segfault", "e_oom"])
+def test_a_sessions_logs_folder_given_alone_is_the_session_with_its_steps(tmp_path: Path, name: str) -> None:
+    """``session_latest/logs`` (where Ray's docs and a checklist point): the session's failures and
+    its TaskRunner's steps are one run, the crash at step 3 as with the driver's log beside it — not
+    the TaskRunner's two steps alone, called healthy."""
+    from forensics import analyze
+
+    copy = shutil.copytree(_session(name), tmp_path / "r_1" / _session(name).name)
+    (tmp_path / "r_1" / "session_latest").symlink_to(copy.name)
+    [run] = analyze([tmp_path / "r_1" / "session_latest" / "logs"]).runs
+    [beside] = analyze([SAMPLES / name]).runs
+    assert run.step_range()["last"] == 2
+    [crash] = [i for i in run.incidents if i.kind == "crash"]
+    [expected] = [i for i in beside.incidents if i.kind == "crash"]
+    assert (crash.onset_step, crash.cause) == (expected.onset_step, expected.cause) == (3, "training_worker_crash")
