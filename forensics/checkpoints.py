@@ -83,12 +83,14 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
 
     first = min(incidents, key=lambda i: i.onset_step)
     before = [c for c in complete if c.step < first.onset_step]
-    overwritten = [c for c in checkpoints if c.kind == "recover" and c.step >= first.onset_step]
-    for c in overwritten:
-        warnings.append(
-            f"The recover checkpoint {c.path} was overwritten at step {c.step}, after the onset at step "
-            f"{first.onset_step}: an automatic resume (recover.mode) would continue from the broken state."
-        )
+    # (a recover checkpoint saved after an incident ended holds the recovered run: not broken)
+    for c in checkpoints:
+        during = _during(c.step, incidents) if c.kind == "recover" else None
+        if during is not None:
+            warnings.append(
+                f"The recover checkpoint {c.path} was overwritten at step {c.step}, after the onset at step "
+                f"{during.onset_step}: an automatic resume (recover.mode) would continue from the broken state."
+            )
     if not before:
         reason = f"No complete checkpoint was saved before the first incident's onset at step {first.onset_step}."
         if complete:
@@ -106,7 +108,34 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         f"Step {best.step} is the newest complete checkpoint before the {first.kind.replace('_', ' ')} "
         f"at step {first.onset_step}; resuming from it redoes {lost} healthy step{'s' if lost != 1 else ''}."
     )
+    warnings += _after_recovery(complete, incidents)
     return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
+
+
+def _during(step: int, incidents: list[Incident]) -> Incident | None:
+    """The incident going on at ``step``, if any."""
+    return next((i for i in incidents if i.onset_step <= step and (i.end_step is None or step < i.end_step)), None)
+
+
+def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> list[str]:
+    """The newest checkpoint saved after an incident ended and before the next began: a closer
+    resume point than the one before the first incident, if those steps did the weights no harm."""
+    ordered = sorted(incidents, key=lambda i: i.onset_step)
+    newest: tuple[Checkpoint, Incident, Incident | None] | None = None
+    for n, incident in enumerate(ordered):
+        if incident.end_step is None:
+            break
+        following = ordered[n + 1] if n + 1 < len(ordered) else None
+        saved = [c for c in complete if c.step >= incident.end_step and (following is None or c.step < following.onset_step)]
+        if saved:
+            newest = (max(saved, key=lambda c: (c.step, c.resumable)), incident, following)
+    if newest is None:
+        return []
+    chosen, ended, following = newest
+    span = f"healthy again until the {following.kind.replace('_', ' ')} at step {following.onset_step}" if following else "healthy since"
+    return [f"The {ended.kind.replace('_', ' ')} at step {ended.onset_step} ended at step {ended.end_step} and the run was "
+            f"{span}: step {chosen.step} ({chosen.path}), saved after it, is newer — it holds what the incident's "
+            f"{ended.end_step - ended.onset_step} steps did to the weights; resume from it only if they did no harm."]
 
 
 def _kind_warnings(chosen: Checkpoint) -> list[str]:

@@ -395,3 +395,23 @@ def test_nothing_under_the_tree_is_modified(trial: Path) -> None:
     read_areal_checkpoints(trial)
 
     assert snapshot(root) == before
+
+
+def test_a_checkpoint_saved_after_a_recovered_collapse_is_named_as_a_closer_resume_point(tmp_path: Path) -> None:
+    """The reward was zero in steps 20-29, then healthy to step 60. The choice stays the newest
+    checkpoint before the first onset (the contract), but a warning names the newest one saved
+    since the recovery; the recover checkpoint saved then is not called broken."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    spec = RunSpec(last_step=60, save_freq_steps=10, recover_mode="auto", recover_freq_steps=10,
+                   reward=lambda s: 0.0 if 20 <= s < 30 else healthy_reward(s))
+    paths = write_run(tmp_path / "outputs", spec)
+    [run] = analyze([paths.fileroot]).runs
+    assert [(i.onset_step, i.end_step) for i in run.incidents] == [(20, 30)]
+    rec = run.recommendation
+    assert rec.step == 10
+    [closer] = [w for w in rec.warnings if "ended at step 30 and the run was healthy since" in w]
+    assert "step 60 (" in closer and "resume from it only if they did no harm" in closer
+    assert not [w for w in rec.warnings if "would continue from the broken state" in w]
