@@ -22,9 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -116,7 +118,8 @@ class ParseCache:
         _written(entry)
         stored = _load(entry)
         if stored is not None:
-            old_identity, old = stored
+            old_identity, old, read_as = stored
+            old = old.moved(read_as, str(path)) if read_as else old
             if old_identity == identity:
                 self.outcomes[str(path)] = "hit"
                 return old
@@ -127,12 +130,22 @@ class ParseCache:
                     grown = None
                 if grown is not None:
                     self.outcomes[str(path)] = "grown"
-                    _write_later(entry, lambda: self._store(entry, identity, grown))
+                    self._keep(entry, path, identity, grown)
                     return grown
         result = parse(path)
         self.outcomes[str(path)] = "parsed"
-        _write_later(entry, lambda: self._store(entry, identity, result))
+        self._keep(entry, path, identity, result)
         return result
+
+    def _keep(self, entry: Path, path: Path, identity: Identity, parsed: Parsed) -> None:
+        """Store ``parsed`` under ``identity`` — unless the file changed while it was read (a live
+        log growing): what was read then lies somewhere between two sizes, and no identity says which."""
+        try:
+            unchanged = Identity.of(path) == identity
+        except OSError:
+            unchanged = False
+        if unchanged:
+            _write_later(entry, lambda: self._store(entry, identity, parsed, str(path)))
 
     def clear(self) -> None:
         """Remove every entry."""
@@ -142,7 +155,7 @@ class ParseCache:
 
     def inputs_key(self, locations: Sequence[RunLocation], *options: str) -> str:
         """A key for everything an analysis of ``locations`` reads (logs, checkpoints, config) and the code."""
-        digest = hashlib.sha256(_code_digest(whole_package=True).encode())
+        digest = hashlib.sha256(f"{_code_digest(whole_package=True)}\0{_local_zone()}".encode())
         for option in options:
             digest.update(b"\0option\0" + option.encode())
         for location in locations:
@@ -184,10 +197,10 @@ class ParseCache:
     # -- internals ------------------------------------------------------------------------------
 
     def _entry(self, reader: str, path: Path, variant: str) -> Path:
-        key = _sha(f"{reader}\0{path.resolve()}\0{variant}\0{_code_digest()}".encode())[:32]
+        key = _sha(f"{reader}\0{path.resolve()}\0{variant}\0{_code_digest()}\0{_local_zone()}".encode())[:32]
         return self.directory / "parsed" / key
 
-    def _store(self, entry: Path, identity: Identity, parsed: Parsed) -> None:
+    def _store(self, entry: Path, identity: Identity, parsed: Parsed, read_as: str) -> None:
         """Write the entry beside its final place, then rename it in; a cache that cannot be written is skipped."""
         staging = None
         try:
@@ -195,7 +208,7 @@ class ParseCache:
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
             for name, frame in parsed.frames().items():
                 frame.write_parquet(staging / f"{name}.parquet", compression="lz4", statistics=False)
-            meta = {"identity": identity.__dict__, "parsed": parsed.meta()}
+            meta = {"identity": identity.__dict__, "parsed": parsed.meta(), "read_as": read_as}
             (staging / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
             old = entry.with_name(f"{entry.name}.old-{os.getpid()}")
             if entry.exists():
@@ -219,11 +232,15 @@ class ParseCache:
             new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse)
         if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1):
             return None  # the cut is not where the last step header was: do not trust the splice
+        notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
+        if notes is None:
+            return None
+        if not _same_events(old.events.filter(pl.col("line") >= cut_line), old_tail.shifted(cut_line - 1, str(path)).events):
+            return None  # the reader's events depend on lines before the cut (one warning per streak): parse it all
         head = old.before(cut_line)
         tail = new_tail.shifted(cut_line - 1, str(path))
         if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
             return None
-        notes = tuple(dict.fromkeys(old.notes + new_tail.notes))
         return replace(
             old,
             **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
@@ -232,6 +249,61 @@ class ParseCache:
             notes=notes,
             facts={**old.facts, **new_tail.facts},
         )
+
+
+_NUMBER = re.compile(r"\d[\d,]*")
+#: How near the end an event must start to be possibly still open (a traceback being written).
+_OPEN_EVENT_LINES = 200
+
+
+def _spliced_notes(old: tuple[str, ...], old_tail: tuple[str, ...], new_tail: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The whole grown file's notes from the old parse's, its re-read tail's and the grown tail's:
+    counts are the old file's less the re-read part's plus the grown part's (``789 stats lines kept
+    as 595``); a note of the re-read part stays only if the grown part says it too (a table cut
+    off mid-row, completed since); what a tail says of itself alone and the whole did not (no
+    launch line in it) is not said. ``None`` when the counts do not add up."""
+    def shape(note: str) -> str:
+        return _NUMBER.sub("#", note)
+
+    def numbers(note: str | None) -> list[int]:
+        return [int(n.replace(",", "")) for n in _NUMBER.findall(note)] if note else []
+
+    said, reread, grown = ({shape(n): n for n in notes} for notes in (old, old_tail, new_tail))
+    out = []
+    for key, note in said.items():
+        if key not in reread and key not in grown:
+            out.append(note)
+            continue
+        counts = numbers(note)
+        if not counts:
+            if key in grown or key not in reread:
+                out.append(note)
+            continue
+        extra = numbers(grown.get(key)) or [0] * len(counts)
+        less = numbers(reread.get(key)) or [0] * len(counts)
+        total = [a - b + c for a, b, c in zip(counts, less, extra, strict=True)]
+        if min(total) < 0:
+            return None
+        if any(total):
+            out.append(_renumbered(note, total))
+    out += [note for key, note in grown.items() if key not in said and key not in reread]
+    return tuple(out)
+
+
+def _renumbered(note: str, values: list[int]) -> str:
+    """``note`` with its numbers replaced by ``values``, each written as the one it replaces was."""
+    tokens = iter(values)
+
+    def swap(found: re.Match[str]) -> str:
+        value = next(tokens)
+        return f"{value:,}" if "," in found.group() else str(value)
+
+    return _NUMBER.sub(swap, note)
+
+
+def _same_events(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    columns = ["line", "kind", "message"]
+    return a.select(columns).sort(columns).equals(b.select(columns).sort(columns))
 
 
 def _goes_back(tail: Parsed) -> bool:
@@ -275,7 +347,8 @@ def _cut_line(parsed: Parsed) -> int:
 
     The last step header (its table follows it); else the first line of the last minute of
     timed values (server access counts are folded per minute); else the file's last line
-    (it may have been cut mid-line when it was read).
+    (it may have been cut mid-line when it was read) — in both, no later than the last event's
+    first line (a traceback still being written when the file was read goes on past it).
     """
     if parsed.steps.height:
         return int(parsed.steps["line"].max())
@@ -283,8 +356,11 @@ def _cut_line(parsed: Parsed) -> int:
     if last is not None:
         # Lazy: a long server log's rows are millions; only the last minute's lines are read.
         last_minute = last.replace(second=0, microsecond=0)
-        return int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
-    return max(1, parsed.lines)
+        cut = int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
+    else:
+        cut = max(1, parsed.lines)
+    last_event = int(parsed.events["line"].max()) if parsed.events.height else 0
+    return min(cut, last_event) if last_event > parsed.lines - _OPEN_EVENT_LINES else cut
 
 
 def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:
@@ -362,21 +438,25 @@ def wait_for_writes() -> None:
         write.result()
 
 
-def _load(entry: Path) -> tuple[Identity, Parsed] | None:
+def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
     try:
         meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in FRAMES}
-        return Identity(**meta["identity"]), Parsed.from_parts(meta["parsed"], frames)
+        return Identity(**meta["identity"]), Parsed.from_parts(meta["parsed"], frames), meta.get("read_as")
     except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
         return None
 
 
 def _folder_identity(folder: Path) -> Identity:
-    """A folder (a Ray session, a W&B run dir) changes when any file in it does."""
+    """A folder (a Ray session, a W&B run dir, checkpoints) changes when any file in it does,
+    in its linked folders too (``logs/`` or ``default/`` a symlink to another disk), as the readers follow them."""
     listing = hashlib.sha256()
     total = 0
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
+    seen = {os.path.realpath(folder)}
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
+        dirs[:] = [d for d, r in real if r not in seen]  # (a link loop is walked once)
+        seen.update(r for _, r in real)
         for name in sorted(files):
             try:
                 st = os.stat(os.path.join(root, name))
@@ -386,6 +466,12 @@ def _folder_identity(folder: Path) -> Identity:
             listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
     st = folder.stat()
     return Identity(total, st.st_mtime_ns, st.st_ino, listing.hexdigest(), "")
+
+
+def _local_zone() -> str:
+    """This machine's time zone: W&B's and TensorBoard's epoch times are read in it, so an entry
+    parsed under one zone is not another's."""
+    return f"{os.environ.get('TZ', '')}\0{time.tzname}\0{time.timezone}\0{time.altzone}"
 
 
 def _edge_before(fh: Any, size: int) -> str:

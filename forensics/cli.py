@@ -165,9 +165,9 @@ def analyze(
         barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
         kept = _recall(cache, key, html)
-        if kept is not None:
-            result = pickle.loads(kept["analysis.pickle"])  # noqa: S301 - our own file, in the user's private cache
-        else:
+        result = _unpickled(kept) if kept is not None else None
+        if result is None:  # (a damaged entry is a miss: analyzed again, and kept anew)
+            kept = None
             result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
         console = _Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
@@ -487,9 +487,18 @@ def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, 
 
 
 def _summary_only(result: Analysis) -> Analysis:
-    """``result`` without the big frames: what the summary, the JSON document and Markdown need."""
-    runs = [replace(r, metrics=r.metrics.clear(), events=r.events.clear()) for r in result.runs]
+    """``result`` without the big frames: what the summary, the JSON document and Markdown need
+    (a run that could not be judged keeps its events: its verdict names the failures logged)."""
+    runs = [replace(r, metrics=r.metrics.clear(), events=r.events if r.unjudged() else r.events.clear()) for r in result.runs]
     return replace(result, runs=runs)
+
+
+def _unpickled(kept: dict[str, bytes]) -> Analysis | None:
+    try:
+        result = pickle.loads(kept["analysis.pickle"])  # noqa: S301 - our own file, in the user's private cache
+    except Exception:  # noqa: BLE001 - cut short, emptied, or from another version: a miss
+        return None
+    return result if isinstance(result, Analysis) else None
 
 
 def _digest(path: Path | None) -> str:

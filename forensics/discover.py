@@ -12,7 +12,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
@@ -67,6 +67,8 @@ class RunLocation:
     logs: tuple[LogSource, ...]
     checkpoint_dir: Path | None
     skipped: tuple[str, ...] = field(default=())
+    twins: tuple[Path, ...] = field(default=())
+    """Gzipped copies of a log kept beside it (``trainer.log`` and ``trainer.log.gz``): not read twice."""
 
 
 def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat | None = None) -> list[RunLocation]:
@@ -280,6 +282,9 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
     runs = []
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
+        plain = {s.path for s in members}
+        twins = tuple(s.path for s in members if s.path.suffix == ".gz" and s.path.with_suffix("") in plain)
+        members = [s for s in members if s.path not in twins]
         runs.append(
             RunLocation(
                 run_id=_run_id(given, root),
@@ -288,6 +293,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
                 checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members),
                 skipped=tuple(problems),
+                twins=twins,
             )
         )
     return _tensorboard_per_folder(runs)
@@ -301,8 +307,7 @@ def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:
         if len(events) > 1:
             common = Path(os.path.commonpath([str(s.path.parent) for s in events]))
             rest = tuple(s for s in run.logs if s.kind != "tensorboard")
-            run = RunLocation(run.run_id, run.framework, run.root, (*rest, LogSource(common, "tensorboard")),
-                              run.checkpoint_dir, run.skipped)
+            run = replace(run, logs=(*rest, LogSource(common, "tensorboard")))
         out.append(run)
     return out
 

@@ -65,6 +65,20 @@ class Parsed:
         return replace(self, **moved)
 
 
+    def moved(self, old: str, new: str) -> Parsed:
+        """The parse with file paths under ``old`` (the path it was read by) named under ``new``:
+        one file read by two paths (relative, then absolute) is cited as it is asked for now."""
+        if old == new:
+            return self
+        renamed = {}
+        for name, frame in self.frames().items():
+            file = pl.col("file").cast(pl.String)
+            renamed[name] = frame.with_columns(
+                pl.when(file.str.starts_with(old)).then(pl.lit(new) + file.str.slice(len(old))).otherwise(file)
+                .cast(frame.schema["file"]).alias("file"))
+        return replace(self, **renamed)
+
+
 def rows_where(frame: pl.DataFrame, predicate: pl.Expr, *, most_runs: int = 64) -> pl.DataFrame:
     """``frame.filter(predicate)``, as slices of ``frame`` when the kept rows lie in a few runs.
 

@@ -125,6 +125,8 @@ def load_run(
         events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
+    for twin in location.twins:
+        sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a gzipped copy of {twin.stem} beside it: read once, from {twin.stem}",)))
     hand_back_heap()
 
     latest = {}

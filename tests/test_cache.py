@@ -78,7 +78,12 @@ def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path,
         grown = load(live, cache)
         if fraction != fractions[0]:
             assert cache.outcomes[str(target)] == "grown"
-        assert_same_run(grown, load(live, None))
+        fresh = load(live, None)
+        assert_same_run(grown, fresh)
+        # ... and say of it what a fresh parse says (a table cut off mid-row is not, once completed;
+        # a server's counts are pieced together, and may be a few lines off where a line was cut)
+        notes = lambda run: sorted((s.path, tuple(re.sub(r"\d[\d,]*", "#", n) for n in s.notes)) for s in run.sources)  # noqa: E731
+        assert notes(grown) == notes(fresh)
 
 
 def test_a_rewritten_or_shrunk_file_is_parsed_afresh(tmp_path: Path) -> None:
@@ -260,3 +265,148 @@ def test_rows_where_is_a_filter_that_keeps_few_runs_as_slices() -> None:
             assert got.n_chunks() == true_runs, "a few runs are slices, not a copy"
         else:
             assert got.n_chunks() <= 1
+
+
+def test_a_log_growing_while_it_is_parsed_is_not_kept_as_parsed_to_its_first_size(tmp_path: Path) -> None:
+    """A live server log grows during the parse: what was read lies between two sizes, so nothing
+    is kept under either — the next read gives what a fresh parse of the file gives, not lines
+    past its end."""
+    from parsers.sglang import read_sglang_log
+
+    live = tmp_path / "llm_server.log"
+    data = unpacked(OOM_TRIAL / "llm_server.log.gz")
+    half = data.rindex(b"\n", 0, len(data) // 2) + 1
+    live.write_bytes(data[:half])
+    cache = ParseCache(tmp_path / "cache")
+
+    def parse_while_growing(path: Path):
+        parsed = read_sglang_log(path)
+        with open(path, "ab") as fh:  # the server wrote on while the parser read
+            fh.write(data[half:])
+        return parsed
+
+    cache.parsed("sglang", live, parse_while_growing)
+    again = cache.parsed("sglang", live, read_sglang_log)
+    fresh = read_sglang_log(live)
+    assert again.lines == fresh.lines and again.events.equals(fresh.events)
+
+
+def test_a_file_read_by_another_path_is_cited_by_the_path_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read first as ``../run`` from one folder, then by its absolute path: the evidence names the
+    file as asked for now (the entry is the same file's), a path that exists from here."""
+    root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "sglang_hang" / "outputs", root)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cache = ParseCache(tmp_path / "cache")
+    load(Path("../run"), cache)
+    cache.outcomes.clear()
+    run = load(root.resolve(), cache)
+    assert set(cache.outcomes.values()) == {"hit"}
+    files = set(run.events["file"].cast(pl.String)) | set(run.metrics["file"].cast(pl.String))
+    assert files and all(Path(f).is_absolute() and Path(f).exists() for f in files), files
+
+
+def test_a_folder_changes_when_a_file_in_a_linked_subfolder_does(tmp_path: Path) -> None:
+    """A Ray session whose ``logs/`` (or checkpoints whose ``default/``) is a link to another disk:
+    the readers follow it, so the folder's identity does; a link loop is walked once."""
+    from forensics.cache import Identity
+
+    disk = tmp_path / "disk" / "logs"
+    disk.mkdir(parents=True)
+    (disk / "raylet.out").write_text("one\n")
+    session = tmp_path / "session"
+    session.mkdir()
+    (session / "logs").symlink_to(disk, target_is_directory=True)
+    (disk / "loop").symlink_to(session, target_is_directory=True)
+    before = Identity.of(session)
+    with open(disk / "raylet.out", "a") as fh:
+        fh.write("two\n")
+    assert Identity.of(session) != before
+
+
+def test_a_damaged_finished_analysis_is_analyzed_again(tmp_path: Path) -> None:
+    """An entry of finished outputs cut short (a full disk, a killed process) is a miss, not an
+    internal error on every later run."""
+    runner = CliRunner()
+    args = ["analyze", str(FIXTURES / "sglang_hang" / "outputs"), "--no-html", "--cache-dir", str(tmp_path / "c"),
+            "--json", str(tmp_path / "a.json")]
+    assert runner.invoke(app, args).exit_code == 0
+    first = (tmp_path / "a.json").read_text()
+    [pickled] = (tmp_path / "c" / "results").rglob("analysis.pickle")
+    pickled.write_bytes(pickled.read_bytes()[:100])
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert _without_times((tmp_path / "a.json").read_text()) == _without_times(first)
+
+
+def _without_times(document: str) -> str:
+    return re.sub(r'"(?:generated_at|elapsed_seconds)": [^,}]+', "", document)
+
+
+def test_a_cached_verdict_of_a_run_with_no_step_still_names_its_failures(tmp_path: Path) -> None:
+    """A server log alone: nothing to judge, but the failures logged are said — on the second
+    run, from the finished analysis kept, as on the first."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "llm_server.log").write_bytes(unpacked(OOM_TRIAL / "llm_server.log.gz"))
+    runner = CliRunner()
+    args = ["analyze", str(alone), "--no-html", "--cache-dir", str(tmp_path / "c")]
+    first, second = runner.invoke(app, args, env={"COLUMNS": "200"}), runner.invoke(app, args, env={"COLUMNS": "200"})
+    said = lambda result: " ".join(result.output.split())  # noqa: E731
+    assert "failures were logged" in said(first) and said(second) == said(first)
+
+
+def test_a_gzipped_copy_beside_its_log_is_read_once(tmp_path: Path) -> None:
+    """``trainer.log`` and ``trainer.log.gz`` holding the same lines (a copy made for the ticket):
+    one read, each failure counted once, the copy named as such — not data lost."""
+    live = tmp_path / "outputs"
+    shutil.copytree(FIXTURES / "areal_seed001" / "outputs", live)
+    [packed] = live.rglob("trainer.log.gz")
+    packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
+    [run] = analyze([live]).runs
+    [alone] = analyze([FIXTURES / "areal_seed001" / "outputs"]).runs
+    assert run.events.height == alone.events.height
+    [copy] = [s for s in run.sources if s.path == str(packed)]
+    assert copy.kind == "copy" and run.caveat() is None
+
+
+def test_a_traceback_still_being_written_when_cached_is_one_event_once_it_ends(tmp_path: Path) -> None:
+    """The server log was read (a live watch) while a CUDA OOM traceback was being written; it
+    then grew by the traceback's end. One event at the traceback's start, of the kind its
+    exception names — as a fresh parse gives — not the half traceback and the exception apart."""
+    lines = unpacked(OOM_TRIAL / "llm_server.log.gz").split(b"\n")
+    start = next(i for i, line in enumerate(lines) if b"Scheduler hit an exception: Traceback" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith(b"torch.OutOfMemoryError"))
+    live = tmp_path / "run" / "llm_server.log"
+    live.parent.mkdir()
+    launch = b"\x1b[37m20251120-16:30:00.000 SGLangServer Wrapper INFO: SGLang server launched at: http://172.20.0.2:21765\x1b[0m"
+    live.write_bytes(b"\n".join([launch, *lines[start:end]]) + b"\n")  # cut before its exception line
+    cache = ParseCache(tmp_path / "cache")
+    load(live.parent, cache)
+    with open(live, "ab") as fh:
+        fh.write(b"\n".join(lines[end : end + 8]) + b"\n")
+    grown, fresh = load(live.parent, cache), load(live.parent, None)
+    assert cache.outcomes[str(live)] == "grown"
+    assert_same_run(grown, fresh)
+    assert "cuda_oom" in fresh.events["kind"].to_list()
+
+
+def test_an_entry_parsed_in_one_time_zone_is_not_served_in_another(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B's and TensorBoard's epoch times are read in the machine's zone: a cache shared by a
+    laptop in Tokyo and a cluster in UTC keeps an entry for each."""
+    import time
+
+    cache = ParseCache(tmp_path / "cache")
+    log = SEED000_TRIAL / "trainer.log.gz"
+    entries = []
+    try:
+        for zone in ("UTC", "Asia/Tokyo"):
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            entries.append(cache._entry("tensorboard", log, ""))
+            entries.append(cache.inputs_key(find_runs([SEED000_TRIAL])))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert entries[0] != entries[2] and entries[1] != entries[3]
