@@ -129,7 +129,9 @@ def _first_of_each_kind(run: RunAnalysis) -> dict[str, Incident]:
 def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None, tuple[str, ...]]:
     first_a, first_b = _first_of_each_kind(a), _first_of_each_kind(b)
     lines: list[str] = []
-    if not first_a:
+    if not first_a and (why := a.caveat()):
+        lines.append(f"A cannot be told healthy: {why}.")  # (no incident of A's is no clean control)
+    elif not first_a:
         lines.append("Neither run has an incident." if not first_b else "A has no incident to avoid.")
     for kind, inc in first_a.items():
         verb = _VERB.get(kind, f"had {kind}")

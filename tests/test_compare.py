@@ -114,3 +114,16 @@ def test_a_fix_whose_reward_could_not_be_judged_avoided_nothing_that_can_be_told
     result = compare(runs["areal_seed001"], b)
     assert result.avoided is None
     assert any(line.startswith("B cannot show it either way: no training step was logged") for line in result.verdict), result.verdict
+
+
+def test_a_control_that_could_not_be_judged_is_not_called_incident_free(runs, tmp_path: Path) -> None:
+    """A is a server log alone: that no incident was found in it says nothing; the verdict says
+    A could not be judged, not that it had no incident to avoid."""
+    server = next((Path(__file__).parent / "fixtures" / "sglang_oom" / "outputs").rglob("llm_server.log.gz"))
+    (tmp_path / "a").mkdir()
+    shutil.copy(server, tmp_path / "a" / server.name)
+    [a] = analyze([tmp_path / "a"]).runs
+    result = compare(a, runs["areal_seed000"])
+    assert result.avoided is None
+    assert result.verdict[0].startswith("A cannot be told healthy: no training step was logged"), result.verdict
+    assert "A has no incident to avoid." not in result.verdict
