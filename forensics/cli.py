@@ -347,7 +347,14 @@ def metrics(
         cache = _cache(cache_dir, no_cache, paths or [])
         rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
-        write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout.buffer)
+        if output is not None:
+            try:
+                output.parent.mkdir(parents=True, exist_ok=True)  # (as --json and --markdown do)
+            except OSError as exc:
+                raise UnusableInput(f"--output {output}: {exc.strerror or exc}") from None
+        written = write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout.buffer)
+        if keys is not None and not written:  # a typo must not look like a run that logged nothing
+            typer.echo(f"grpo-forensics: no metric key matched --keys {keys!r} (without it, every key is written)", err=True)
         _no_run_under(paths or [], log_format)
 
     _guard(debug, work)

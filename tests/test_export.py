@@ -117,3 +117,21 @@ def test_jsonl_keeps_nan_and_infinity_and_times_as_analyze_gives_them(tmp_path: 
     assert ",2025-06-01T14:01:12," in (tmp_path / "m.csv").read_text() and ".000" not in (tmp_path / "m.csv").read_text()
     csv = pl.read_csv(tmp_path / "m.csv", schema=EXPORT_SCHEMA)
     assert csv.filter(pl.col("key") == "loss")["value"].is_nan().sum() == 1
+
+
+def test_metrics_into_a_new_folder_and_a_keys_regex_that_finds_nothing(tmp_path: Path) -> None:
+    """``--output`` into a folder not made yet makes it (as ``--json`` does); a ``--keys`` that
+    finds no key says so on stderr — a typo must not read as a run that logged nothing."""
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    run = str(Path(__file__).parent / "fixtures" / "sglang_oom" / "outputs")
+    runner = CliRunner()
+    made = runner.invoke(app, ["metrics", run, "--no-cache", "--output", str(tmp_path / "new" / "sub" / "m.csv")])
+    assert made.exit_code == 0, made.output
+    assert pl.read_csv(tmp_path / "new" / "sub" / "m.csv").height > 100
+    typo = runner.invoke(app, ["metrics", run, "--no-cache", "--keys", "task_rewrd"])
+    assert typo.exit_code == 0 and "no metric key matched --keys 'task_rewrd'" in typo.stderr
+    found = runner.invoke(app, ["metrics", run, "--no-cache", "--keys", "task_reward"])
+    assert found.exit_code == 0 and "no metric key matched" not in found.stderr
