@@ -143,6 +143,8 @@ def _kind_warnings(chosen: Checkpoint) -> list[str]:
         return [_HF_WARNING]
     if chosen.kind == "verl" and not chosen.resumable:
         return ["This verl checkpoint has no optimizer state: resuming restarts the optimizer."]
+    if chosen.kind == "trl" and not chosen.resumable:
+        return ["This checkpoint has no optimizer or scheduler state (optimizer.pt, scheduler.pt): resuming restarts them."]
     return []
 
 
@@ -151,6 +153,8 @@ def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) ->
     log says how the run was started."""
     if chosen.kind == "verl":
         return verl_resume_command(Path(chosen.path))
+    if chosen.kind == "trl":  # the training script's own call (or its --resume_from_checkpoint argument)
+        return f"trainer.train(resume_from_checkpoint={chosen.path!r})"
     script = _trainer_script(facts.get("launch_command", ""))
     if script is None:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers.custom import CustomFormat, looks_like_custom_loop
+from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
 
@@ -291,7 +292,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 framework=_framework(members),
                 root=root,
                 logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
-                checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members),
+                checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members) or _trl_checkpoint_dir(root, given),
                 skipped=tuple(problems),
                 twins=twins,
             )
@@ -357,6 +358,18 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
         beside = jsonl.parent.parent / "checkpoints" / jsonl.parent.name / jsonl.stem
         found = find_verl_checkpoint_roots(beside) if beside.is_dir() else []
     return found[0] if found else None
+
+
+def _trl_checkpoint_dir(root: Path, given: Path) -> Path | None:
+    """A Hugging Face Trainer's ``output_dir`` (``checkpoint-N/`` folders): the run's folder, or one
+    above it within the path given (its TensorBoard files go to ``output_dir/runs/…``)."""
+    top = given.resolve() if given.is_dir() else given.resolve().parent
+    for folder in (root, *root.parents):
+        if is_trl_checkpoint_root(folder):
+            return folder
+        if folder.resolve() == top or top not in folder.resolve().parents:
+            return None
+    return None
 
 
 def _checkpoint_dir(root: Path) -> Path | None:

@@ -49,6 +49,7 @@ from parsers.schema import (
     with_keys,
 )
 from parsers.tensorboard import read_tensorboard
+from parsers.trl_checkpoints import is_trl_checkpoint_root, read_trl_checkpoints
 from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, chain_wandb_runs, read_wandb_online, read_wandb_runs
@@ -174,6 +175,8 @@ def load_run(
         checkpoints = empty(CHECKPOINT_SCHEMA)
     elif location.framework == "verl" or is_verl_checkpoint_root(location.checkpoint_dir):  # (a copy-only run's)
         checkpoints = read_verl_checkpoints(location.checkpoint_dir)
+    elif is_trl_checkpoint_root(location.checkpoint_dir):
+        checkpoints = read_trl_checkpoints(location.checkpoint_dir)
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)

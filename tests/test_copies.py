@@ -330,3 +330,31 @@ def test_a_verl_run_known_only_from_wandb_finds_its_checkpoints_beside_it(tmp_pa
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
     assert [c.step for c in run.checkpoints] == [10, 20, 30, 40] and {c.kind for c in run.checkpoints} == {"verl"}
     assert run.recommendation.step == 20 and "trainer.resume_from_path=" in (run.recommendation.resume_command or "")
+
+
+def test_a_hugging_face_trainers_checkpoints_beside_its_tensorboard_runs_are_chosen_from(console, tmp_path: Path) -> None:
+    """A TRL/``Trainer`` run: TensorBoard under ``output_dir/runs/…``, ``checkpoint-N/`` in
+    ``output_dir``. The newest complete one before the collapse is chosen (a damaged one skipped,
+    one without its optimizer said so), with the call that resumes from it."""
+    import json as json_
+
+    from test_areal_checkpoints import safetensors_bytes
+
+    out = tmp_path / "output_dir"
+    write_tensorboard(out / "runs" / "Nov27_10-00-00_node1", console[1])
+    for step in (20, 40, 60, 80):
+        folder = out / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
+        (folder / "trainer_state.json").write_text(json_.dumps({"global_step": step}))
+        if step != 40:
+            (folder / "optimizer.pt").write_bytes(b"x")
+            (folder / "scheduler.pt").write_bytes(b"x")
+    (out / "checkpoint-60" / "model.safetensors").write_bytes(safetensors_bytes(2)[:-3])  # torn while saving
+    [run] = analyze([out]).runs
+    kinds = {(c.step, c.complete, c.resumable) for c in run.checkpoints}
+    assert kinds == {(20, True, True), (40, True, False), (60, False, False), (80, True, True)}
+    rec = run.recommendation
+    assert (rec.step, Path(rec.checkpoint).name) == (40, "checkpoint-40")
+    assert rec.resume_command == f"trainer.train(resume_from_checkpoint={str(out / 'checkpoint-40')!r})"
+    assert any("no optimizer or scheduler state" in w for w in rec.warnings)
