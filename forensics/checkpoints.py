@@ -109,7 +109,10 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         f"at step {first.onset_step}; resuming from it redoes {lost} healthy step{'s' if lost != 1 else ''}."
     )
     warnings += _after_recovery(complete, incidents)
-    return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
+    command = _resume_command(best, facts, log_dir)
+    if command is None and best.kind in ("hf_export", "recover"):
+        warnings.append(_NO_LAUNCH_LINE.format(how="recover.mode=resume" if best.kind == "recover" else f"actor.path={best.path}"))
+    return Recommendation(best.path, best.step, reason, command, tuple(warnings + _kind_warnings(best)))
 
 
 def _during(step: int, incidents: list[Incident]) -> Incident | None:
@@ -136,6 +139,10 @@ def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> li
     return [f"The {ended.kind.replace('_', ' ')} at step {ended.onset_step} ended at step {ended.end_step} and the run was "
             f"{span}: step {chosen.step} ({chosen.path}), saved after it, is newer — it holds what the incident's "
             f"{ended.end_step - ended.onset_step} steps did to the weights; resume from it only if they did no harm."]
+
+
+_NO_LAUNCH_LINE = ("No resume command: the trainer log has no launcher line (AReaL's 'Starting local process with "
+                   "command'), so the training script is not known; relaunch it as it was launched, with {how}.")
 
 
 def _kind_warnings(chosen: Checkpoint) -> list[str]:

@@ -64,7 +64,6 @@ class Parsed:
         }
         return replace(self, **moved)
 
-
     def moved(self, old: str, new: str) -> Parsed:
         """The parse with file paths under ``old`` (the path it was read by) named under ``new``:
         one file read by two paths (relative, then absolute) is cited as it is asked for now."""

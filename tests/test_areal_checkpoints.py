@@ -415,3 +415,21 @@ def test_a_checkpoint_saved_after_a_recovered_collapse_is_named_as_a_closer_resu
     [closer] = [w for w in rec.warnings if "ended at step 30 and the run was healthy since" in w]
     assert "step 60 (" in closer and "resume from it only if they did no harm" in closer
     assert not [w for w in rec.warnings if "would continue from the broken state" in w]
+
+
+def test_without_a_launcher_line_the_recommendation_says_why_it_gives_no_command(tmp_path: Path) -> None:
+    """A run started from a wrapper script: its log has no 'Starting local process with command'
+    line, so no resume command can be built — the warnings say so, and what to add."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    paths.trainer_log.write_text("".join(line for line in lines if "Starting local process with command" not in line))
+    [run] = analyze([paths.fileroot]).runs
+    rec = run.recommendation
+    assert rec.step == 20 and rec.resume_command is None
+    [why] = [w for w in rec.warnings if w.startswith("No resume command: the trainer log has no launcher line")]
+    assert f"actor.path={rec.checkpoint}" in why
