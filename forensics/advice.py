@@ -41,9 +41,13 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framewor
             f"The server ran out of memory before it died ({pressure or 'memory errors'}): lower {knobs}, or shorten "
             "max_new_tokens, so the KV cache is not exhausted at peak load.",
         )
+    killed = seen.get("process_killed") and not seen.get("host_oom_kill")
+    oom_killer = ("A process was killed (SIGKILL) with no word of why: most often the kernel's OOM killer — look for "
+                  "'Out of memory: Killed process' in `dmesg -T` or `journalctl -k` on the node, at that time.")
     if cause == "inference_server_crash":
         relaunch = f"; {setting('recover.mode')} only relaunches on failures the launcher notices" if framework == "areal" else ""
-        return (f"The server process went away (refused or reset connections, exit): read its log just before its exit for the reason{relaunch}.",)
+        went = f"The server process went away (refused or reset connections, exit): read its log just before its exit for the reason{relaunch}."
+        return (went, oom_killer) if killed else (went,)
     if cause == "reward_pipeline":
         return (
             "No infrastructure fault was logged around the onset: check the reward function and answer parsing on the "
@@ -53,9 +57,8 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framewor
         return ("Loss or gradients went non-finite: lower the learning rate, check gradient clipping and the loss scale.",)
     if cause == "nccl_timeout":
         return ("A collective hung: find the rank that did not join (its last log lines) before raising the NCCL timeout.",)
-    if cause == "training_worker_crash" and seen.get("process_killed") and not seen.get("host_oom_kill"):
-        return ("A process was killed (SIGKILL) with no word of why: most often the kernel's OOM killer — look for "
-                "'Out of memory: Killed process' in `dmesg -T` or `journalctl -k` on the node, at that time.",)
+    if cause == "training_worker_crash" and killed:
+        return (oom_killer,)
     if cause == "training_worker_crash":
         return ("A training worker died: its exit detail (signal, OOM kill, traceback) is in the evidence lines.",)
     return ()

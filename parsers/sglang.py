@@ -1142,8 +1142,20 @@ def _events(
             frames.append(hit.select("line", pl.lit(kind).alias("kind"), pl.lit(level).alias("severity"),
                                      pl.col("clean").alias("message"), pl.lit(fmt.source).alias("source")))
     events = pl.concat([f.with_columns(pl.col("line").cast(pl.Int64)) for f in frames])
-    events = _time_at(events, timeline).with_columns(pl.lit(file).alias("file"))
+    events = _killed_when_told(_time_at(events, timeline), timeline).with_columns(pl.lit(file).alias("file"))
     return conform(events.sort("line"), EVENT_SCHEMA)
+
+
+def _killed_when_told(events: pl.DataFrame, timeline: pl.DataFrame) -> pl.DataFrame:
+    """A bare ``Killed`` has no time of its own: the shell printed it as the process died, just
+    before the next timed line (the wrapper's ``exits, returncode=-9``) — not at the last line
+    before it, which at warning level can be the launch, hours earlier."""
+    bare = (pl.col("kind") == "process_killed") & ~pl.col("line").is_in(timeline["line"].implode())
+    if events.is_empty() or not events.select(bare.any()).item():
+        return events
+    tl = in_order(timeline.with_columns(pl.col("line").cast(pl.Int64)), "line").rename({"time": "_next"})
+    after = in_order(events, "line").join_asof(tl, on="line", strategy="forward")
+    return after.with_columns(pl.when(bare & pl.col("_next").is_not_null()).then("_next").otherwise("time").alias("time")).drop("_next")
 
 
 def _unparsed(other: pl.DataFrame, members: set[int]) -> int:

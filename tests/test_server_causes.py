@@ -7,6 +7,7 @@ import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import read_line
 from typer.testing import CliRunner
@@ -263,3 +264,33 @@ def test_a_server_log_from_another_node_in_a_folder_below_the_run_is_the_runs(fi
     incident = run["incidents"][0]
     assert incident["cause"] == "inference_server_oom"
     assert any("/node2/llm_server.log" in e["file"] for e in incident["evidence"])
+
+
+def test_a_bare_killed_in_a_warning_level_server_log_is_dated_at_the_exit_it_precedes(tmp_path: Path) -> None:
+    """SGLang at AReaL's default warning level: the launch lines, then hours later the shell's
+    ``Killed`` and the wrapper's exit line. ``Killed`` has no time of its own; it is the death,
+    dated at the exit line after it (not at the launch), cited, with where to look for why."""
+    from datetime import datetime, timedelta
+
+    from areal_builder import Outage, RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    start = datetime(2025, 11, 10, 9)
+    paths = write_run(tmp_path / "outputs", RunSpec(
+        experiment="killed", last_step=40, anchors={1: start, 30: start + timedelta(minutes=33)},
+        reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+        outages=(Outage(start=start + timedelta(minutes=32.4), end=start + timedelta(hours=3), kind="refused", server_exit=True),)))
+    server = paths.log_dir / "llm_server.log"
+    lines = server.read_text().splitlines()
+    exit_at = next(i for i, line in enumerate(lines) if "exits, returncode=-9" in line)
+    lines.insert(exit_at, "Killed")
+    server.write_text("\n".join(lines) + "\n")
+    [run] = analyze([paths.fileroot]).runs
+    [killed] = run.events.filter(pl.col("kind") == "process_killed").to_dicts()
+    [exited] = run.events.filter(pl.col("kind") == "server_exit").to_dicts()
+    assert killed["time"] == exited["time"] and killed["line"] == exit_at + 1
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]  # (and the stall after it)
+    assert collapse.cause == "inference_server_crash"
+    assert any(e.kind == "process_killed" for e in collapse.evidence)
+    assert any("OOM killer" in s for s in collapse.suggestions)
