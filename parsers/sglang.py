@@ -1150,9 +1150,9 @@ def _killed_when_told(events: pl.DataFrame, timeline: pl.DataFrame) -> pl.DataFr
     """A bare ``Killed`` has no time of its own: the shell printed it as the process died, just
     before the next timed line (the wrapper's ``exits, returncode=-9``) — not at the last line
     before it, which at warning level can be the launch, hours earlier."""
-    bare = (pl.col("kind") == "process_killed") & ~pl.col("line").is_in(timeline["line"].implode())
-    if events.is_empty() or not events.select(bare.any()).item():
+    if events.is_empty() or not (events["kind"] == "process_killed").any():  # (the usual case: no timeline test)
         return events
+    bare = (pl.col("kind") == "process_killed") & ~pl.col("line").is_in(timeline["line"].implode())
     tl = in_order(timeline.with_columns(pl.col("line").cast(pl.Int64)), "line").rename({"time": "_next"})
     after = in_order(events, "line").join_asof(tl, on="line", strategy="forward")
     return after.with_columns(pl.when(bare & pl.col("_next").is_not_null()).then("_next").otherwise("time").alias("time")).drop("_next")
