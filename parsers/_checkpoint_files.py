@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import struct
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 MAX_HEADER = 100_000_000  # the safetensors format's own limit on header size
 
@@ -93,3 +95,86 @@ def size_phrase(n: int) -> str:
 
 def why(error: OSError) -> str:
     return error.strerror or type(error).__name__
+
+
+_WEIGHTS = re.compile(r".+\.safetensors|(pytorch_model|adapter_model).*\.bin")
+_SHARD = re.compile(r"(.+)-\d+-of-(\d+)\.(safetensors|bin)")
+_MAX_JSON = 100_000_000
+
+
+def check_hf_model(names: dict[str, Path]) -> list[str]:
+    """The problems of a Hugging Face model folder (``save_pretrained``'s, listed as ``names``): config,
+    weights with readable headers, and a complete shard set (LoRA adapters count)."""
+    lora = "adapter_config.json" in names and any(n.startswith("adapter_model.") for n in names)
+    problems = _check_config(names, "adapter_config.json" if lora else "config.json")
+    weights = {path for name, path in names.items() if _WEIGHTS.fullmatch(name)}
+    for name in sorted(names):
+        if name.endswith(".index.json"):
+            index_problems, shards = _check_index(names[name])
+            problems += index_problems
+            weights |= set(shards)
+    if not weights:
+        problems.append("no weight files (*.safetensors or pytorch_model*.bin)")
+    for path in sorted(weights):
+        check = check_safetensors if path.name.endswith(".safetensors") else check_file
+        if problem := check(path):
+            problems.append(problem)
+    return problems + _check_shard_set(names)
+
+
+def _check_config(names: dict[str, Path], config: str) -> list[str]:
+    if config not in names:
+        return [f"{config} missing"]
+    _, problem = read_json(names[config])
+    return [problem] if problem else []
+
+
+def _check_index(index: Path) -> tuple[list[str], list[Path]]:
+    """Every shard in the index's weight_map must exist; returns the problems and those shards."""
+    data, problem = read_json(index)
+    if problem:
+        return [problem], []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        return [f"{index.name} has no weight_map"], []
+    problems: list[str] = []
+    shards: list[Path] = []
+    for shard in sorted({str(value) for value in weight_map.values()}):
+        relative = Path(shard)
+        if relative.is_absolute() or ".." in relative.parts:
+            problems.append(f"{shard} listed in {index.name} points outside the checkpoint")
+        elif os.path.lexists(index.parent / relative):
+            shards.append(index.parent / relative)
+        else:
+            problems.append(f"{shard} listed in {index.name} is missing")
+    return problems, shards
+
+
+def _check_shard_set(names: dict[str, Path]) -> list[str]:
+    """Numbered shards need their index: without it nothing can load them."""
+    groups: dict[str, tuple[int, int]] = {}
+    for name in names:
+        if match := _SHARD.fullmatch(name):
+            index = f"{match[1]}.{match[3]}.index.json"
+            total = int(match[2])
+            groups[index] = (total, groups.get(index, (total, 0))[1] + 1)
+    return [
+        f"{index} missing ({found} of {total} shards present)"
+        for index, (total, found) in sorted(groups.items())
+        if index not in names
+    ]
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    """The parsed file, or why it could not be had."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{path.name} is not a regular file"
+        if info.st_size > _MAX_JSON:
+            return None, f"{path.name} is implausibly large ({size_phrase(info.st_size)} file)"
+        return json.loads(path.read_bytes()), None
+    except OSError as error:
+        return None, f"{path.name} cannot be read: {why(error)}"
+    except (ValueError, RecursionError) as error:
+        return None, f"{path.name} does not parse: {error}"

@@ -16,28 +16,23 @@ unpickled, nothing is written, and unreadable or junk files become ``problems``,
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import stat
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, size_phrase, why
+from parsers._checkpoint_files import check_file, check_hf_model, entries, is_dir, mtime, read_json, why
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["read_areal_checkpoints"]
 
 
 _STEP_FOLDER = re.compile(r"epoch(\d{1,15})epochstep(\d{1,15})globalstep(\d{1,15})")  # more digits: not a step
-_WEIGHTS = re.compile(r".+\.safetensors|(pytorch_model|adapter_model).*\.bin")
-_SHARD = re.compile(r"(.+)-\d+-of-(\d+)\.(safetensors|bin)")
 _OPTIMIZER_SHARD = re.compile(r"optim_world_size_\d+_rank_\d+\.pt")
-_MAX_JSON = 100_000_000
 
 _Check = Callable[[dict[str, Path]], list[str]]
 
@@ -80,7 +75,7 @@ def _areal_rows(trial_dir: Path, role: str, entries: list[Path]) -> list[_Checkp
     rows: list[_Checkpoint] = []
     for entry in entries:
         if match := _STEP_FOLDER.fullmatch(entry.name):
-            problems = _inspect(entry, _check_hf_export)
+            problems = _inspect(entry, check_hf_model)
             rows.append(_row(entry, int(match[3]) + 1, "hf_export", role, problems, False))
         elif entry.name == "recover_checkpoint":
             problems = _inspect(entry, _check_recover)
@@ -101,17 +96,17 @@ def _realhf_rows(trial_dir: Path, role: str, entries: list[Path]) -> list[_Check
             linked = True
             # The link target is absolute, so in a copied tree it points elsewhere; the sibling
             # recover_checkpoint is the folder the link meant.
-            problems = _inspect(entry.parent / "recover_checkpoint", _check_hf_export)
+            problems = _inspect(entry.parent / "recover_checkpoint", check_hf_model)
             info_problem = _realhf_recover_info_problem(trial_dir)
             info_problems = [info_problem] if info_problem else []
             resumable = not info_problems
             rows.append(_row(entry, step, "recover", role, problems, resumable, info_problems))
         else:
-            problems = _inspect(entry, _check_hf_export)
+            problems = _inspect(entry, check_hf_model)
             rows.append(_row(entry, step, "hf_export", role, problems, False))
     recover = [entry for entry in entries if entry.name == "recover_checkpoint"]
     if recover and not linked:
-        problems = _inspect(recover[0], _check_hf_export)
+        problems = _inspect(recover[0], check_hf_model)
         unknown = "step unknown: no step-named link points here, and recover_info.pkl is not read"
         rows.append(_row(recover[0], None, "recover", role, problems, False, [unknown]))
     return rows
@@ -180,7 +175,7 @@ def _recover_step(trial_dir: Path) -> tuple[int | None, list[str]]:
     path = trial_dir / "recover_info" / "step_info.json"
     if not os.path.lexists(path):
         return None, ["recover_info/step_info.json missing"]
-    data, problem = _read_json(path)
+    data, problem = read_json(path)
     if problem:
         return None, [problem]
     global_step = data.get("global_step") if isinstance(data, dict) else None
@@ -200,31 +195,12 @@ def _inspect(folder: Path, check: _Check) -> list[str]:
     return check(names) if names else ["folder is empty"]
 
 
-def _check_hf_export(names: dict[str, Path]) -> list[str]:
-    """config, weights with readable headers, and a complete shard set (LoRA adapters count)."""
-    lora = "adapter_config.json" in names and any(n.startswith("adapter_model.") for n in names)
-    problems = _check_config(names, "adapter_config.json" if lora else "config.json")
-    weights = {path for name, path in names.items() if _WEIGHTS.fullmatch(name)}
-    for name in sorted(names):
-        if name.endswith(".index.json"):
-            index_problems, shards = _check_index(names[name])
-            problems += index_problems
-            weights |= set(shards)
-    if not weights:
-        problems.append("no weight files (*.safetensors or pytorch_model*.bin)")
-    for path in sorted(weights):
-        check = check_safetensors if path.name.endswith(".safetensors") else check_file
-        if problem := check(path):
-            problems.append(problem)
-    return problems + _check_shard_set(names)
-
-
 def _check_recover(names: dict[str, Path]) -> list[str]:
     """DCP (``.metadata`` + ``*.distcp``), or the older HF weights + ``optim_world_size_*``."""
     if ".metadata" in names or any(name.endswith(".distcp") for name in names):
         return _check_dcp(names)
     optimizer = [path for name, path in names.items() if _OPTIMIZER_SHARD.fullmatch(name)]
-    problems = _check_hf_export(names) + [p for p in map(check_file, sorted(optimizer)) if p]
+    problems = check_hf_model(names) + [p for p in map(check_file, sorted(optimizer)) if p]
     if not optimizer:
         problems.append(
             "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"
@@ -243,64 +219,6 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     if not shards:
         problems.append("no *.distcp shard files")
     return problems + [p for p in map(check_file, shards) if p]
-
-
-def _check_config(names: dict[str, Path], config: str) -> list[str]:
-    if config not in names:
-        return [f"{config} missing"]
-    _, problem = _read_json(names[config])
-    return [problem] if problem else []
-
-
-def _check_index(index: Path) -> tuple[list[str], list[Path]]:
-    """Every shard in the index's weight_map must exist; returns the problems and those shards."""
-    data, problem = _read_json(index)
-    if problem:
-        return [problem], []
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict):
-        return [f"{index.name} has no weight_map"], []
-    problems: list[str] = []
-    shards: list[Path] = []
-    for shard in sorted({str(value) for value in weight_map.values()}):
-        relative = Path(shard)
-        if relative.is_absolute() or ".." in relative.parts:
-            problems.append(f"{shard} listed in {index.name} points outside the checkpoint")
-        elif os.path.lexists(index.parent / relative):
-            shards.append(index.parent / relative)
-        else:
-            problems.append(f"{shard} listed in {index.name} is missing")
-    return problems, shards
-
-
-def _check_shard_set(names: dict[str, Path]) -> list[str]:
-    """Numbered shards need their index: without it nothing can load them."""
-    groups: dict[str, tuple[int, int]] = {}
-    for name in names:
-        if match := _SHARD.fullmatch(name):
-            index = f"{match[1]}.{match[3]}.index.json"
-            total = int(match[2])
-            groups[index] = (total, groups.get(index, (total, 0))[1] + 1)
-    return [
-        f"{index} missing ({found} of {total} shards present)"
-        for index, (total, found) in sorted(groups.items())
-        if index not in names
-    ]
-
-
-def _read_json(path: Path) -> tuple[Any, str | None]:
-    """The parsed file, or why it could not be had."""
-    try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            return None, f"{path.name} is not a regular file"
-        if info.st_size > _MAX_JSON:
-            return None, f"{path.name} is implausibly large ({size_phrase(info.st_size)} file)"
-        return json.loads(path.read_bytes()), None
-    except OSError as error:
-        return None, f"{path.name} cannot be read: {why(error)}"
-    except (ValueError, RecursionError) as error:
-        return None, f"{path.name} does not parse: {error}"
 
 
 def _links_to_recover_checkpoint(entry: Path) -> bool:

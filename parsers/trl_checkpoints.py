@@ -8,6 +8,7 @@ Layout (``transformers.Trainer._save_checkpoint``), under ``TrainingArguments.ou
         trainer_state.json           {"global_step": N, "log_history": [...]}
         optimizer.pt, scheduler.pt   what ``resume_from_checkpoint`` needs besides the weights
 
+The model files are checked as an HF export's are (:func:`parsers._checkpoint_files.check_hf_model`).
 Judged from names, sizes and JSON headers only: nothing is unpickled, nothing is written, and
 unreadable files become ``problems``. A checkpoint is ``resumable`` when it is complete and holds
 the optimizer and scheduler state.
@@ -15,20 +16,17 @@ the optimizer and scheduler state.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime
+from parsers._checkpoint_files import check_hf_model, entries, is_dir, mtime, read_json
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["is_trl_checkpoint_root", "read_trl_checkpoints"]
 
 _STEP_FOLDER = re.compile(r"checkpoint-(\d{1,15})")
-_WEIGHTS = ("model.safetensors", "adapter_model.safetensors", "pytorch_model.bin", "adapter_model.bin")
-_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
 def is_trl_checkpoint_root(folder: Path) -> bool:
@@ -52,34 +50,11 @@ def read_trl_checkpoints(output_dir: Path) -> pl.DataFrame:
 
 
 def _problems(folder: Path, step: int) -> list[str]:
-    problems = []
-    state = folder / "trainer_state.json"
-    if problem := check_file(state):
-        problems.append(problem)
+    names = {entry.name: entry for entry in entries(folder)}
+    state, problem = read_json(folder / "trainer_state.json")
+    if problem:
+        problems = [problem]
     else:
-        try:
-            saved = json.loads(state.read_text(encoding="utf-8")).get("global_step")
-        except (OSError, ValueError, AttributeError):
-            problems.append("trainer_state.json is not valid JSON")
-        else:
-            if saved is not None and saved != step:
-                problems.append(f"trainer_state.json says global step {saved}, its folder {step}")
-    problems += _weight_problems(folder)
-    return problems
-
-
-def _weight_problems(folder: Path) -> list[str]:
-    for index in (folder / name for name in _INDEXES):
-        if index.exists():
-            try:
-                shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                return [f"{index.name} is not a valid index"]
-            check = check_safetensors if index.name.startswith("model.safetensors") else check_file
-            return [p for p in (check(folder / shard) if (folder / shard).exists() else f"{shard} is missing"
-                                for shard in shards) if p]
-    for weights in (folder / name for name in _WEIGHTS):
-        if weights.exists():
-            problem = check_safetensors(weights) if weights.suffix == ".safetensors" else check_file(weights)
-            return [problem] if problem else []
-    return ["no model weights (model.safetensors, pytorch_model.bin or an adapter)"]
+        saved = state.get("global_step") if isinstance(state, dict) else None
+        problems = [f"trainer_state.json says global step {saved}, its folder {step}"] if saved not in (None, step) else []
+    return problems + (check_hf_model(names) if names else ["folder is empty"])

@@ -345,6 +345,7 @@ def test_a_hugging_face_trainers_checkpoints_beside_its_tensorboard_runs_are_cho
     for step in (20, 40, 60, 80):
         folder = out / f"checkpoint-{step}"
         folder.mkdir()
+        (folder / "config.json").write_text("{}")
         (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
         (folder / "trainer_state.json").write_text(json_.dumps({"global_step": step}))
         if step != 40:
