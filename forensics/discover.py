@@ -18,6 +18,7 @@ from pathlib import Path
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers.custom import CustomFormat, looks_like_custom_loop
+from parsers.schema import ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
@@ -26,10 +27,8 @@ from parsers.verl_checkpoints import find_verl_checkpoint_roots
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
               "eval-rollout", "perf_tracer", "session_tracer", "memory_snapshots",
               "__pycache__", ".git", "weight_update", "node_modules"}
-#: A log's name: its base, then logrotate's number (``.1``) or date (``dateext``: ``-20251111``,
-#: ``-2025111117``, ``-20251111-1762900000``), then ``.gz``.
-_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)"
-                       r"(?:\.(?P<rot>\d+)|-(?P<date>\d{8}(?:\d{2})?(?:-\d+)?))?(?:\.gz)?$")
+#: A log's name: its base, then a rotation's number or date and ``.gz`` (:data:`parsers.schema.ROTATED`).
+_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}

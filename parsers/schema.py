@@ -110,11 +110,16 @@ def abandoned_by_later_parts(rows: pl.DataFrame, part: str, within: str = "key")
     return joined.select((pl.col("step") >= pl.col("back")).fill_null(False).alias("abandoned")).to_series()
 
 
+#: The end of a rotated log's name: logrotate's number (``.1``) or date (``dateext``: ``-20251111``,
+#: ``-2025111117``, ``-20251111-1762900000``), then ``.gz``.
+ROTATED = r"(?:\.(?P<rot>\d+)|-(?P<date>\d{8}(?:\d{2})?(?:-\d+)?))?(?:\.gz)?$"
+
+
 def stream_of(file: pl.Expr) -> pl.Expr:
     """A log's name without a rotation's number or date or ``.gz``: ``trainer.log.2.gz`` and
     ``trainer.log-20251111.gz`` → ``trainer.log``. Only a log's own rotated parts are one run's
     attempts in order; two logs side by side are not."""
-    return file.cast(pl.String).str.replace(r"(?:\.\d+|-\d{8}(?:\d{2})?(?:-\d+)?)?(?:\.gz)?$", "")
+    return file.cast(pl.String).str.replace(ROTATED, "")
 
 
 _CTRL_C = r"^\s*KeyboardInterrupt\b"
