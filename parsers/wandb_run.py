@@ -144,6 +144,8 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
         return WandbRun(run_id, (str(path),), empty(METRIC_SCHEMA), notes=("no run-<id>.wandb file in the run folder",))
     if log.name.startswith("run-") and log.suffix == ".wandb" and not match:
         run_id = log.stem[4:]
+    if not log.is_file():  # a pipe would block the open until something writes to it
+        return WandbRun(run_id, (str(log),), empty(METRIC_SCHEMA), notes=(f"cannot read {log.name}: a pipe, socket or device, not a file",))
     try:
         with open(log, "rb") as fh:
             framing = _Framing()

@@ -199,6 +199,19 @@ def test_folder_without_log_says_so(tmp_path: Path) -> None:
     assert run.run_id == "abc" and run.metrics.is_empty() and "no run-<id>.wandb" in run.notes[0]
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_is_said_not_opened(tmp_path: Path) -> None:
+    """A ``run-<id>.wandb`` that is a pipe is not opened (that waits for a writer forever): the
+    run says why it holds nothing. In a child process, so a hang fails the test."""
+    folder = tmp_path / "wandb" / "offline-run-20250101_000000-abc"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "run-abc.wandb")
+    script = f"from parsers.wandb_run import read_wandb_run; print(read_wandb_run({str(folder)!r}).notes)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert "cannot read run-abc.wandb: a pipe, socket or device, not a file" in done.stdout, done.stderr
+
+
 def test_resumed_run_merges_folders_later_wins(resumed_root: Path) -> None:
     folders = find_wandb_runs(resumed_root)
     # Both folders hold the run: wandb names the second "…-<id>-1" when it starts in the same second.
