@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.advice import suggest
-from forensics.align import relaunch_gaps, step_durations
+from forensics.align import relaunch_gaps, step_clock, step_durations
 from forensics.cache import ParseCache
 from forensics.causes import explain
 from forensics.checkpoints import recommend, to_checkpoints
@@ -380,11 +380,12 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
-                      unseen=_unseen(run, finding, onset_time, events))
+                      unseen=_unseen(run, finding, onset_time, events), clock=step_clock(run.steps))
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
-    # Every step from the onset on, logged or not (a copy may hold every tenth: the steps between ran too).
-    wasted = max(0, min(end - 1, last) - finding.onset_step + 1) if not run.steps.is_empty() else 0
+    # The steps run after the onset while it lasted, logged or not (a copy may hold every tenth: the
+    # steps between ran too). The contract's example: onset 940, last step 1869, 929 wasted.
+    wasted = max(0, min(end - 1, last) - finding.onset_step) if not run.steps.is_empty() else 0
     if finding.redone and finding.kind == "crash":  # the attempt's steps the relaunch logged again, and the one it died in
         wasted = finding.redone[1] - finding.redone[0] + 2
     elif finding.redone and finding.onset_row:  # the abandoned attempt's own steps, not the run's
@@ -392,7 +393,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         # Its copies from the onset on: by time, or (a log printing none, verl's console) by line in the onset's file.
         ours = (pl.col("time").is_between(row["time"], finding.until or datetime.max) if row["time"] is not None
                 else (pl.col("file").cast(pl.String) == str(row["file"])) & (pl.col("line") >= row["line"]))
-        wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step, end - 1) & ours)["step"].n_unique()
+        wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step + 1, end - 1) & ours)["step"].n_unique()
     until = finding.until or _last_time(run.steps.filter(pl.col("step") <= (finding.end_step or last)))
     hours = (until - onset_time).total_seconds() / 3600 if until and onset_time and until >= onset_time else None
     return Incident(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from forensics.align import assign_steps
 from forensics.detect import FROM_SERVER, Finding, raised
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
@@ -87,21 +88,24 @@ def explain(
     *,
     has_server_log: bool = True,
     unseen: str | None = None,
+    clock: pl.DataFrame | None = None,
     window_before: int = 3,
     window_after: int = 2,
     baseline: int = 50,
 ) -> Verdict:
     """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned).
-    ``unseen`` says why no log could show a failure at the onset: then finding none is no finding."""
+    ``unseen`` says why no log could show a failure at the onset: then finding none is no finding.
+    With the run's step ``clock`` (``time, step``), a timeout logged when it ran out counts at every
+    step its request was waiting in: one sent at the onset and logged an hour later is the onset's."""
     onset = finding.onset_step
     if finding.kind == "stall":
         spans = _Windows((onset, onset), (max(onset - baseline, 0), onset - 1))
     else:
         first = max(onset - window_before, 0)
         spans = _Windows((first, onset + window_after), (max(first - baseline, 0), first - 1))
-    attributed = _attribute(events)
-    in_window = attributed.filter(pl.col("step").is_between(*spans.window))
-    in_baseline = attributed.filter(pl.col("step").is_between(*spans.baseline))
+    attributed = _waiting_since(_attribute(events), clock)
+    in_window = attributed.filter(_during(spans.window))
+    in_baseline = attributed.filter(_during(spans.baseline) & ~_during(spans.window))
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
     seen = dict(_failures(in_window, "kind").iter_rows())
@@ -143,7 +147,7 @@ def explain(
         confidence += 0.1
     if finding.kind == "crash":
         confidence = max(confidence, 0.85)  # a process death is seen, not inferred
-    parts = [_explain_rates(kinds, spans, first), _brought_about(brought), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
+    parts = [_explain_rates(kinds, spans, first), _logged_later(in_window, spans, cause), _brought_about(brought), _what_died(in_window), *server.sentences, _escalation(attributed, spans, cause)]
     explanation = " ".join(p for p in parts if p)
     deciding_lines = _evidence(in_window, cause)
     evidence = deciding_lines[:12] + server.evidence + _later_evidence(attributed, spans, cause) + deciding_lines[12:]
@@ -194,6 +198,43 @@ def _attribute(events: pl.DataFrame) -> pl.DataFrame:
         .otherwise(by_kind)
     )
     return events.filter(pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
+
+
+#: AReaL's client: ``HTTP request to … timed out after 3600.00s (attempt 1/3)``, logged when it ran out.
+_TIMED_OUT_AFTER = r"timed out after (\d+(?:\.\d+)?) ?s\b"
+
+
+def _waiting_since(events: pl.DataFrame, clock: pl.DataFrame | None) -> pl.DataFrame:
+    """``events`` with ``since``: the step a timed-out request was sent in (its own step for
+    any other event)."""
+    since = pl.col("step").alias("since")
+    if clock is None or clock.is_empty() or events.is_empty():
+        return events.with_columns(since)
+    seconds = (pl.when(pl.col("kind") == "request_timeout")
+               .then(pl.col("message").str.extract(_TIMED_OUT_AFTER, 1).cast(pl.Float64, strict=False)))
+    sent = pl.col("time") - pl.duration(milliseconds=(seconds * 1000).round().cast(pl.Int64))
+    waited = events.select(sent.alias("time"), pl.lit(None, dtype=pl.Int64).alias("step"))
+    sent_step = assign_steps(waited, clock.select("time", pl.col("step").cast(pl.Int64)))["step"]
+    return events.with_columns(pl.min_horizontal(pl.col("step"), sent_step.alias("since")).alias("since"))
+
+
+def _during(span: tuple[int, int]) -> pl.Expr:
+    """The event's time, from when it began (``since``) to when it was logged, overlaps ``span``."""
+    return (pl.col("since") <= span[1]) & (pl.col("step") >= span[0])
+
+
+def _logged_later(window: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
+    late = window.filter((pl.col("cause") == cause) & (pl.col("step") > spans.window[1]))
+    if late.is_empty():
+        return ""
+    first = late.sort("time", "line", nulls_last=True).row(0, named=True)
+    waited = re.search(_TIMED_OUT_AFTER, first["message"] or "")
+    how_long = f" {float(waited.group(1)):g} s" if waited else ""
+    n, of = late.height, window.filter(pl.col("kind") == first["kind"]).height
+    which = (f"The {first['kind']} was" if of == 1 else f"All {n} {first['kind']} were" if n == of
+             else f"{n} of the {of} {first['kind']} {'was' if n == 1 else 'were'}")
+    return (f"{which} logged only when the{how_long} timeout ran out (from step {first['step']}):"
+            f" {'its request was' if n == 1 else 'their requests were'} sent in {step_span(*spans.window)}.")
 
 
 def _rate_test(window: pl.DataFrame, baseline: pl.DataFrame, spans: _Windows) -> pl.DataFrame:
@@ -330,7 +371,7 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
 
 
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
-    later = events.filter((pl.col("step") > spans.window[1]) & pl.col("cause").is_not_null())
+    later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
     firsts = later.sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True)
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 

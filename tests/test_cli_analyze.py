@@ -40,7 +40,7 @@ def test_seed000_onset_cause_and_checkpoint(fixture_run, tmp_path: Path) -> None
     assert first["onset_time"] == "2025-11-11T11:37:11.251"
     assert first["recovered"] is False and first["end_step"] is None
     assert first["cause"] == "inference_server_unresponsive"
-    assert first["wasted_steps"] == 930
+    assert first["wasted_steps"] == 929
     assert first["evidence"] and first["evidence"][0]["kind"] == "request_timeout"
     rec = run["recommendation"]
     assert rec["checkpoint"].endswith("default/epoch0epochstep899globalstep899")

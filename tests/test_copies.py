@@ -254,20 +254,20 @@ def test_a_copy_logged_every_tenth_step_counts_every_step_a_collapse_wasted(tmp_
     writer.close()
     [run] = analyze([tmp_path / "tb"]).runs
     [collapse] = run.incidents
-    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (111, None, 191)
+    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (111, None, 190)
     assert "so it began between steps 102 and 111" in collapse.summary
 
 
 def test_a_step_log_cut_short_goes_on_in_its_copy(console, tmp_path: Path) -> None:
     """The trainer log stops at step 50 (its tee died), a TensorBoard copy holds all 100 steps: the
-    run's steps are 1-100, the collapse at 70 never recovered and wasted 31 steps, and no note says
+    run's steps are 1-100, the collapse at 70 never recovered and wasted 30 steps after it, and no note says
     steps after 50 could not be read."""
     tree, log = cut_at_step_50(console, tmp_path)
     write_tensorboard(log.parent / "tensorboard", console[1])
     [run] = analyze([tree]).runs
     assert run.step_range()["last"] == 100
     [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
-    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (ONSET, None, 31)
+    assert (collapse.onset_step, collapse.end_step, collapse.wasted_steps) == (ONSET, None, 30)
     assert "never recovered" in collapse.summary
     assert "the step log ends at step 50; steps 51–100 are known only from its copy (tensorboard)" in run.notes
     # No log saw step 70: that no failure was logged there says nothing, so no cause is claimed.

@@ -24,7 +24,7 @@ def test_seed003_dead_batches_with_reward_std_evidence_and_slow_second_iteration
     assert incident.metric == "reward/std"
     # Iteration 3 was cut short by the Ctrl-C: its zero rewards count, said as such, not as a step the run logged.
     assert "3 steps in a row (the last, step 3, unfinished when the log ends)" in incident.summary
-    assert run.step_range()["last"] == 2 and incident.wasted_steps == 2
+    assert run.step_range()["last"] == 2 and incident.wasted_steps == 1
     assert not any("AReaL" in s for s in incident.suggestions)  # a hand-rolled loop gets no AReaL setting
     assert any(e.kind == "zero_advantages" and "rewards_grouped=[[0.0" in e.text for e in incident.evidence)
     # The onset's own value, said as a value: not dressed as a line AReaL would print.
@@ -66,7 +66,7 @@ def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: P
             "a relaunch from step 30 took the run on from step 31") in incident.summary
     onset = incident.onset_evidence
     assert "| step 40 | reward=0.0000" in log.read_text().splitlines()[onset.line - 1] and onset.line == 40
-    assert incident.wasted_steps == 21
+    assert incident.wasted_steps == 20
 
 
 def test_user_format_is_read_by_metrics_and_analyze(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_recovery_ends_the_incident(tmp_path: Path) -> None:
     spec = RunSpec(last_step=150, reward=lambda s: 0.0 if 60 <= s < 90 else healthy_reward(s))
     [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
     assert (incident.onset_step, incident.end_step, incident.recovered) == (60, 90, True)
-    assert incident.wasted_steps == 30
+    assert incident.wasted_steps == 29
 
 
 def test_collapse_to_a_nonzero_constant(tmp_path: Path) -> None:
@@ -324,7 +324,7 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     run = only_run(paths.fileroot)
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.end_step, incident.recovered) == ("reward_collapse", 60, 81, True)
-    assert incident.cause == "inference_server_crash" and incident.wasted_steps == 21
+    assert incident.cause == "inference_server_crash" and incident.wasted_steps == 20
     assert ("exactly zero from step 60 to step 80, the attempt's last, in an attempt the run abandoned at step 80: "
             "a relaunch from step 50 took the run on from step 51") in incident.summary
     assert "came back" not in incident.summary  # the relaunch's healthy values are no return from it
@@ -408,7 +408,7 @@ def test_an_abandoned_attempt_past_where_the_relaunch_got_is_not_the_run(tmp_pat
     run = only_run(paths.fileroot)
     assert int(run.steps["step"].max()) == 75
     [incident] = run.incidents
-    assert (incident.onset_step, incident.end_step, incident.recovered, incident.wasted_steps) == (60, 81, True, 21)
+    assert (incident.onset_step, incident.end_step, incident.recovered, incident.wasted_steps) == (60, 81, True, 20)
     assert "abandoned at step 80: a relaunch from step 50 took the run on from step 51" in incident.summary
     assert run.recommendation.step == 60 and any("saved by an attempt a relaunch abandoned" in w for w in run.recommendation.warnings)
     assert not any("could not be read" in n for n in run.notes)

@@ -99,7 +99,7 @@ def _run(
         incidents.append(Incident(
             id="incident-1", kind="reward_collapse", metric=REWARD, onset_step=collapse, onset_time=_t(collapse),
             end_step=None, recovered=False, cause="inference_server_unresponsive", confidence=0.9,
-            evidence=evidence, wasted_steps=n_steps - collapse + 1,
+            evidence=evidence, wasted_steps=n_steps - collapse,
             wasted_hours=(n_steps - collapse) * 30 / 3600,
             summary="Reward fell from 0.55 to 0.02 at step 120 after inference requests started timing out.",
         ))
@@ -157,13 +157,13 @@ def test_verdict_comes_before_any_chart(collapse_html: str) -> None:
     first_script = collapse_html.index("<script")
     assert inc < ckpt < first_plot < first_script
     verdict = collapse_html[collapse_html.index('<header class="verdict"'):first_plot]
-    for expected in ("reward collapse", "step 120", "not recovered", "81 steps", "inference_server_unresponsive",
+    for expected in ("reward collapse", "step 120", "not recovered", "80 steps", "inference_server_unresponsive",
                      "0.90", "logs/trainer.log:1181", CKPT_100, "--recover-from", "optimizer state restarts",
                      "Reward fell from 0.55"):
         assert expected in verdict, expected
     assert "<pre><code>python -m areal.launcher" in verdict
-    # 81 steps at 30 s each from onset to the last step: 80 * 30 s = 0.67 h
-    assert "81 steps (0.67 h)" in verdict
+    # 80 steps after the onset at 30 s each: 80 * 30 s = 0.67 h
+    assert "80 steps (0.67 h)" in verdict
 
 
 def test_verdict_says_how_long_a_recovered_incident_lasted() -> None:
@@ -398,7 +398,7 @@ def test_empty_run_renders() -> None:
 def test_markdown_summary() -> None:
     md = render_markdown(Analysis(runs=[_run()]))
     assert md.startswith("#### grpo-forensics: gsm8k-grpo/trial0 — 1 incident")
-    assert "from step 120 (2025-11-11T11:00:00), **not recovered**; wasted 81 steps (0.67 h)" in md
+    assert "from step 120 (2025-11-11T11:00:00), **not recovered**; wasted 80 steps (0.67 h)" in md
     assert "Cause: `inference_server_unresponsive` (confidence 0.90)" in md
     assert "`logs/trainer.log:1181`" in md
     assert f"**Resume from step 100:** `{CKPT_100}`" in md

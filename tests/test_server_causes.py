@@ -294,3 +294,27 @@ def test_a_bare_killed_in_a_warning_level_server_log_is_dated_at_the_exit_it_pre
     assert collapse.cause == "inference_server_crash"
     assert any(e.kind == "process_killed" for e in collapse.evidence)
     assert any("OOM killer" in s for s in collapse.suggestions)
+
+
+@pytest.mark.parametrize(("waited", "cause"), [(3600.0, "inference_server_unresponsive"), (60.0, "reward_pipeline")])
+def test_a_timeout_counts_from_when_its_request_was_sent(tmp_path: Path, waited: float, cause: str) -> None:
+    """Seed 000's hypothesis: the server stops answering at step 120 and AReaL logs each request's
+    ``timed out after 3600.00s`` only when it runs out, an hour (60 steps) later. Those requests
+    were sent at the onset: they explain it. The same lines after a 60 s timeout were sent long
+    after it, and explain nothing."""
+    from areal_builder import LogLine, RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    def timeout(step: int, at: datetime) -> list[LogLine]:
+        said = f"HTTP request to 172.17.0.2:30000/generate timed out after {waited:.2f}s (attempt 1/3)"
+        return [LogLine(at, said, "/AReaL/areal/utils/http.py", "WARNING")] if step in (180, 181) else []
+
+    spec = RunSpec(last_step=200, step_seconds=(60.0, 60.0), step_lines=timeout,
+                   reward=lambda step: 0.0 if step >= 120 else healthy_reward(step))
+    write_run(tmp_path / "outputs", spec)
+    collapse = analyze(tmp_path / "outputs").runs[0].incidents[0]
+    assert (collapse.kind, collapse.onset_step, collapse.cause) == ("reward_collapse", 120, cause)
+    if cause == "inference_server_unresponsive":
+        assert "All 2 request_timeout were logged only when the 3600 s timeout ran out (from step 180): their requests were sent in steps 117–122." in collapse.summary
+        assert [e.step for e in collapse.evidence if e.kind == "request_timeout"] == [180, 181]

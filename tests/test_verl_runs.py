@@ -197,7 +197,7 @@ def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: P
     run = only(tmp_path / "run")
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.end_step, incident.recovered) == ("reward_collapse", 32, 46, True)
-    assert incident.wasted_steps == 14
+    assert incident.wasted_steps == 13
     assert ("exactly zero from step 32 to step 45, the attempt's last, in an attempt the run abandoned at step 45: "
             "a relaunch from step 30 took the run on from step 31") in incident.summary
     onset = incident.onset_evidence
