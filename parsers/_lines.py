@@ -72,11 +72,12 @@ class _GzipTolerant:
         self._fed = False  # the current member has had bytes: the file must not end before its end
         self._next = b""  # bytes after a member's end: the next member, if any
         self._text = 0
+        self._salvaged = b""  # inflated before a corrupt spot, beyond what the last read asked for
         self._done = False
         _damage.pop(self._path, None)
 
     def read(self, n: int) -> bytes:
-        out = bytearray()
+        out, self._salvaged = bytearray(self._salvaged[:n]), self._salvaged[n:]
         while len(out) < n and not self._done:
             raw = self._inflate.unconsumed_tail or self._next or self._fh.read(1 << 20)
             self._next = b""
@@ -85,12 +86,16 @@ class _GzipTolerant:
                 if self._fed:
                     self._say(f"cut off after {self._text + len(out):,} bytes of text (the file ends mid-stream): the rest of the log is missing")
                 break
+            self._fed = True
+            before = self._inflate.copy()
             try:
-                self._fed = True
                 out += self._inflate.decompress(raw, n - len(out))
-            except zlib.error:  # corrupt: keep what was inflated
+            except zlib.error:  # corrupt: keep what was inflated before the bad bytes
                 self._done = True
-                self._say(f"corrupt after {self._text + len(out):,} bytes of text: the rest of the file was skipped")
+                rest, take = _inflate_until_error(before, raw), n - len(out)
+                self._say(f"corrupt after {self._text + len(out) + len(rest):,} bytes of text: the rest of the file was skipped")
+                out += rest[:take]
+                self._salvaged = rest[take:]
                 break
             if self._inflate.eof:  # next gzip member, if any (concatenated .gz files); zeros pad some
                 self._next = self._inflate.unused_data.lstrip(b"\0")
@@ -107,6 +112,20 @@ class _GzipTolerant:
 
     def __exit__(self, *exc: object) -> None:
         self._fh.close()
+
+
+def _inflate_until_error(inflate: Any, raw: bytes, piece: int = 4096) -> bytes:
+    """What ``inflate`` makes of ``raw`` fed a piece at a time, up to the piece zlib fails on: a
+    failed call returns nothing, so one call for the whole chunk would lose all it had inflated."""
+    out = bytearray()
+    for start in range(0, len(raw), piece):
+        try:
+            out += inflate.decompress(raw[start : start + piece])
+        except zlib.error:
+            break
+        if inflate.eof:
+            break
+    return bytes(out)
 
 
 def _open(path: Path) -> Any:

@@ -47,6 +47,24 @@ def test_blocks_hold_whole_lines_and_every_byte(tmp_path: Path, name: str, size:
     assert all(len(block) <= size + longest for block in got)
 
 
+@pytest.mark.parametrize("size", [4096, lines.BATCH_BYTES])
+def test_a_corrupt_gzip_keeps_the_text_before_the_bad_byte(tmp_path: Path, size: int) -> None:
+    """One flipped byte in the middle of a small .gz: zlib fails only at the end (the data check)
+    or a little after the byte, in the same call that inflated the rest; the text before the bad
+    spot is kept, whole lines only, and the damage is said."""
+    data = b"".join(b"20251111-11:%02d:%02d.000 StatsLogger INFO: Train step %d/935 done. reward %d\n" % (i // 60 % 60, i % 60, i, i * 7919 % 1000)
+                    for i in range(20_000))
+    packed = bytearray(gzip.compress(data))
+    packed[len(packed) // 2] ^= 0x01
+    log = tmp_path / "trainer.log.gz"
+    log.write_bytes(bytes(packed))
+    got = b"".join(_blocks(log, size))
+    kept = got.split(b"\n")
+    assert len(kept) > 5_000 and data.startswith(b"\n".join(kept[:5_000]))
+    assert all(len(block) <= size + 200 for block in _blocks(log, size))
+    assert lines.gzip_damage(log).startswith("gzip stream corrupt after ")
+
+
 def test_a_file_cut_short_while_read_ends_at_its_new_end(tmp_path: Path) -> None:
     """A relaunch's ``tee`` without ``-a`` truncates the log while it is read: the read ends
     where the file now ends, with no error."""
