@@ -164,7 +164,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     first = pl.col("text").str.head(1)
     base = (
         lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
-        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
+        # (a progress bar's ``\r`` redraws before a line, as a terminal shows it: only what follows the last)
+        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end().str.replace(r"^.*\r", ""))
         .filter(pl.col("text") != "")
         .with_columns(pl.col("text").str.head(_HEAD_CHARS).alias("head"))
         .with_columns(pl.col("head").str.contains(fmt.line_regex).alias("logged"))
@@ -200,11 +201,11 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         kept,
         "time",
         "level",
-        pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER)).alias("lite_step"),
+        pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER, r"Train step (\d+)/\d+ done\.", " done.")).alias("lite_step"),
         # ``Train step g/G``: G, the steps the run was launched for (a traceback after the last is teardown).
         pl.when(text.str.contains("Train step ", literal=True)).then(text.str.extract(_LITE_HEADER, 6)).alias("planned"),
         text.str.contains("Training completes! Total time elapsed", literal=True).alias("completes"),
-        pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER)).alias("realhf_step"),
+        pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER, r"\(global step (\d+)\) finishes\.", " finishes.")).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
         text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
     )
@@ -303,9 +304,13 @@ def _assemble(
 _DAMAGED = -1
 
 
-def _header_step(text: pl.Expr, header: str) -> pl.Expr:
-    digits = text.str.extract(header, 5)
-    return pl.coalesce(step_number(digits), pl.when(digits.is_not_null()).then(pl.lit(_DAMAGED, pl.Int64)))
+def _header_step(text: pl.Expr, header: str, step_alone: str, ending: str) -> pl.Expr:
+    """The step a header line names; one damaged elsewhere (a NUL in ``Epoch``) by its step part
+    alone; ``_DAMAGED`` for one that ends like a header but names no readable step: its table must
+    not join the step above's."""
+    digits = pl.coalesce(text.str.extract(header, 5), text.str.extract(step_alone, 1))
+    damaged = digits.is_not_null() | text.str.contains(ending, literal=True)
+    return pl.coalesce(step_number(digits), pl.when(damaged).then(pl.lit(_DAMAGED, pl.Int64)))
 
 
 def _headers(logged: pl.DataFrame) -> pl.DataFrame:

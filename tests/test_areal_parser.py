@@ -280,6 +280,34 @@ def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> N
         plain.metrics.filter(pl.col("step").is_not_null()).select(values))
 
 
+@pytest.mark.parametrize(
+    ("damage", "steps"),
+    [
+        ("progress bar", [1, 2, 3]),  # tqdm's redraws and ``\r`` before the header: as a terminal shows it
+        ("nul in Epoch", [1, 2, 3]),  # the step part is whole: the step is read
+        ("letter for a digit", [1, 3]),  # no readable step: its table is skipped, and said
+    ],
+)
+def test_a_damaged_step_header_never_lends_its_table_to_the_step_above(tmp_path: Path, damage: str, steps: list[int]) -> None:
+    """One damaged character in step 2's header: step 1 keeps its own values, never the mean of
+    its table and step 2's (as two ``Stats`` tables of one step would be)."""
+    text = "".join(stats_block(step, [{"grpo_actor/task_reward/avg": step / 10}], time=f"20251111-11:3{step}:11.251") for step in (1, 2, 3))
+    start = text.index("20251111-11:32:11.251 StatsLogger INFO: Epoch")
+    header = text.index("Train step 2/", start)
+    text = {
+        "progress bar": text[:start] + "rollout  42%|####      | 13/32\rrollout  44%|####      | 14/32\r" + text[start:],
+        "nul in Epoch": text[:start] + text[start:].replace("Epoch", "Ep\0och", 1),
+        "letter for a digit": text[:header] + "Train step O/" + text[header + len("Train step 2/"):],
+    }[damage]
+    (tmp_path / "trainer.log").write_text(text)
+    log = read_areal_log(tmp_path / "trainer.log")
+    assert log.steps["step"].to_list() == steps
+    assert values(log, "grpo_actor/task_reward/avg") == {step: step / 10 for step in steps}
+    if damage == "letter for a digit":
+        assert "1 step headers carry no readable step number (a damaged line): their tables were skipped" in log.notes
+        assert log.unparsed_lines == 1
+
+
 @pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
 def test_a_worker_log_carrying_the_servers_lines_has_their_failures() -> None:
     """A realhf generation-server worker's log holds SGLang's own lines: the server's scheduler
