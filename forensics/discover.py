@@ -32,7 +32,8 @@ _LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" +
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
-_TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0"}
+#: (verl's console is whatever its launch tee'd to: its quickstart's name, and the usual one)
+_TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0", "train.log", "verl_demo.log"}
 #: Sources that attach to the run whose text logs sit above them: copies of its numbers
 #: (W&B, TensorBoard, verl's JSONL logger) and the Ray session its workers ran in.
 COPY_KINDS = {"wandb", "tensorboard", "verl_jsonl", "ray_session"}
@@ -191,6 +192,8 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
                     problems.append(f"{path}: a {special}, not a file: not read (reading would take what a writer sends)")
                 continue
             if path.stat().st_size == 0:
+                if _named_like_a_runs_log(path, servers=False):  # (a quiet server may well log nothing)
+                    problems.append(f"{path}: empty: nothing to read")
                 continue
             kind = _kind(path, custom_format)
             if kind is None and given and _LOG_NAME.match(path.name) and looks_like_ray_console(path):
@@ -199,14 +202,34 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
             problems.append(f"{path}: {exc.strerror or exc}")
             continue
         if kind is None:
-            match = _LOG_NAME.match(path.name)
-            if match and match.group("base") in _TRAINER_LOGS | _SERVER_LOGS:  # by its name a run's log: say why it is left out
+            if _LOG_NAME.match(path.name) and utf16(path):  # a Windows tool's copy: say how to read it
+                problems.append(f"{path}: {UTF16_NOTE}")
+            elif _named_like_a_runs_log(path):  # by its name a run's log: say why it is left out
                 problems.append(f"{path}: named like a trainer or server log, but no format this tool reads (binary,"
                                 " damaged or another tool's log): not read")
             continue
         match = _LOG_NAME.match(path.name)
         sources.append(LogSource(path, kind, _rotation_order(match)))
     return sources, problems
+
+
+def _named_like_a_runs_log(path: Path, *, servers: bool = True) -> bool:
+    match = _LOG_NAME.match(path.name)
+    return bool(match) and match.group("base") in (_TRAINER_LOGS | _SERVER_LOGS if servers else _TRAINER_LOGS)
+
+
+UTF16_NOTE = "not read: the file is UTF-16 text (convert it with iconv -f UTF-16 -t UTF-8)"
+
+
+def utf16(path: Path) -> bool:
+    """Whether ``path`` is UTF-16 text (a Windows tool's copy, PowerShell's ``>``): the readers read
+    UTF-8 bytes, and every other byte of it is a NUL."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 64 and head.count(0) > len(head) // 3)
 
 
 def _rotation_order(match: re.Match[str] | None) -> int:

@@ -21,7 +21,7 @@ from forensics.align import (
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
-from forensics.discover import LogSource, RunLocation
+from forensics.discover import UTF16_NOTE, LogSource, RunLocation, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
@@ -278,7 +278,7 @@ def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:
             # Each parser counts the other's lines as its own failures; a line neither
             # understood is unparsed by both, so the smaller count is the true one.
             min(p.unparsed_lines for p in parsed),
-            (*(note for p in parsed for note in p.notes), *(_utf16(source.path) if source.kind not in _BINARY else ())),
+            (*(note for p in parsed for note in p.notes), *((UTF16_NOTE,) if source.kind not in _BINARY and utf16(source.path) else ())),
             bytes=identity.size if identity else None,
             digest=identity.digest if identity else None,
             digest_method=identity.method if identity else None,
@@ -288,18 +288,6 @@ def _coverage(source: LogSource, parsed: list[Parsed]) -> list[SourceReport]:
 
 #: Sources whose files are binary by design (NULs are no sign of UTF-16 there).
 _BINARY = ("wandb", "tensorboard", "ray_session")
-
-
-def _utf16(path: Path) -> list[str]:
-    """A note for a log written as UTF-16 (a Windows tool's copy): the readers read UTF-8 bytes, and
-    every other byte of it is a NUL."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return []
-    wide = head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 64 and head.count(0) > len(head) // 3)
-    return ["not read: the file is UTF-16 text (convert it with iconv -f UTF-16 -t UTF-8)"] if wide else []
 
 
 def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:

@@ -509,3 +509,26 @@ def test_a_trainer_log_ending_in_killed_is_a_crash(tmp_path: Path) -> None:
         fh.write("Killed\n")
     [other] = analyze([server.fileroot]).runs
     assert not [i for i in other.incidents if i.kind == "crash"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [("utf-16", "not read: the file is UTF-16 text (convert it with iconv -f UTF-16 -t UTF-8)"),
+     ("empty", "empty: nothing to read"),
+     ("junk", "named like a trainer or server log, but no format this tool reads")],
+)
+def test_a_verl_console_that_cannot_be_read_is_named(tmp_path: Path, damage: str, said: str) -> None:
+    """verl's console (``train.log``, its step lines) saved by PowerShell as UTF-16, left empty or
+    overwritten with junk: the run is judged on its JSONL copy, and the console is named as unread
+    with why — never dropped without a word."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=40, save_freq=10, score=lambda s: 0.0 if s >= 30 else 0.5))
+    console = paths.train_log
+    assert console.name == "train.log"
+    console.write_bytes({"utf-16": console.read_text().encode("utf-16"), "empty": b"",
+                         "junk": bytes(random.Random(5).randrange(1, 256) for _ in range(20_000))}[damage])
+    [run] = analyze(tmp_path / "run").runs
+    [unread] = [s for s in run.sources if Path(s.path).name == "train.log"]
+    assert unread.kind == "unreadable" and any(said in note for note in unread.notes), unread
+    assert any(said in note for note in run.data_lost())
