@@ -459,9 +459,11 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         pl.col("line").alias("exc_line"), pl.col("text").alias("exc_text")
     )
     firsts = untimed.filter("exc").select(pl.col("line").alias("first_line"), pl.col("text").alias("first_exc"))
-    # ``logger.exception``: an error line, then its traceback — one failure, one event: the line,
-    # unless it is of no known kind (``log_error``) and the traceback's exception is (a ``cuda_oom``).
-    errors_at = named.filter(is_error).select((pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"))
+    # ``logger.exception``: an error line, then its traceback — one failure, one event: the line
+    # when it is of a known kind, else the traceback (its exception says what failed: a ``cuda_oom``,
+    # or a RuntimeError a run that went no further died of).
+    errors_at = named.filter(is_error).select(
+        (pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"), pl.col("text").alias("said"))
     tracebacks = (
         starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
         .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
@@ -473,10 +475,12 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         )
         .with_columns(fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"))
         .join(errors_at, on="line", how="left", maintain_order="left")
-        .filter(pl.col("told").is_null() | (~pl.col("told") & (pl.col("kind") != "traceback")))
+        .filter(~pl.col("told").fill_null(False))
         .with_columns(
             pl.lit("error").alias("severity"),
-            traceback_message(pl.col("text"), pl.col("first_exc"), pl.col("exc_text")).alias("message"),
+            # (an untyped one is told by the error line, with what it raised)
+            traceback_message(pl.when(pl.col("kind") == "traceback").then(pl.coalesce("said", "text")).otherwise("text"),
+                              pl.col("first_exc"), pl.col("exc_text")).alias("message"),
         )
     )
     named = named.filter((pl.col("kind") != "log_error") | ~(pl.col("line") + 1).is_in(tracebacks["line"].implode()))

@@ -184,10 +184,11 @@ def test_traceback_is_one_event_with_the_kind_of_its_last_exception(tmp_path: Pa
     [
         # The exception says what failed: the traceback's kind, at its line.
         ("Training step failed", "torch.OutOfMemoryError: CUDA out of memory.", "cuda_oom", "Traceback (most recent call last):"),
-        # The line says it (a kind of its own), or the exception says nothing more: the line.
+        # The line says it (a kind of its own): the line.
         ("HTTP request to 10.0.0.5:17243/generate timed out after 3600.00s (attempt 3/3)", "torch.OutOfMemoryError: CUDA out of memory.",
          "request_timeout", "ERROR"),
-        ("Error cleaning up worker actor/0: 'psutil'", "KeyError: 'psutil'", "log_error", "ERROR"),
+        # Neither does: a traceback, told by the line and what it raised (a run that died of it crashed).
+        ("Error cleaning up worker actor/0: 'psutil'", "KeyError: 'psutil'", "traceback", "Traceback (most recent call last):"),
     ],
 )
 def test_an_error_line_and_its_traceback_are_one_event(tmp_path: Path, said: str, raised: str, kind: str, at: str) -> None:
@@ -202,13 +203,15 @@ def test_an_error_line_and_its_traceback_are_one_event(tmp_path: Path, said: str
     assert events["kind"].to_list() == [kind]
     assert at in path.read_text().splitlines()[events["line"][0] - 1]
     assert events["time"][0] == datetime(2025, 1, 15, 10, 0, 5)
+    if kind == "traceback":
+        assert events["message"][0] == f"20250115-10:00:05.000 RayWorker ERROR: {said} … {raised}"
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
         ("issue1020_statslogger_header.log", {"steps": [1]}),
-        ("issue1065_local_scheduler_cleanup_error.log", {"kinds": {"log_error"}}),
+        ("issue1065_local_scheduler_cleanup_error.log", {"kinds": {"traceback"}}),
         ("issue145_realhf_gserver_weight_update_crash.log", {"kinds": set()}),
         ("issue355_update_weights_from_disk_timeout.log", {"kinds": {"traceback"}}),
     ],

@@ -144,6 +144,20 @@ def test_a_bare_traceback_after_the_last_step_ends_a_run_cut_short(tmp_path: Pat
     assert incident.onset_time == run.steps.filter(run.steps["step"] == 60)["time"][0]
 
 
+def test_an_exception_logged_with_its_traceback_as_the_last_act_ends_a_run_cut_short(tmp_path: Path) -> None:
+    """``logger.error(..., exc_info=True)`` after step 60 of 90, then nothing: the error line and
+    its traceback are one failure, a RuntimeError the run died of — a crash, not a healthy run."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, steps_per_epoch=30, total_epochs=3))
+    last = only_run(paths.fileroot).steps["time"].max()
+    said = f"{last + timedelta(seconds=20):%Y%m%d-%H:%M:%S}.000 [FSDP Engine Rank 0] ERROR: ppo update failed"
+    paths.trainer_log.write_text(paths.trainer_log.read_text() + f"{said}\nTraceback (most recent call last):\n"
+                                 '  File "train.py", line 9, in <module>\nRuntimeError: NCCL communicator was aborted on rank 0.\n')
+    run = only_run(paths.fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 61, "training_worker_crash")
+    assert "RuntimeError: NCCL communicator was aborted on rank 0." in incident.summary
+
+
 @pytest.mark.parametrize("where", ["trainer", "completed", "server"])
 def test_teardown_failures_of_a_finished_run_and_a_servers_traceback_are_no_crash(tmp_path: Path, where: str) -> None:
     """A run that logged all 60 of its 60 steps (or said ``Training completes!`` at 60 of 90), then

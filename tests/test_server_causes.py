@@ -195,8 +195,9 @@ def test_failures_the_run_logged_all_along_do_not_explain_a_collapse(tmp_path: P
     collapse = analyze(tmp_path / "outputs").runs[0].incidents[0]
     assert (collapse.kind, collapse.onset_step, collapse.cause) == ("reward_collapse", 120, cause)
     if cause == "reward_pipeline":
-        assert ("The only failures around the onset were of kinds the run had logged all along (1 request_timeout in "
-                "steps 117–122 vs 6 in the 50 steps before (p=0.5)), not what changed; the rewards themselves went constant") in collapse.summary
+        # (one logged at step 126 was sent at 117: its 600 s ran through the onset)
+        assert ("The only failures around the onset were of kinds the run had logged all along (2 request_timeout in "
+                "steps 117–122 vs 6 in the 50 steps before (p=0.2)), not what changed; the rewards themselves went constant") in collapse.summary
 
 
 def test_a_server_log_on_another_time_zones_clock_is_moved_onto_the_runs(fixture_run, tmp_path: Path) -> None:
