@@ -724,7 +724,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
             horizon = replace(trigger, time=trigger.time + timedelta(seconds=TOGETHER_SECONDS))
         events, metrics = _up_to(events, horizon, borrow=True), _up_to(metrics, trigger)
     onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
-    finding_kind = "stall" if trigger.kind == "stall" else "crash" if trigger.kind == "crash" else "reward_collapse"
+    finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf") else "reward_collapse"
     if onset is None:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
                      trigger.evidence)

@@ -56,6 +56,26 @@ def test_replay_fires_within_the_configured_steps_after_the_offline_onset(name: 
     assert first.step < result.last_step
 
 
+def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Path) -> None:
+    """The loss and gradient norm go NaN from step 60, the reward stays alive: the alarm's cause is
+    the numbers' divergence, as ``analyze`` says, never a reward pipeline that did not go constant."""
+    import math
+
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    def nan_from_60(step: int, stats: dict[str, float]) -> None:
+        if step >= 60:
+            stats["grpo_actor/actor_loss/avg"] = stats["grpo_actor/grad_norm"] = math.nan
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=80, stats_tweak=nan_from_60))
+    [incident] = [i for i in analyze(paths.fileroot).runs[0].incidents if i.kind == "nan_inf"]
+    [result] = replay([paths.fileroot])
+    [alarm] = [a for a in result.alarms if a.kind == "nan_inf"]
+    assert (alarm.cause, incident.cause) == ("numerical_divergence", "numerical_divergence")
+
+
 def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
     by_kind = {a.kind: a for a in reversed(result.alarms)}
