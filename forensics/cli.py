@@ -17,13 +17,14 @@ import re
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook
+from rich.segment import Segment
 
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
@@ -82,10 +83,10 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
     except typer.Exit:
         raise
     except NoCheckpointSaved as exc:
-        typer.echo(f"grpo-forensics: {exc}", err=True)
+        typer.echo(_visible(f"grpo-forensics: {exc}"), err=True)
         raise typer.Exit(EXIT_NO_CHECKPOINT) from None
     except NoCheckpointBeforeIncident as exc:
-        typer.echo(f"grpo-forensics: {exc}", err=True)
+        typer.echo(_visible(f"grpo-forensics: {exc}"), err=True)
         raise typer.Exit(EXIT_NONE_BEFORE) from None
     except (ForensicsError, OSError) as exc:
         if isinstance(exc, OSError) and _reader_gone(exc):  # `... | head`: the reader had enough
@@ -93,22 +94,50 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
             raise typer.Exit(0) from None
         if debug:
             traceback.print_exc()
-        typer.echo(f"grpo-forensics: {exc}", err=True)
+        typer.echo(_visible(f"grpo-forensics: {exc}"), err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Exception as exc:  # a bug: say so plainly, show the traceback only on request
         if debug:
             traceback.print_exc()
-        typer.echo(f"grpo-forensics: internal error ({type(exc).__name__}: {exc}); rerun with --debug", err=True)
+        typer.echo(_visible(f"grpo-forensics: internal error ({type(exc).__name__}: {exc}); rerun with --debug"), err=True)
         raise typer.Exit(EXIT_BUG) from None
 
 
 class _Console(Console):
     """rich's console, but a reader that closes the pipe (``| head``) is no error: what is left to
-    print goes nowhere and the command's other work (``--json FILE``, the report) still happens."""
+    print goes nowhere and the command's other work (``--json FILE``, the report) still happens.
+    And a log's or a folder name's control characters are shown, never sent to the terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.push_render_hook(_ShowControls())
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
         _stdout_to_devnull()
+
+
+class _ShowControls(RenderHook):
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Shown(r) for r in renderables]
+
+
+class _Shown:
+    """A renderable whose text segments have their control characters shown (rich drops a BEL,
+    which leaves an escape sequence open, and passes ESC through)."""
+
+    def __init__(self, inner: ConsoleRenderable) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.inner, options):
+            yield segment if segment.control else Segment(_visible(segment.text), segment.style)
+
+
+def _visible(text: str) -> str:
+    from reports.visible import visible  # (the renderers are imported only when something is rendered)
+
+    return visible(text)
 
 
 def _reader_gone(exc: OSError) -> bool:
@@ -222,7 +251,7 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     console.print(f"index: {result.page or result.index}", markup=False, highlight=False)
     for r in result.failed:
         reason = r.error if r.unusable else f"internal error ({r.error}); rerun with --debug"
-        typer.echo(f"grpo-forensics: {r.run_id}: {reason}", err=True)
+        typer.echo(_visible(f"grpo-forensics: {r.run_id}: {reason}"), err=True)
         if debug and r.detail:
             typer.echo(r.detail, err=True)
     return result
@@ -236,7 +265,7 @@ def _show_progress(run: FleetRun, done: int, total: int) -> None:
         incidents = (run.run or {}).get("incidents", [])
         what = f"{len(incidents)} incident(s)" + (f", first {incidents[0]['kind']} @ {incidents[0]['onset_step']}" if incidents else "")
     where = f" → {run.report}" if run.report else ""
-    typer.echo(f"[{done}/{total}] {run.run_id}: {what} ({run.seconds:.1f} s){where}", err=True)
+    typer.echo(_visible(f"[{done}/{total}] {run.run_id}: {what} ({run.seconds:.1f} s){where}"), err=True)
 
 
 @app.command("best-checkpoint")
@@ -261,8 +290,8 @@ def best_checkpoint(
         why = run.unjudged()
         if why and not run.incidents:  # the newest checkpoint is not thereby a healthy one
             raise UnusableInput(f"{run.run_id}: {why}, so no checkpoint can be called healthy")
-        if rec.checkpoint and not as_json:
-            typer.echo(rec.checkpoint)
+        if rec.checkpoint and not as_json:  # (the path as it is for $(...); shown, on a terminal)
+            typer.echo(_visible(rec.checkpoint) if sys.stdout.isatty() else rec.checkpoint)
         if rec.checkpoint is None:
             if run.incidents:
                 raise NoCheckpointBeforeIncident(rec.reason)

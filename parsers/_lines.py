@@ -38,8 +38,9 @@ FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 LONG_LINE = 1 << 20
 LINE_HEAD = 64 << 10
 LINE_TAIL = 16 << 10
-#: Colour and cursor escape sequences (colorlog writes them into files too).
-ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+#: Terminal escape sequences (colorlog writes colours into files too): colours and cursor moves
+#: (CSI), titles and links (OSC, to BEL or ST, or the line's end), and the two-byte ones.
+ANSI = r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])"
 
 
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:

@@ -16,6 +16,7 @@ import re
 
 from forensics.model import Analysis, Incident, RunAnalysis, iso
 from reports.page import short
+from reports.visible import visible
 
 TOP_EVIDENCE = 3
 #: What Markdown (GFM) could read as syntax mid-line: emphasis, links and images, raw HTML and
@@ -96,4 +97,4 @@ def render_markdown(analysis: Analysis) -> str:
         parts += _run(run) + [""]
     if not analysis.runs:
         parts.append("grpo-forensics: no runs found.")
-    return "\n".join(parts).rstrip() + "\n"
+    return visible("\n".join(parts).rstrip() + "\n")  # (pasted or printed: a log's escape codes must not act)

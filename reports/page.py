@@ -18,13 +18,14 @@ from importlib import resources
 from typing import Any
 
 from forensics.model import iso
+from reports.visible import visible
 
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 def e(value: Any) -> str:
     """Text for HTML (element content or a quoted attribute)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    return visible(html.escape("" if value is None else str(value), quote=True))
 
 
 def script_json(value: Any) -> str:

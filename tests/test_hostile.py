@@ -532,3 +532,35 @@ def test_a_verl_console_that_cannot_be_read_is_named(tmp_path: Path, damage: str
     [unread] = [s for s in run.sources if Path(s.path).name == "train.log"]
     assert unread.kind == "unreadable" and any(said in note for note in unread.notes), unread
     assert any(said in note for note in run.data_lost())
+
+
+def test_control_characters_from_logs_and_folder_names_never_reach_a_terminal(tmp_path: Path) -> None:
+    """A trial folder named with a terminal title sequence and a right-to-left override, and a log
+    line carrying a title and a hyperlink (OSC) sequence: the terminal summary, the Markdown, the
+    alarms and the report show them as escapes; events keep the line without them."""
+    from datetime import timedelta
+
+    from areal_builder import LogLine, RunSpec, healthy_reward, write_run
+
+    osc = "\x1b]0;HACKED\x07\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07"
+
+    def timeout(step: int, at) -> list[LogLine]:
+        said = f"HTTP request to 172.17.0.2:30000/generate timed out after 600.00s (attempt 1/3) {osc}"
+        return [LogLine(at - timedelta(seconds=5), said, "/AReaL/areal/utils/http.py", "WARNING")] if 58 <= step <= 61 else []
+
+    trial = "trial0\x1b]0;FROM_FOLDER\x07\u202egnp.exe"
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=90, trial=trial, step_lines=timeout,
+                                                     reward=lambda step: 0.0 if step >= 60 else healthy_reward(step)))
+    out = tmp_path / "report"
+    shown = [invoke("analyze", str(paths.fileroot), "--out", str(out), "--no-cache"),
+             invoke("analyze", str(paths.fileroot), "--markdown", "-", "--no-html", "--no-cache"),
+             invoke("watch", str(paths.fileroot), "--replay")]
+    for result in shown:
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output and "\u202e" not in result.output
+    for result in shown[:2]:  # (the run is named by its folder, shown; rich drops the BEL itself)
+        assert "trial0\\x1b]0;FROM_FOLDER" in result.output and "\\u202egnp.exe" in result.output
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "\x1b" not in page and "\u202e" not in page and "\\u202egnp.exe" in page
+    events = [json.loads(line) for line in invoke("events", str(paths.fileroot), "--kind", "request_timeout", "--no-cache").stdout.splitlines()]
+    assert events and all("\x1b" not in e["message"] and e["message"].endswith("(attempt 1/3) click") for e in events)
