@@ -60,8 +60,9 @@ from forensics.model import (
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
 from parsers._formats import FormatDefinitionError
+from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
-from parsers.schema import EVENT_SCHEMA, conform, relaunches
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, relaunches
 
 
 def analyze(
@@ -156,7 +157,7 @@ def _caveat(run: RunData, primary: str | None) -> str | None:
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     """Detect, explain and recommend for one loaded run."""
     primary, why_primary = choose_primary(run.metrics)
-    events = pl.concat([run.events, _metric_events(run.metrics, primary)]).sort("time", "file", "line", nulls_last=True)
+    events = _with_metric_events(run.events, run.metrics, primary).sort("time", "file", "line", nulls_last=True)
     unread = unread_steps(run)
     findings = _findings(run, primary, events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
@@ -596,8 +597,10 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     return Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)
 
 
-def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
-    """Events the numbers themselves show: non-finite values, skipped optimizer steps."""
+def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
+    """``events`` and those the numbers themselves show: non-finite values of the numbers watched
+    (the loss, gradient norm, reward; a reader that quoted the row keeps its event, the others
+    are told from the value), skipped optimizer steps."""
     watched = pl.col("key").is_in(keys_matching(metrics, NUMERIC_HEALTH))
     if primary:
         watched = watched | (pl.col("key") == primary)
@@ -606,10 +609,23 @@ def _metric_events(metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
     bad = metrics.filter(stepped & ~pl.col("value").is_finite() & watched).with_columns(
         pl.lit("nan_inf").alias("kind"), pl.lit("warning").alias("severity")
     )
+    at = [pl.col("file").cast(pl.String), pl.col("line")]
+    is_row = NON_FINITE_ROW.fill_null(False)
+    quoted = events.filter(is_row).with_columns(*at)
+    cited = bad.select(*at).unique()
+    kept = quoted.join(cited, on=["file", "line"], how="semi", nulls_equal=False)
+    bad = bad.with_columns(*at).join(quoted.select("file", "line").unique(), on=["file", "line"], how="anti")
+    return pl.concat([conform(events.filter(~is_row), EVENT_SCHEMA), conform(kept, EVENT_SCHEMA), _metric_events(bad, metrics)])
+
+
+def _metric_events(bad: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
+    """Events told from metric values: ``bad`` (non-finite, watched, no row quoted) and skipped optimizer steps."""
+    stepped = pl.col("step").is_not_null()
     skipped = metrics.filter(stepped & (pl.col("value") == 0) & pl.col("key").is_in(keys_matching(metrics, "update_successful$"))).with_columns(
         pl.lit("overflow_skip").alias("kind"), pl.lit("warning").alias("severity")
     )
-    rows = pl.concat([bad, skipped]).with_columns(
+    rows = pl.concat([conform(bad, METRIC_SCHEMA | {"kind": pl.String, "severity": pl.String}),
+                      conform(skipped, METRIC_SCHEMA | {"kind": pl.String, "severity": pl.String})]).with_columns(
         # The parser that read the value, in the contract's names (verl's JSONL copy is verl's).
         pl.col("source").cast(pl.String).replace({"verl_jsonl": "verl"}).alias("source"),
         pl.format("step {}: {} = {}", pl.col("step"), pl.col("key"), pl.col("value")).alias("message"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.model import Checkpoint, Incident, Recommendation
+from forensics.model import Checkpoint, Incident, Recommendation, kind_words
 from parsers.areal_config import read_areal_config
 from parsers.verl_checkpoints import resume_command as verl_resume_command
 
@@ -98,14 +98,14 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         return Recommendation(None, None, reason, None, tuple(warnings))
     best = max(before, key=lambda c: (c.step, c.resumable))
     if read_from is not None and first.onset_step <= read_from and first.kind not in ("crash", "stall"):
-        reason = (f"The {first.kind.replace('_', ' ')} was already under way at step {read_from}, the first step the "
+        reason = (f"The {kind_words(first.kind)} was already under way at step {read_from}, the first step the "
                   "logs hold: it may have begun before them, so no checkpoint is known healthy. The newest before it is "
                   f"step {best.step} ({best.path}); find the run's earlier logs (an older rotated trainer.log, its W&B "
                   "run) to tell whether it is.")
         return Recommendation(None, None, reason, None, tuple(warnings))
     lost = first.onset_step - best.step - 1
     reason = (
-        f"Step {best.step} is the newest complete checkpoint before the {first.kind.replace('_', ' ')} "
+        f"Step {best.step} is the newest complete checkpoint before the {kind_words(first.kind)} "
         f"at step {first.onset_step}; resuming from it redoes {lost} healthy step{'s' if lost != 1 else ''}."
     )
     warnings += _after_recovery(complete, incidents)
@@ -135,8 +135,8 @@ def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> li
     if newest is None:
         return []
     chosen, ended, following = newest
-    span = f"healthy again until the {following.kind.replace('_', ' ')} at step {following.onset_step}" if following else "healthy since"
-    return [f"The {ended.kind.replace('_', ' ')} at step {ended.onset_step} ended at step {ended.end_step} and the run was "
+    span = f"healthy again until the {kind_words(following.kind)} at step {following.onset_step}" if following else "healthy since"
+    return [f"The {kind_words(ended.kind)} at step {ended.onset_step} ended at step {ended.end_step} and the run was "
             f"{span}: step {chosen.step} ({chosen.path}), saved after it, is newer — it holds what the incident's "
             f"{ended.end_step - ended.onset_step} steps did to the weights; resume from it only if they did no harm."]
 

@@ -24,6 +24,13 @@ _LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the 
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
 IncidentKind = Literal["reward_collapse", "zero_variance", "stall", "crash", "nan_inf"]
+_KIND_WORDS = {"zero_variance": "dead batches (zero variance)", "nan_inf": "non-finite values (NaN/Inf)"}
+
+
+def kind_words(kind: str) -> str:
+    """An incident kind in words: ``reward collapse``, ``non-finite values (NaN/Inf)``."""
+    return _KIND_WORDS.get(kind, kind.replace("_", " "))
+
 Cause = Literal[
     "inference_server_unresponsive",
     "inference_server_crash",

@@ -67,6 +67,7 @@ from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
+from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
 ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
@@ -374,7 +375,7 @@ class _Follower:
             planned = planned_steps(run.facts, last)
             self._finished = planned is not None and last >= planned
         steps = self._new_steps(run, live=live_now is not None)
-        events = self._new_events(run.events.with_columns(RUN_TRACEBACK.alias("own"), CTRL_C.alias("ctrl_c")))
+        events = self._new_events(_own_events(run).with_columns(RUN_TRACEBACK.alias("own"), CTRL_C.alias("ctrl_c")))
         fired: list[_Trigger] = []
         for kind, record in _in_log_order(steps, events):
             if kind == "step":
@@ -714,10 +715,16 @@ class _Follower:
 # -- from a trigger to an alarm ---------------------------------------------------------------------
 
 
+def _own_events(run: RunData) -> pl.DataFrame:
+    """The run's logged events, not the table rows a reader quoted for a non-finite value: the
+    watcher reads the values themselves."""
+    return run.events.filter(~NON_FINITE_ROW.fill_null(False))
+
+
 def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
     """Name the trigger's cause as the offline analysis would, from what was logged up to it
     (for a crash, up to seconds after it: failures that land together are told apart as offline)."""
-    events, metrics = run.events, run.metrics
+    events, metrics = _own_events(run), run.metrics
     if as_of_trigger:
         horizon = trigger
         if trigger.kind == "crash" and trigger.time is not None:

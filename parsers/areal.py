@@ -155,6 +155,9 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .collect()
         .lazy()
     )
+    # The rows holding a non-finite value (a NaN loss) keep their text: their events quote them.
+    odd = split.filter(pl.col("complete") & pl.any_horizontal(~pl.col(f"v{j}").is_finite() for j in range(pairs))).select("line")
+    odd_rows = lines.join(odd, on="line", how="semi").select("line", pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end())
     # One cell per key/value pair of a whole row, row by row (a stable sort of this batch's pairs
     # by line): the file's cells then come out in line order, and a run needs no sort of them.
     whole = split.filter("complete")
@@ -248,6 +251,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         "untimed": untimed_rows,
         "tops": tops,
         "counts": counts,
+        "odd": odd_rows,
     }
     for i, pattern in enumerate(fmt.metrics):
         found = base.filter(logged & text.str.contains(pattern.literal, literal=True))
@@ -269,7 +273,7 @@ def _assemble(
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
-    events = _events(path, untimed, logged, fmt)
+    events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)]).sort("line")
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
     notes = [
@@ -373,6 +377,20 @@ def _table_metrics(
     return pl.concat(out, rechunk=False), pl.concat(earlier), orphans, bad
 
 
+#: The events of :func:`_non_finite_rows`: a table row quoted, whatever value in it went non-finite.
+NON_FINITE_ROW = (pl.col("kind") == "nan_inf") & pl.col("message").str.starts_with("│")
+
+
+def _non_finite_rows(path: str, rows: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
+    """A ``nan_inf`` event at each table row holding a non-finite value, the row its message, at
+    the time of the logger line above it (the analysis keeps those of the numbers it watches)."""
+    timed = logged.select(pl.col("line").alias("timed_line"), "time").sort("timed_line")
+    events = rows.sort("line").join_asof(timed, left_on="line", right_on="timed_line", strategy="backward").select(
+        "time", pl.lit("nan_inf").alias("kind"), pl.lit("warning").alias("severity"), "line", pl.col("text").alias("message"),
+        pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
+    return conform(events, EVENT_SCHEMA)
+
+
 def _current(headers: pl.DataFrame) -> pl.DataFrame:
     """``header`` line → ``latest``: whether the step copy it heads is the run's, not one of an
     attempt a relaunch abandoned (see :func:`parsers.schema.abandoned`)."""
@@ -387,24 +405,27 @@ def _owned_cells(path: str, cells: pl.DataFrame, owners: pl.DataFrame, several: 
         cells.lazy()
         .join_asof(owners.lazy(), left_on="line", right_on="top")
         .filter(pl.col("step").is_not_null() & (pl.col("step") != _DAMAGED))
-        .select("step", "time", "key", "value", pl.col("header").alias("line"), "latest")
+        .select("step", "time", "key", "value", pl.col("header").alias("line"), pl.col("line").alias("row"), "latest")
     )
     bad = owned.filter(pl.col("latest") & pl.col("value").is_null()).select(pl.len())
     owned = owned.filter(pl.col("value").is_not_null())
 
-    def rows(query: pl.LazyFrame) -> pl.LazyFrame:
+    def rows(query: pl.LazyFrame, cite_rows: bool = False) -> pl.LazyFrame:
         if several:
             # Several Stats (i/N) tables per step (PPO minibatches): one value per key, their mean.
             query = query.group_by("line", "key", maintain_order=True).agg(
-                pl.col("step").first(), pl.col("time").first(), pl.col("value").mean()
+                pl.col("step").first(), pl.col("time").first(), pl.col("value").mean(),
+                pl.col("row").filter(~pl.col("value").is_finite()).first(),
             )
+        if cite_rows:  # a non-finite value is cited at its own row, which its event quotes; the rest at the step's header
+            query = query.with_columns(pl.when(pl.col("value").is_finite()).then("line").otherwise(pl.coalesce("row", "line")).alias("line"))
         query = query.with_columns(pl.lit(path).alias("file"))
         present = query.collect_schema().names()
         return query.select(
             (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name) for name, dtype in METRIC_SCHEMA.items()
         )
 
-    metrics, superseded, bad_frame = pl.collect_all([rows(owned.filter("latest")), rows(owned.filter(~pl.col("latest"))), bad])
+    metrics, superseded, bad_frame = pl.collect_all([rows(owned.filter("latest"), cite_rows=True), rows(owned.filter(~pl.col("latest"))), bad])
     return _aligned(metrics), superseded, int(bad_frame.item())
 
 

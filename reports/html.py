@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.model import SCHEMA, Analysis, Incident, RunAnalysis, iso
+from forensics.model import SCHEMA, Analysis, Incident, RunAnalysis, iso, kind_words
 from reports.page import e, figure_block, fmt_time, render_page, short
 from reports.timeline import timeline
 
@@ -74,7 +74,7 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
     lost = run.data_lost()
     if run.incidents:
         items = "".join(
-            f'<li><a href="#{e(prefix + i.id)}">{e(i.id)}</a> {e(i.kind.replace("_", " "))} at step {i.onset_step}, '
+            f'<li><a href="#{e(prefix + i.id)}">{e(i.id)}</a> {e(kind_words(i.kind))} at step {i.onset_step}, '
             f"{'recovered at step ' + str(i.end_step) if i.recovered else 'not recovered'} — {e(i.cause)}</li>"
             for i in run.incidents
         )
@@ -142,7 +142,7 @@ def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
     advice = "".join(f"<li>{e(s)}</li>" for s in inc.suggestions)
     return (
         f'<article class="card incident" id="{e(prefix + inc.id)}">'
-        f"<h2>{e(inc.id)} · {e(inc.kind.replace('_', ' '))}</h2>"
+        f"<h2>{e(inc.id)} · {e(kind_words(inc.kind))}</h2>"
         f'<dl class="facts">{facts}</dl>'
         + (f'<p class="summary">{e(inc.summary)}</p>' if inc.summary else "")
         + (f'<h3>Top evidence{more}</h3><ol class="evidence">{evidence}</ol>' if evidence else "<p>No evidence lines.</p>")

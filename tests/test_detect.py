@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from areal_builder import LogLine, Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
+from conftest import read_line
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -91,10 +92,17 @@ def test_non_finite_gradients(tmp_path: Path) -> None:
         if step >= 60:
             stats["grpo_actor/grad_norm"] = math.nan
             stats["grpo_actor/update_successful"] = 0.0
+        if step == 20:  # a number the analysis does not watch: no event of its own
+            stats["grpo_actor/clip_ratio/avg"] = math.nan
 
     run = only_run(write_run(tmp_path / "outputs", RunSpec(last_step=80, stats_tweak=nan_from_60)).fileroot)
     [incident] = [i for i in run.incidents if i.kind == "nan_inf"]
     assert (incident.onset_step, incident.cause) == (60, "numerical_divergence")
+    # The evidence is the table row with the NaN in it, quoted: not the step's header, not a paraphrase.
+    cited = next(e for e in incident.evidence if e.kind == "nan_inf")
+    row = read_line(cited.file, cited.line)
+    assert cited.step == 60 and "grpo_actor/grad_norm" in row and " nan " in row and cited.text == row
+    assert run.events.filter(pl.col("kind") == "nan_inf")["step"].min() == 60
     # Named after what went non-finite (the gradient, not the finite reward), as its events are.
     assert incident.metric == "grpo_actor/grad_norm" and "non-finite grpo_actor/grad_norm for" in incident.summary
     assert {"nan_inf", "overflow_skip"} <= set(run.events["kind"].to_list())
