@@ -63,6 +63,8 @@ The tables are printed as Markdown (and written to ``--report``).
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
 import platform
@@ -71,6 +73,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -80,7 +83,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-RAY_SAMPLE = ROOT.parent / "shared" / "samples" / "ray" / "a_actor_exit"
+#: A real Ray 2.60 session (an actor's exit; ``shared/samples/ray/a_actor_exit``), packed here so
+#: that the benchmark runs from a checkout alone.
+RAY_SAMPLE = Path(__file__).with_name("ray_session.tar.gz")
 
 GREP = r"Traceback|Error|timed out|refused|Killed|sigquit"
 LNAV_QUERY = ";SELECT count(*) FROM all_logs"
@@ -278,12 +283,22 @@ class _Writer:
         self.fh.close()
 
 
+@functools.cache
+def ray_sample() -> Path:
+    """The sample session's folder, unpacked once into a temporary folder removed at exit."""
+    where = Path(tempfile.mkdtemp(prefix="grpo-forensics-bench-ray-"))
+    atexit.register(shutil.rmtree, where, ignore_errors=True)
+    with tarfile.open(RAY_SAMPLE) as tar:
+        tar.extractall(where, filter="data")
+    return next(where.glob("session_*"))
+
+
 def _ray_bodies() -> dict[str, tuple[bytes, bytes, str]]:
     """For each Ray log of the sample: (head, body template, kind). The body is the part before
     the failure (records dated before 03:11:37; a worker's ``fatal`` line dropped), with
     ``YYYY-MM-DD HH:MM:`` turned into a placeholder; the head is the ``:job_id:``/``:actor_name:``
     markers of a worker file."""
-    session = next(RAY_SAMPLE.glob("session_*"))
+    session = ray_sample()
     out = {}
     for path in sorted((session / "logs").iterdir()):
         if not path.is_file():
@@ -321,7 +336,7 @@ def write_ray_session(session: Path, goal: int, minutes: int) -> int:
     bodies = _ray_bodies()
     logs = session / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    for extra in next(RAY_SAMPLE.glob("session_*")).iterdir():
+    for extra in ray_sample().iterdir():
         if extra.is_file():
             shutil.copyfile(extra, session / extra.name)
     per_kind: dict[str, list[str]] = {}
@@ -848,10 +863,10 @@ def session_with_files(base: Path, count: int) -> Path:
     """The ``a_actor_exit`` session with ``count`` more worker logs: its own worker files copied
     under new worker ids, in turn (kept for ``--reuse``)."""
     root = base / f"files-{count}"
-    session = root / next(RAY_SAMPLE.glob("session_*")).name
+    session = root / ray_sample().name
     if session.exists():
         return root
-    shutil.copytree(next(RAY_SAMPLE.glob("session_*")), session)
+    shutil.copytree(ray_sample(), session)
     logs = session / "logs"
     own = sorted(logs.glob("worker-*")) + sorted(logs.glob("python-core-worker-*"))
     ids = random.Random(count)
@@ -1216,7 +1231,7 @@ def main() -> None:
             shutil.rmtree(args.dir / "fleet", ignore_errors=True)
 
     counts = numbers(args.files_scaling, int)
-    if counts and RAY_SAMPLE.is_dir():
+    if counts:
         table("Growth with a Ray session's number of files (cold `analyze --no-html` of the session folder)",
               ["files", "MB", "seconds", "ms/file", "peak RSS"])
         points = []

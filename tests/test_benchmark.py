@@ -11,13 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-RAY_SAMPLE = ROOT.parent / "shared" / "samples" / "ray" / "a_actor_exit"
 
 
-@pytest.mark.skipif(not RAY_SAMPLE.is_dir(), reason="shared/samples (the Ray session the benchmark repeats) not present")
 def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.1", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
