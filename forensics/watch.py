@@ -70,6 +70,8 @@ from forensics.run import RunData, load_run, other_logs
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
+#: Alarms on what the training numbers did, beside those on the infrastructure.
+_NUMBERS = ("reward_collapse", "zero_variance", "nan_inf")
 ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
 _TIMEOUTS = frozenset({"request_timeout"})
@@ -147,6 +149,8 @@ class ReplayResult:
     last_step: int | None
     offline_onsets: list[tuple[str, int]]
     """``(kind, onset_step)`` of each incident the offline analysis found."""
+    folded: list[Alarm] = field(default_factory=list)
+    """Alarms not raised: their incident's alarms had already told their cause."""
 
     def to_dict(self) -> dict[str, Any]:
         first = self.alarms[0].step if self.alarms else None
@@ -155,6 +159,7 @@ class ReplayResult:
             "first_alarm_step": first,
             "last_step": self.last_step,
             "offline_onsets": [{"kind": k, "onset_step": s} for k, s in self.offline_onsets],
+            "folded": [{"kind": a.kind, "step": a.step, "onset_step": a.onset_step, "cause": a.cause} for a in self.folded],
         }
 
 
@@ -172,11 +177,14 @@ def replay(
         run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
         triggers = follower.feed(run) + follower.at_end(run)
-        alarms = [_alarm(run, trigger, as_of_trigger=True) for trigger in triggers]
+        alarms, folded = [], []
+        for trigger in triggers:
+            alarm = _alarm(run, trigger, as_of_trigger=True)
+            (alarms if follower.new_news(trigger, alarm) else folded).append(alarm)
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
         offline = analyze_run(run, s.thresholds)
         last = int(run.steps["step"].max()) if not run.steps.is_empty() else None
-        results.append(ReplayResult(location.run_id, alarms, last, [(i.kind, i.onset_step) for i in offline.incidents]))
+        results.append(ReplayResult(location.run_id, alarms, last, [(i.kind, i.onset_step) for i in offline.incidents], folded))
     return results
 
 
@@ -207,6 +215,8 @@ class Watcher:
         self._followers: dict[str, _Follower] = {}
         self._runs: dict[str, RunData] = {}
         self._state = _State(self.state_dir / "alarms.json")
+        self.folded: list[Alarm] = []
+        """Alarms not raised: their incident's alarms had already told their cause."""
 
     def poll(self) -> list[Alarm]:
         """Read what is new and return the alarms raised by it (nothing while no run is there yet)."""
@@ -228,7 +238,10 @@ class Watcher:
                 triggers = [t for t in last.values() if follower.still_open(t.kind)]
             for trigger in triggers:
                 alarm = _alarm(run, trigger, as_of_trigger=False)
-                if self._state.add(alarm):
+                if not follower.new_news(trigger, alarm):
+                    if alarm.key not in {a.key for a in self.folded}:  # (each once, as raised ones are)
+                        self.folded.append(alarm)
+                elif self._state.add(alarm):
                     raised.append(alarm)
         return raised
 
@@ -271,6 +284,9 @@ class _Trigger:
     summary: str
     evidence: tuple[Evidence, ...]
     metric: str | None = None
+    incident: int = 0
+    """Which incident it tells of: a rule firing while another's alarm is still going on tells of
+    the same one (a hang's timeouts after its collapse), and says something new only by its cause."""
 
 
 @dataclass(frozen=True)
@@ -335,6 +351,9 @@ class _Follower:
         self._wall: float | None = None
         # rules
         self._latched: dict[str, Any] = {}
+        self._incidents = 0
+        self.told: dict[int, set[str]] = {}
+        """The causes already alarmed on, per incident."""
         self._roles = _Roles(None, None, (), None)
         self._reward = _Streak()
         self._history: deque[Any] = deque(maxlen=settings.history_steps)
@@ -379,23 +398,43 @@ class _Follower:
         fired: list[_Trigger] = []
         for kind, record in _in_log_order(steps, events):
             if kind == "step":
-                fired += self._on_step(record)
+                fired += self._told(self._on_step, record)
             else:
-                fired += self._on_event(record)
+                fired += self._told(self._on_event, record)
         if live_now is not None:
-            fired += self._tick(self._now(live_now))
+            fired += self._told(self._tick, self._now(live_now))
         return fired
+
+    def _told(self, rule: Callable[[Any], list[_Trigger]], record: Any) -> list[_Trigger]:
+        """What ``rule`` fires on ``record``, each trigger marked with the incident it tells of:
+        a new one when no alarm was going on, else the one going on."""
+        going_on = bool(self._latched)
+        fired = rule(record)
+        if fired and not going_on:
+            self._incidents += 1
+        return [replace(t, incident=self._incidents) for t in fired]
 
     def at_end(self, run: RunData | None = None) -> list[_Trigger]:
         """The logs are over (a replay): a traceback of the run's own with no step after it ended
         the run; else the clock runs on to the last line ``run``'s other logs wrote (a server
         answering on after the trainer went silent is a stall, as offline)."""
         if self._raised is not None and not self._raised[1] and "crash" not in self._latched:
-            return self._uncaught(self._raised[0].time)
+            return self._told(self._uncaught, self._raised[0].time)
         seen = other_logs(run)["time"].max() if run is not None else None
         if seen is None or (self._log_now is not None and seen <= self._log_now):
             return []
-        return self._tick(seen)  # type: ignore[arg-type]
+        return self._told(self._tick, seen)
+
+    def new_news(self, trigger: _Trigger, alarm: Alarm) -> bool:
+        """Whether ``alarm`` says something its incident's alarms have not: a cause new to it (a
+        server seen down after a hang is; the hang's timeouts after its collapse are not), or the
+        first word of what the numbers did (a collapse after the server errors that caused it)."""
+        told = self.told.setdefault(trigger.incident, set())
+        news = {alarm.cause} | ({"numbers"} if alarm.kind in _NUMBERS else set())
+        if news <= told:
+            return False
+        told |= news
+        return True
 
     def still_open(self, kind: str) -> bool:
         """Whether the incident behind the last alarm of ``kind`` is still going on."""

@@ -42,3 +42,6 @@ def render_replay(results: list[ReplayResult], console: Console) -> None:
             console.print(said, markup=False, soft_wrap=True)
         else:
             console.print(f"no alarm would have fired for {result.run_id}", markup=False, soft_wrap=True)
+        if result.folded:
+            said = ", ".join(f"{a.kind} at step {a.step}" for a in result.folded)
+            console.print(f"folded into their incident's alarms (no new cause): {said}", markup=False, soft_wrap=True)

@@ -56,6 +56,16 @@ def test_replay_fires_within_the_configured_steps_after_the_offline_onset(name: 
     assert first.step < result.last_step
 
 
+def test_one_incident_raises_one_alarm_per_thing_it_tells(tmp_path: Path) -> None:
+    """Seed 000: the collapse (the server unresponsive) alarms; its timeouts' server_errors a few
+    steps later tell nothing new and are folded; the server's death at 1870 is news (a crash), the
+    trainer's silence after it is not."""
+    [result] = replay([FIXTURES / "areal_seed000" / "outputs"])
+    assert [(a.kind, a.cause) for a in result.alarms] == [("reward_collapse", "inference_server_unresponsive"),
+                                                          ("server_down", "inference_server_crash")]
+    assert {a.kind for a in result.folded} == {"server_errors", "stall"}
+
+
 def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Path) -> None:
     """The loss and gradient norm go NaN from step 60, the reward stays alive: the alarm's cause is
     the numbers' divergence, as ``analyze`` says, never a reward pipeline that did not go constant."""
@@ -78,10 +88,13 @@ def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Pat
 
 def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
-    by_kind = {a.kind: a for a in reversed(result.alarms)}
+    # One incident (the reward never recovered): the server's errors, then the collapse they caused;
+    # the server's deaths at each relaunch tell no new cause, and are folded into it.
+    assert [a.kind for a in result.alarms] == ["server_errors", "reward_collapse"]
+    by_kind = {a.kind: a for a in reversed(result.alarms + result.folded)}
     collapse = by_kind["reward_collapse"]
     assert (collapse.onset_step, collapse.step, collapse.cause) == (188, 192, "inference_server_crash")
-    assert by_kind["server_down"].evidence[0].kind == "server_exit"
+    assert by_kind["server_down"].evidence[0].kind == "server_exit" and by_kind["server_down"].cause == collapse.cause
 
 
 @pytest.mark.parametrize(
@@ -247,12 +260,15 @@ def test_rotation_neither_replays_old_lines_nor_loses_the_alarm(tmp_path: Path) 
 
 
 def test_a_watch_started_late_alarms_on_what_is_still_going_on_only(tmp_path: Path) -> None:
-    alarms = Watcher(FIXTURES / "areal_seed001" / "outputs", state_dir=tmp_path / "s1").poll()
-    by_kind = {a.kind: a for a in alarms}
+    watcher = Watcher(FIXTURES / "areal_seed001" / "outputs", state_dir=tmp_path / "s1")
+    alarms = watcher.poll()
+    told = alarms + watcher.folded
+    by_kind = {a.kind: a for a in told}
     # the reward never recovered from step 188: one alarm, dated at its onset
-    assert by_kind["reward_collapse"].onset_step == 188
-    # the server that died at step 188 was relaunched since: only its last death is news
-    assert len(alarms) == len(by_kind)
+    assert by_kind["reward_collapse"].onset_step == 188 and by_kind["reward_collapse"] in alarms
+    # the server that died at step 188 was relaunched since: only its last death is news (and that
+    # of the same incident, with the same cause: folded into its alarm)
+    assert len(told) == len(by_kind)
     assert by_kind["server_down"].onset_step == 851
     healthy = Watcher(FIXTURES / "areal_healthy_sparse" / "outputs", state_dir=tmp_path / "s2").poll()
     assert healthy == []
@@ -323,6 +339,7 @@ def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(t
     for _ in range(3):
         alarms += watcher.poll()
         now[0] += 700
+    alarms += watcher.folded  # (the stall tells the server's death again: folded into its alarm)
     stalls = [a for a in alarms if a.kind == "stall"]
     assert [a.onset_step for a in stalls] == [1870], [a.summary for a in stalls]
     assert [a.step for a in alarms if a.kind == "server_down"] == [1870]
@@ -451,7 +468,7 @@ def test_a_live_alarm_names_the_step_a_replay_names(tmp_path: Path) -> None:
                                    server_exit=True),))
     paths = write_run(tmp_path / "src" / "outputs", spec)
     [replayed] = replay([paths.fileroot])
-    want = {a.kind: a.step for a in replayed.alarms}
+    want = {a.kind: a.step for a in replayed.alarms + replayed.folded}
     assert "server_down" in want
 
     writer = Writer(paths.log_dir, tmp_path / "live" / "outputs" / "logs" / "root" / "cr30" / "trial0", chunk=150, pause=0.05)
@@ -462,5 +479,5 @@ def test_a_live_alarm_names_the_step_a_replay_names(tmp_path: Path) -> None:
         alarms += watcher.poll()
         time.sleep(0.02)
     alarms += watcher.poll()
-    got = {a.kind: a.step for a in alarms}
+    got = {a.kind: a.step for a in alarms + watcher.folded}
     assert got["server_down"] == want["server_down"], (got, want)
