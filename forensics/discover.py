@@ -100,8 +100,20 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     # A path given twice, a run's folder with the folder above it, or a log with its run's folder:
     # each run once, as first found (a run whose logs another's include is that run).
     logs = [frozenset(os.path.realpath(s.path) for s in run.logs) for run in runs]
-    return [run for i, run in enumerate(runs)
+    runs = [run for i, run in enumerate(runs)
             if not any(logs[i] < other or (logs[i] == other and j < i) for j, other in enumerate(logs) if j != i)]
+    return _with_session_given_apart(runs)
+
+
+def _with_session_given_apart(runs: list[RunLocation]) -> list[RunLocation]:
+    """A Ray session given beside one run (``analyze outputs/exp /tmp/ray/session_latest``: Ray
+    keeps it in its own temp folder) is that run's, as one inside its folder would be."""
+    alone = [run for run in runs if run.logs and all(s.kind == "ray_session" for s in run.logs)]
+    others = [run for run in runs if run not in alone]
+    if len(alone) != 1 or len(others) != 1 or any(s.kind == "ray_session" for s in others[0].logs):
+        return runs
+    run = others[0]
+    return [replace(run, logs=(*run.logs, *alone[0].logs), skipped=(*run.skipped, *alone[0].skipped))]
 
 
 def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> list[Path]:

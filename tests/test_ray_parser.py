@@ -706,3 +706,23 @@ def test_a_sessions_logs_folder_given_alone_is_the_session_with_its_steps(tmp_pa
     [crash] = [i for i in run.incidents if i.kind == "crash"]
     [expected] = [i for i in beside.incidents if i.kind == "crash"]
     assert (crash.onset_step, crash.cause) == (expected.onset_step, expected.cause) == (3, "training_worker_crash")
+
+
+@needs_samples
+def test_a_session_given_as_its_own_path_beside_one_run_is_that_runs(tmp_path: Path) -> None:
+    """Seed 004's checklist: the console tee'd to ``outputs/exp/train.log``, the session where Ray
+    keeps it (``/tmp/ray``), both given: one run, whose crash cites the session's own lines — as
+    with the session in the run's folder — not a second, unjudged run."""
+    from forensics import analyze
+
+    (tmp_path / "outputs" / "exp").mkdir(parents=True)
+    shutil.copyfile(SAMPLES / "b_sigkill" / "driver.log", tmp_path / "outputs" / "exp" / "train.log")
+    shutil.copytree(_session("b_sigkill"), tmp_path / "r_1" / _session("b_sigkill").name)
+    [run] = analyze([tmp_path / "outputs" / "exp", tmp_path / "r_1"]).runs
+    [beside] = analyze([SAMPLES / "b_sigkill"]).runs
+    [crash] = [i for i in run.incidents if i.kind == "crash"]
+    [expected] = [i for i in beside.incidents if i.kind == "crash"]
+    assert (crash.onset_step, crash.cause) == (expected.onset_step, expected.cause)
+    assert any(str(tmp_path / "r_1") in e.file for e in crash.evidence)
+    assert ({Path(e.file).name for e in crash.evidence} - {"train.log"}
+            == {Path(e.file).name for e in expected.evidence} - {"driver.log"})  # (the console, by another name)
