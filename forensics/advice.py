@@ -53,6 +53,9 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framewor
             "No infrastructure fault was logged around the onset: check the reward function and answer parsing on the "
             f"rollouts of the onset step ({_ROLLOUT_DUMPS.get(framework, 'dump a batch of them with their rewards')}).",
         )
+    if cause == "loss_computation":
+        return ("Print the sequence log-probs and the loss mask of one batch at the onset step: all zeros (no masked "
+                "positions, a log-prob computed on the wrong tokens) make the policy loss 0 whatever the advantages.",)
     if cause == "numerical_divergence":
         return ("Loss or gradients went non-finite: lower the learning rate, check gradient clipping and the loss scale.",)
     if cause == "nccl_timeout":

@@ -33,6 +33,7 @@ from forensics.detect import (
     choose_primary,
     crashes,
     dead_batches,
+    dead_loss,
     died_before_relaunch,
     ended_by_exception,
     keys_matching,
@@ -227,6 +228,8 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
     found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
+              if not any(a <= d.onset_step < b for a, b in spans)]
+    found += [d for d in dead_loss(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)

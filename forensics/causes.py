@@ -50,7 +50,7 @@ CAUSE_OF_KIND: dict[str, Cause] = {
     "cuda_oom": "training_worker_crash",
     "nan_inf": "numerical_divergence",
     "zero_advantages": "reward_pipeline",
-    "zero_logprobs": "reward_pipeline",
+    "zero_logprobs": "loss_computation",
 }
 #: Failures whose cause is in their text: a rollout gave up after a timeout, or a refusal.
 _CAUSE_IN_MESSAGE: tuple[tuple[str, Cause], ...] = (
@@ -117,6 +117,16 @@ def explain(
             0.85,
             _evidence(in_window, "numerical_divergence"),
             "The training numbers themselves went non-finite; the optimizer cannot recover from that on its own.",
+            seen,
+        )
+    if finding.kind == "dead_loss":  # what the numbers show is the cause; the lines around it say how
+        return Verdict(
+            "loss_computation",
+            0.8,
+            _evidence(in_window, "loss_computation"),
+            "Rewards still differed, so the advantages were live, yet the loss was exactly 0: the loss computation "
+            "dropped them (sequence log-probs zeroed, an empty loss mask, a loss multiplied by 0), not the rewards "
+            "and not the infrastructure.",
             seen,
         )
     usual = scores.filter((pl.col("in_baseline") >= _USUAL) & (pl.col("p_value") >= 0.01))

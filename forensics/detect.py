@@ -296,9 +296,43 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = N
         .collect()
     )
     flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
-    dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
-    steps = wide["step"].to_list()
     shown = next((k for k in sorted(signals) if k.endswith("reward/std")), loss)
+    said = (f"{loss} and {', '.join(sorted(signals))} all exactly 0 (dead batches: every reward in a group identical, "
+            "nothing to learn from)")
+    return _streaks(flags, wide["step"].to_list(), t, last_step, "zero_variance", shown, said)
+
+
+def dead_loss(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None) -> list[Finding]:
+    """Steps whose loss is exactly zero though what drives it is alive (rewards that differ within
+    a group, advantages not zero) and no gradient norm says it is live: the loss itself is broken —
+    log-probs or a loss mask zeroed (seed 003: "if loss is exactly 0, something is broken"). A
+    streak counts as dead batches' do."""
+    loss, signals = learning_signals(metric_keys(metrics)[0])
+    grads = [k for k in signals if k.endswith("grad_norm")]
+    drivers = [k for k in signals if k not in grads]
+    if not (loss and drivers):
+        return []
+    value, key = pl.col("value"), pl.col("key")
+    wide = (
+        metrics.lazy()
+        .filter(key.is_in([loss, *signals]) & pl.col("step").is_not_null())
+        .group_by("step")
+        .agg(((key == loss) & (value == 0)).any().alias("zero"), (key == loss).any().alias("logged"),
+             (key.is_in(grads) & (value != 0)).any().alias("gradient"), (key.is_in(drivers) & (value != 0)).any().alias("driven"))
+        .filter("logged")
+        .sort("step")
+        .collect()
+    )
+    flags = [1.0 if d else 0.0 for d in wide.select(pl.col("zero") & pl.col("driven") & ~pl.col("gradient"))[:, 0].to_list()]
+    said = f"{loss} exactly 0 while {', '.join(drivers)} did not: the loss itself is dead (log-probs or the loss mask zeroed)"
+    return _streaks(flags, wide["step"].to_list(), t, last_step, "dead_loss", loss, said)
+
+
+def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int | None, kind: str, metric: str,
+             said: str) -> list[Finding]:
+    """A finding per stretch of flagged steps improbable under the run's history, or never followed
+    by an unflagged step after the first (a short run that died at iteration 1)."""
+    dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
     findings = []
     i = 0
     while i < len(flags):
@@ -307,16 +341,8 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = N
         if flags[i] == 1.0 and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             final = steps[i + run - 1]
             unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
-            findings.append(
-                Finding(
-                    "zero_variance",
-                    shown,
-                    steps[i],
-                    steps[i + run] if i + run < len(steps) else None,
-                    f"{run} steps in a row{unfinished} with {loss} and {', '.join(sorted(signals))} all exactly 0 (dead "
-                    "batches: every reward in a group identical, nothing to learn from)",
-                )
-            )
+            end = steps[i + run] if i + run < len(steps) else None
+            findings.append(Finding(kind, metric, steps[i], end, f"{run} steps in a row{unfinished} with {said}"))
         i += run
     return findings
 

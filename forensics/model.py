@@ -23,8 +23,9 @@ _LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the 
                    r"|not a W&B transaction log|\bno records$|no time parsed with|failed their data checksum")
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
-IncidentKind = Literal["reward_collapse", "zero_variance", "stall", "crash", "nan_inf"]
-_KIND_WORDS = {"zero_variance": "dead batches (zero variance)", "nan_inf": "non-finite values (NaN/Inf)"}
+IncidentKind = Literal["reward_collapse", "zero_variance", "dead_loss", "stall", "crash", "nan_inf"]
+_KIND_WORDS = {"zero_variance": "dead batches (zero variance)", "nan_inf": "non-finite values (NaN/Inf)",
+               "dead_loss": "dead loss (exactly 0, rewards live)"}
 
 
 def kind_words(kind: str) -> str:
@@ -39,6 +40,7 @@ Cause = Literal[
     "nccl_timeout",
     "reward_pipeline",
     "numerical_divergence",
+    "loss_computation",
     "unknown",
 ]
 CheckpointKind = Literal["hf_export", "recover", "verl", "trl"]

@@ -243,3 +243,43 @@ def test_a_loop_ending_in_a_cuda_oom_traceback_is_a_crash(tmp_path: Path) -> Non
     [incident] = run.incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 8, "training_worker_crash")
     assert "torch.OutOfMemoryError: CUDA out of memory" in incident.summary
+
+
+def _loop_log(path: Path, dead_from: int | None) -> None:
+    """Seed 003's loop, 4 micro-steps an iteration, rewards varying within each group; from
+    ``dead_from`` on the policy loss is exactly 0 and the loop warns its log-probs are zero."""
+    import random
+
+    rng = random.Random(1)
+    lines = ["Overriding config with config/grpo_config.py:", "batch_size = 1", "group_size = 8", "compile = False"]
+    for it in range(30):
+        dead = dead_from is not None and it >= dead_from
+        total = 0.0
+        for m in range(4):
+            k = rng.randint(1, 7)
+            mean, pg = k / 8, 0.0 if dead else rng.uniform(0.01, 0.05)
+            lines += [f"[Micro {m}] 1. Iteration start: mem=16104.8 MB, time=0.000s",
+                      f"[Micro {m}] 3. Samples scored: mem=18412.6 MB, time=2.418s, rewards={mean:.4f}±{(mean * (1 - mean)) ** 0.5:.4f}"]
+            if dead:
+                lines.append("WARNING: All sequence_log_probs are near zero! num_masked=0.0")
+            lines.append(f"[Micro {m}] 4. Loss computed: mem=21381.0 MB, time=3.012s, pg_loss={pg:.6f}, kl=0.000000, total={pg:.6f}")
+            total += pg
+        lines += ["5. Optimizer step finished: mem=16011.7 MB, time=12.000s total",
+                  f"iter {it}: loss {total:.4f} (main {total:.4f}, critic 0.0000), time 12000.00ms"]
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "train.log").write_text("\n".join(lines) + "\n")
+
+
+def test_a_loss_exactly_zero_while_rewards_vary_is_a_dead_loss(tmp_path: Path) -> None:
+    """Seed 003's second cause: the rewards still differ within each group, yet the loss is exactly
+    0 from iteration 10 (the log-probs are zeroed): "if loss is exactly 0, something is broken".
+    Not dead batches (the rewards were not identical), not healthy; the loop's own warning is the evidence."""
+    _loop_log(tmp_path / "broken", dead_from=10)
+    [run] = analyze([tmp_path / "broken"]).runs
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.end_step, incident.cause) == ("dead_loss", 10, None, "loss_computation")
+    assert "20 steps in a row with pg_loss exactly 0 while reward/std did not" in incident.summary
+    assert incident.evidence and all(e.kind == "zero_logprobs" for e in incident.evidence)
+    assert any("log-probs and the loss mask" in s for s in incident.suggestions)
+    _loop_log(tmp_path / "healthy", dead_from=None)
+    assert analyze([tmp_path / "healthy"]).runs[0].incidents == []
