@@ -452,7 +452,7 @@ _RESUMED_FROM = re.compile(r"global_step[=_](\d+)")
 def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
     """The run relaunched (automatic recovery) while its numbers were broken: from where, and so
     whether the relaunch carried the broken state on (seed 001: recover.mode resumed after the onset)."""
-    if finding.kind not in ("reward_collapse", "zero_variance", "nan_inf") or finding.redone:
+    if finding.kind not in ("reward_collapse", "zero_variance", "dead_loss", "nan_inf") or finding.redone:
         return ""
     # (a resume line belongs to the step in progress: the relaunch's first, the recovery's own)
     stop = finding.end_step if finding.end_step is not None else math.inf

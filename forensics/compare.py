@@ -25,6 +25,7 @@ FINAL_STEPS = 20
 _VERB = {
     "reward_collapse": "collapsed",
     "zero_variance": "had zero-variance batches",
+    "dead_loss": "had a dead loss",
     "stall": "stalled",
     "crash": "crashed",
     "nan_inf": "went non-finite",
