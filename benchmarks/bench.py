@@ -20,7 +20,7 @@ repeated with later steps, epochs and dates until the set reaches ``--size-gb``;
 continuous. The incident, in the block ~60 % into the run: SGLang hangs after a weight update,
 the trainer's requests time out (600 s x 3 retries), ``task_reward/avg`` is exactly 0 for 100
 steps, then the server answers again. The Ray logs repeat the healthy part (before the failure)
-of the real session in ``shared/samples/ray/a_actor_exit``, with timestamps spread over the run;
+of the real session in ``benchmarks/ray_session.tar.gz`` (``shared/samples/ray/a_actor_exit``), with timestamps spread over the run;
 its ``events/`` JSON files (epoch times) are left out.
 
 Then, on the same files, in the same run, each command in a fresh process (page cache warmed
