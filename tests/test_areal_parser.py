@@ -84,8 +84,9 @@ def test_every_era_yields_every_step_and_reward(tmp_path: Path, era: str) -> Non
     assert log.unparsed_lines == 0
 
 
-def test_ray_prefix_and_merged_log_prefixes(tmp_path: Path) -> None:
-    ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix="(MasterWorker pid=11559)"))
+@pytest.mark.parametrize("actor", ["MasterWorker", "master_worker/0"])  # (AReaL's tutorial shows the second)
+def test_ray_prefix_and_merged_log_prefixes(tmp_path: Path, actor: str) -> None:
+    ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix=f"({actor} pid=11559, ip=10.1.2.3)"))
     assert len(read_areal_log(ray.trainer_log).steps) == 5
     merged = write_run(tmp_path / "b", RunSpec(era="v0.5", last_step=5, merged_log=True))
     assert merged.merged_log is not None
@@ -205,6 +206,27 @@ def test_an_error_line_and_its_traceback_are_one_event(tmp_path: Path, said: str
     assert events["time"][0] == datetime(2025, 1, 15, 10, 0, 5)
     if kind == "traceback":
         assert events["message"][0] == f"20250115-10:00:05.000 RayWorker ERROR: {said} … {raised}"
+
+
+@pytest.mark.parametrize(
+    ("said", "kind", "severity"),
+    [
+        # The client gave up: that is the line's news, whatever the last attempt's error was.
+        ("ERROR: Failed after 3 retries each. Payload: {}. Addr: 10.0.0.5:17243. Endpoint: /generate. "
+         "Last error: ServerDisconnectedError('Server disconnected')", "retries_exhausted", "error"),
+        ("ERROR: Failed after 3 retries each. Payload: {}. Addr: 10.0.0.5:17243. Endpoint: /generate. Last error: "
+         "ClientConnectorError(ConnectionKey(host='10.0.0.5'), ConnectionRefusedError(111, \"Connect call failed ('10.0.0.5', 17243)\"))",
+         "retries_exhausted", "error"),
+        # The server answered, with an error status (a prompt longer than its context).
+        ("WARNING: HTTP request to 10.0.0.5:17243/generate failed with ClientResponseError: 400, message='Bad Request', "
+         "url='http://10.0.0.5:17243/generate' (attempt 1/3)", "request_rejected", "warning"),
+    ],
+)
+def test_a_clients_last_word_on_a_request_is_its_own_kind(tmp_path: Path, said: str, kind: str, severity: str) -> None:
+    path = tmp_path / "trainer.log"
+    path.write_text(stats_block(1, [{"a": 1.0}]) + f"20251111-11:40:00.000 HTTPUtils {said}\n")
+    [event] = read_areal_log(path).events.iter_rows(named=True)
+    assert (event["kind"], event["severity"]) == (kind, severity)
 
 
 @pytest.mark.parametrize(
