@@ -325,20 +325,24 @@ def dead_loss(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None
     )
     flags = [1.0 if d else 0.0 for d in wide.select(pl.col("zero") & pl.col("driven") & ~pl.col("gradient"))[:, 0].to_list()]
     said = f"{loss} exactly 0 while {', '.join(drivers)} did not: the loss itself is dead (log-probs or the loss mask zeroed)"
-    return _streaks(flags, wide["step"].to_list(), t, last_step, "dead_loss", loss, said)
+    # Only as a change from a live loss: GRPO's on-policy surrogate can print 0 from the start by
+    # construction (ratio 1, advantages summing to 0 in each group) while its gradient is live.
+    return _streaks(flags, wide["step"].to_list(), t, last_step, "dead_loss", loss, said, live_before=t.min_run)
 
 
 def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int | None, kind: str, metric: str,
-             said: str) -> list[Finding]:
+             said: str, live_before: int = 0) -> list[Finding]:
     """A finding per stretch of flagged steps improbable under the run's history, or never followed
-    by an unflagged step after the first (a short run that died at iteration 1)."""
+    by an unflagged step after the first (a short run that died at iteration 1); with
+    ``live_before``, only a stretch after that many unflagged steps."""
     dead_before = [0, *itertools.accumulate(int(f) for f in flags)]
     findings = []
     i = 0
     while i < len(flags):
         run = _run_length(flags, i)
-        never_again = i <= 1 and i + run == len(flags) and run >= 2
-        if flags[i] == 1.0 and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
+        never_again = i <= 1 and i + run == len(flags) and run >= 2 and not live_before
+        live = i - dead_before[i] >= live_before
+        if flags[i] == 1.0 and live and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             final = steps[i + run - 1]
             unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
             end = steps[i + run] if i + run < len(steps) else None

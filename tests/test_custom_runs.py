@@ -245,7 +245,7 @@ def test_a_loop_ending_in_a_cuda_oom_traceback_is_a_crash(tmp_path: Path) -> Non
     assert "torch.OutOfMemoryError: CUDA out of memory" in incident.summary
 
 
-def _loop_log(path: Path, dead_from: int | None) -> None:
+def _loop_log(path: Path, dead_from: int | None, warn: bool = True) -> None:
     """Seed 003's loop, 4 micro-steps an iteration, rewards varying within each group; from
     ``dead_from`` on the policy loss is exactly 0 and the loop warns its log-probs are zero."""
     import random
@@ -260,7 +260,7 @@ def _loop_log(path: Path, dead_from: int | None) -> None:
             mean, pg = k / 8, 0.0 if dead else rng.uniform(0.01, 0.05)
             lines += [f"[Micro {m}] 1. Iteration start: mem=16104.8 MB, time=0.000s",
                       f"[Micro {m}] 3. Samples scored: mem=18412.6 MB, time=2.418s, rewards={mean:.4f}±{(mean * (1 - mean)) ** 0.5:.4f}"]
-            if dead:
+            if dead and warn:
                 lines.append("WARNING: All sequence_log_probs are near zero! num_masked=0.0")
             lines.append(f"[Micro {m}] 4. Loss computed: mem=21381.0 MB, time=3.012s, pg_loss={pg:.6f}, kl=0.000000, total={pg:.6f}")
             total += pg
@@ -283,3 +283,7 @@ def test_a_loss_exactly_zero_while_rewards_vary_is_a_dead_loss(tmp_path: Path) -
     assert any("log-probs and the loss mask" in s for s in incident.suggestions)
     _loop_log(tmp_path / "healthy", dead_from=None)
     assert analyze([tmp_path / "healthy"]).runs[0].incidents == []
+    # GRPO's on-policy surrogate can print 0 from the first step (ratio 1, advantages summing to 0 in
+    # each group) with a live gradient: only a loss that was live and went dead is told.
+    _loop_log(tmp_path / "surrogate", dead_from=0, warn=False)
+    assert analyze([tmp_path / "surrogate"]).runs[0].incidents == []
