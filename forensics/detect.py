@@ -155,6 +155,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         value = values[start]
         # Constant from the first step to the last: never healthy, nothing to compare with.
         never_varied = start == 0 and length == len(values)
+        if start == 0 and not never_varied and steps[0] <= 1:
+            continue  # the run's own first steps, before the task earned anything else: a warm-up
         seen = counts.between(value, healthy_from, start)
         if not (never_varied or improbable(seen, start - healthy_from, length, t.chance)):
             continue
@@ -342,7 +344,8 @@ def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int
         run = _run_length(flags, i)
         never_again = i <= 1 and i + run == len(flags) and run >= 2 and not live_before
         live = i - dead_before[i] >= live_before
-        if flags[i] == 1.0 and live and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
+        warmup = i == 0 and run < len(flags) and steps[0] <= 1  # the run's first steps, live after: as a collapse's
+        if flags[i] == 1.0 and live and not warmup and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             final = steps[i + run - 1]
             unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
             end = steps[i + run] if i + run < len(steps) else None

@@ -44,6 +44,24 @@ def test_collapse_with_no_fault_is_blamed_on_the_reward_pipeline(tmp_path: Path)
     assert run.recommendation.step == 50
 
 
+def test_a_sparse_task_earning_nothing_in_its_first_steps_is_a_warm_up(tmp_path: Path) -> None:
+    """Reward exactly 0 for steps 1–30 (with nothing to learn from: every group's rewards alike),
+    then earned at every step to 120: no collapse (nothing healthy came before it), no dead batches,
+    and the newest checkpoint is healthy. A reward 0 from the first step to the last still counts."""
+    def learning_from_31(step: int, stats: dict[str, float]) -> None:
+        if step <= 30:
+            for key in list(stats):
+                if key.endswith(("actor_loss/avg", "grad_norm", "advantages/avg", "advantages/min", "advantages/max")):
+                    stats[key] = 0.0
+
+    spec = RunSpec(last_step=120, reward=lambda s: 0.0 if s <= 30 else healthy_reward(s), save_freq_steps=25,
+                   stats_tweak=learning_from_31)
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    assert run.incidents == [] and run.recommendation.step == 100
+    never = only_run(write_run(tmp_path / "never", replace(spec, reward=lambda s: 0.0)).fileroot)
+    assert [(i.kind, i.onset_step) for i in never.incidents][:1] == [("reward_collapse", 1)]
+
+
 def test_recovery_ends_the_incident(tmp_path: Path) -> None:
     spec = RunSpec(last_step=150, reward=lambda s: 0.0 if 60 <= s < 90 else healthy_reward(s))
     [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
