@@ -594,7 +594,10 @@ class _Follower:
         if "zero_variance" in self._latched or "reward_collapse" in self._latched:
             return []  # dead batches are what a collapsed reward looks like: one alarm is enough
         # Never a live step since the first update: no learning signal at all, not a warm-up effect.
-        never_live = self._live_steps <= 1 and streak.length >= 2
+        # Dead from the very first step, a sparse task may just not have earned anything yet: as a
+        # reward constant from the start, judged after the warm-up.
+        never_live = (self._live_steps == 1 and streak.length >= 2) or (
+            self._live_steps == 0 and streak.length >= max(2, self.s.warmup_steps))
         rare = streak.length >= self.t.min_run and improbable(
             sum(self._dead_history), len(self._dead_history), streak.length, self.t.chance
         )

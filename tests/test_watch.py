@@ -66,6 +66,23 @@ def test_one_incident_raises_one_alarm_per_thing_it_tells(tmp_path: Path) -> Non
     assert {a.kind for a in result.folded} == {"server_errors", "stall"}
 
 
+def test_a_sparse_tasks_dead_first_steps_raise_no_alarm(tmp_path: Path) -> None:
+    """Nothing earned, nothing to learn from, in steps 1–3, then a healthy run: a warm-up, as
+    ``analyze`` has it — not dead batches alarmed at step 2 (which would have stopped the job)."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    def dead_until_4(step: int, stats: dict[str, float]) -> None:
+        if step <= 3:
+            for key in list(stats):
+                if key.endswith(("actor_loss/avg", "grad_norm", "advantages/avg", "advantages/min", "advantages/max")):
+                    stats[key] = 0.0
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, stats_tweak=dead_until_4,
+                                                    reward=lambda s: 0.0 if s <= 3 else healthy_reward(s)))
+    [result] = replay([paths.fileroot])
+    assert result.alarms == [] and result.offline_onsets == []
+
+
 def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Path) -> None:
     """The loss and gradient norm go NaN from step 60, the reward stays alive: the alarm's cause is
     the numbers' divergence, as ``analyze`` says, never a reward pipeline that did not go constant."""
