@@ -139,7 +139,7 @@ def explain(
     if deciding.is_empty() and unseen is not None:
         return Verdict("unknown", 0.2, server.evidence, " ".join([unseen, *server.sentences]), seen)
     if deciding.is_empty():
-        return _no_fault(finding, in_window, spans, seen, server, scores)
+        return _no_fault(finding, in_window, spans, seen, server, scores, _undated(events))
 
     cause = _root_cause(deciding.sort("time", "line", nulls_last=True))
     first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
@@ -386,8 +386,15 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 
 
+def _undated(events: pl.DataFrame) -> pl.DataFrame:
+    """Errors logged with no time of their own, so in no step (a Ray worker's ``.err``: its
+    traceback lines carry none): when they happened is unknown, that they happened is not."""
+    return events.filter(pl.col("step").is_null() & pl.col("time").is_null() & pl.col("severity").is_in(["error", "fatal"])
+                         ).sort("file", "line")
+
+
 def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: dict[str, int], server: ServerContext,
-              scores: pl.DataFrame) -> Verdict:
+              scores: pl.DataFrame, undated: pl.DataFrame) -> Verdict:
     if finding.kind in ("reward_collapse", "zero_variance"):
         # A server seen answering makes "not the infrastructure" a finding, not a default.
         confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
@@ -404,6 +411,14 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
                      f"error{'s' if own.height > 1 else ''} naming none {'were' if own.height > 1 else 'was'} "
                      f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
             cited = tuple(_to_evidence(r) for r in own.head(8).iter_rows(named=True))
+        elif usual.is_empty() and undated.height:  # (not "no failure of any kind": these may be the onset's)
+            first = undated.row(0, named=True)
+            found = (f"No dated failure was logged in {step_span(*spans.window)}, but {undated.height} error"
+                     f"{'s' if undated.height > 1 else ''} with no time of {'their' if undated.height > 1 else 'its'} own "
+                     f"{'were' if undated.height > 1 else 'was'} ({', '.join(sorted(set(undated['kind'])))}; first: "
+                     f"{raised(first['message'])[:160]}, {Path(first['file']).name}:{first['line']}), so when is unknown;")
+            cited = tuple(_to_evidence(r) for r in undated.head(8).iter_rows(named=True))
+            confidence -= 0.1
         elif usual.is_empty():
             found = f"No failure of any kind was logged in {step_span(*spans.window)}:"
         else:  # (failures as common before as in the window: not what changed)

@@ -298,3 +298,20 @@ def test_steps_a_copy_holds_whole_are_not_unfinished(tmp_path: Path) -> None:
     paths.train_log.write_text("".join(lines[: next(i for i, line in enumerate(lines) if "step:41 - " in line)]))
     [dead] = [i for i in only(tmp_path / "run").incidents if i.kind == "zero_variance"]
     assert dead.onset_step == 45 and "unfinished" not in dead.summary
+
+
+def test_a_workers_traceback_with_no_time_is_cited_not_denied(tmp_path: Path) -> None:
+    """Seed 004's checklist: the reward worker's traceback sits in its ``.err`` in the Ray session,
+    with no time (Ray writes none there), so in no step. The zero score's verdict cites it and says
+    when is unknown — never "no failure of any kind was logged"."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=40, save_freq=20, score=lambda s: 0.0, ray_session=True))
+    err = sorted((paths.session / "logs").glob("worker-*-01000000-*.err"))[0]
+    with err.open("a") as handle:
+        handle.write("Traceback (most recent call last):\n  File \"reward.py\", line 12, in __call__\n"
+                     "TypeError: compute_score() got an unexpected keyword argument 'format_score'\n")
+    [incident] = analyze(tmp_path / "run").runs[0].incidents
+    assert incident.cause == "reward_pipeline" and "No failure of any kind" not in incident.summary
+    assert "1 error with no time of its own was (traceback; first: TypeError: compute_score()" in incident.summary
+    assert [(Path(e.file).name, e.kind) for e in incident.evidence][:1] == [(err.name, "traceback")]
