@@ -147,14 +147,17 @@ def load_run(
         for name, frames in abandoned.items()
     ]
     earlier = pl.concat(superseded, how="vertical_relaxed").select(list(METRIC_SCHEMA)) if superseded else empty(METRIC_SCHEMA)
+    stamped = [name for name in ("wandb", "tensorboard") if name in shifted and shifted[name]["time"].is_not_null().any()]
     merged = merge_sources(shifted)
     del shifted
     abandoned_steps = empty(STEP_SCHEMA)
+    epoch_zone = []
     if all_steps.is_empty() and not merged.metrics.is_empty():
         # A run known only from copies: its steps from their values, an abandoned attempt's from its own.
         all_steps = _steps_from_metrics(merged.metrics)
         abandoned_steps = _steps_from_metrics(earlier, per_file=True)
-    notes = shifts + list(merged.notes)
+        epoch_zone = _epoch_zone_note(stamped)
+    notes = shifts + epoch_zone + list(merged.notes)
     sources = _interleaved(sources, all_steps)
     events, starts, apart = _own_sessions(events, sessions, [all_steps["time"], merged.metrics["time"]])
     notes += apart
@@ -465,6 +468,17 @@ def _steps_from_metrics(metrics: pl.DataFrame, *, per_file: bool = False) -> pl.
         .select(list(STEP_SCHEMA))
     )
     return steps if per_file else steps.with_columns(pl.lit(0).alias("rank"))
+
+
+def _epoch_zone_note(copies: list[str]) -> list[str]:
+    """Times known only from epoch stamps (W&B, TensorBoard) are this machine's wall clock: say in
+    which zone, since no log of the run's gives its own."""
+    if not copies:
+        return []
+    zone = datetime.now().astimezone().strftime("%Z, UTC%z")
+    named = " and ".join({"wandb": "W&B", "tensorboard": "TensorBoard"}[c] for c in copies)
+    return [f"times are {named}'s epoch stamps shown in this machine's time zone ({zone}): no log of the "
+            "run's own gives the training host's (set TZ to it to match that host's logs)"]
 
 
 def _on_the_logs_clock(frames: dict[str, pl.DataFrame], steps: pl.DataFrame) -> dict[str, timedelta]:

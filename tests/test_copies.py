@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -97,6 +97,9 @@ def test_wandb_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
     assert onset_of(tmp_path / "wandb-only") == (ONSET, "areal")
     [run] = analyze([tmp_path / "wandb-only"]).runs  # the shift to the trainer log's numbering is said
     assert any(note.startswith("wandb steps are shown +1 (AReaL logs its 0-based global_step") for note in run.notes)
+    # Its times are epoch stamps in this machine's zone: said, with the zone, as no log gives the host's.
+    zone = datetime.now().astimezone().strftime("%Z, UTC%z")
+    assert f"times are W&B's epoch stamps shown in this machine's time zone ({zone}): no log of the run's own gives" in " ".join(run.notes)
 
 
 def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) -> None:
