@@ -106,7 +106,9 @@ def run_stats(run: RunAnalysis) -> RunStats:
     )
     seconds = clock["time"].diff().dt.total_milliseconds().drop_nulls() / 1000
     span_h = (clock["time"].max() - clock["time"].min()).total_seconds() / 3600 if clock.height > 1 else 0
-    used = _finite(run.metrics.filter(pl.col("key") == "mem/device_used_gb"))
+    # The device memory the run logged: AReaL's and the server's, else verl's reserved peak per step.
+    used = next((found for key in ("mem/device_used_gb", "perf/max_memory_reserved_gb")
+                 if len(found := _finite(run.metrics.filter(pl.col("key") == key)))), pl.Series([], dtype=pl.Float64))
     return RunStats(
         run_id=run.run_id,
         root=run.root,

@@ -35,6 +35,7 @@ _WHOLE = (
     "time_ms",  # step durations (observations.slow_start, align.reconstruct_times)
     "timing_s/step",
     "perf/time_per_step",
+    "perf/max_memory_reserved_gb",  # verl's device memory (compare's peak)
 )
 _PREFIXES = ("phase/", "timing_s/", "timeperf/", "mem/")
 

@@ -127,3 +127,17 @@ def test_a_control_that_could_not_be_judged_is_not_called_incident_free(runs, tm
     assert result.avoided is None
     assert result.verdict[0].startswith("A cannot be told healthy: no training step was logged"), result.verdict
     assert "A has no incident to avoid." not in result.verdict
+
+
+def test_verl_runs_compare_their_device_memory(tmp_path: Path) -> None:
+    """verl logs its device memory as ``perf/max_memory_reserved_gb`` each step: the comparison's
+    peak is that, not a dash (seed 004's control and fix)."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    write_verl_run(tmp_path / "control", VerlRunSpec(steps=30, score=lambda s: 0.0))
+    write_verl_run(tmp_path / "fix", VerlRunSpec(steps=30, score=healthy_score))
+    result = runner.invoke(app, ["compare", str(tmp_path / "control"), str(tmp_path / "fix"), "--no-html", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    peaks = [doc[side]["peak_device_used_gb"] for side in ("a", "b")]
+    assert all(p is not None and 60 <= p <= 70 for p in peaks), peaks
