@@ -208,6 +208,12 @@ def test_extra_stats_fields_keep_their_names(tmp_path: Path) -> None:
     swa = read_sglang_log(write(tmp_path, list(VARIANTS["0.5.2x hybrid SWA, pending tokens"]), "swa.log"))
     assert series(swa, "sglang/swa_token_usage") == [0.02, 0.02]
     assert series(swa, "sglang/cache_hit_rate") == []
+    # HiSparse keeps part of the KV cache on the CPU: its GPU share is the memory pressure.
+    sparse = read_sglang_log(write(tmp_path, ["[2026-05-28 08:41:20] Decode batch, #running-req: 5, #gpu token: 500, gpu token "
+                                              "usage: 0.31, #cpu token: 900, cpu token usage: 0.21, cuda graph: True, gen throughput "
+                                              "(token/s): 99.99, #queue-req: 6"], "sparse.log"))
+    assert (series(sparse, "sglang/token_usage"), series(sparse, "sglang/used_tokens")) == ([0.31], [500.0])
+    assert series(sparse, "sglang/cpu_token_usage") == [0.21]
     old = read_sglang_log(write(tmp_path, list(VARIANTS["0.4.3"]), "old.log"))
     assert series(old, "sglang/cache_hit_rate") == [pytest.approx(0.0667)]
 
