@@ -171,9 +171,11 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
         lo, hi = times.search_sorted(start - shift, "left"), times.search_sorted(end - shift, "right")
         return (int(hi) - int(lo)) / times.len()
 
-    if inside(timedelta(0)) >= _OFF_CLOCK:
-        return None, False
     low, high = _order_bounds(own, others)
+    # On the run's clock: among its steps and in order with the file's wrapper lines (a clock hours
+    # ahead can leave most lines among a long run's steps, never in order with the wrapper's).
+    if inside(timedelta(0)) >= _OFF_CLOCK and low <= timedelta(0) <= high:
+        return None, False
     fits = [k * _QUARTER for k in range(-56, 57)
             if k and low <= k * _QUARTER <= high and inside(k * _QUARTER) >= _ON_CLOCK]
     return (fits[0] if len(fits) == 1 else None), True
@@ -183,13 +185,14 @@ def _order_bounds(own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta, t
     """The offsets under which the file's lines stay in time order: each line on the run's clock
     comes after the server's line above it and before the one below it."""
     low, high = timedelta.min, timedelta.max
-    if others.is_empty():
+    marks = others.filter(pl.col("time").is_not_null()).select("line", pl.col("time").alias("at")).sort("line")
+    if marks.is_empty():
         return low, high
-    own = own.filter(pl.col("time").is_not_null()).sort("line")
-    for line, at in others.filter(pl.col("time").is_not_null()).select("line", "time").iter_rows():
-        above, below = own.filter(pl.col("line") < line)["time"], own.filter(pl.col("line") > line)["time"]
-        if len(above):
-            high = min(high, at - above[-1] + _ORDER_SLACK)
-        if len(below):
-            low = max(low, at - below[0] - _ORDER_SLACK)
+    own = own.filter(pl.col("time").is_not_null()).select("line", "time").sort("line")
+    above = marks.join_asof(own, on="line", strategy="backward", allow_exact_matches=False)
+    below = marks.join_asof(own, on="line", strategy="forward", allow_exact_matches=False)
+    if (room := (above["at"] - above["time"]).drop_nulls()).len():
+        high = room.min() + _ORDER_SLACK  # type: ignore[operator]
+    if (room := (below["at"] - below["time"]).drop_nulls()).len():
+        low = room.max() - _ORDER_SLACK  # type: ignore[operator]
     return low, high

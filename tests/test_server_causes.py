@@ -319,3 +319,32 @@ def test_a_timeout_counts_from_when_its_request_was_sent(tmp_path: Path, waited:
     if cause == "inference_server_unresponsive":
         assert "All 2 request_timeout were logged only when the 3600 s timeout ran out (from step 180): their requests were sent in steps 117–122." in collapse.summary
         assert [e.step for e in collapse.evidence if e.kind == "request_timeout"] == [180, 181]
+
+
+@pytest.mark.parametrize("hours", [3, 5])
+def test_a_server_log_hours_ahead_of_the_runs_clock_is_moved_back_by_its_wrapper_lines(fixture_run, tmp_path: Path, hours: int) -> None:
+    """The hang fixture with SGLang's own lines in UTC, 3 or 5 h ahead of the trainer's host (US
+    time): most of them still fall among the long run's steps, but not in order with AReaL's wrapper
+    lines in the same file (the launch above them, the kill below): moved back, and the verdict is the
+    unshifted one's — never a hung server 'kept answering' with lines from hours before."""
+    import gzip
+    import shutil
+
+    plain = first_incident(fixture_run("sglang_hang"), tmp_path / "plain")
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_hang"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    stamp = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", re.MULTILINE)
+
+    def ahead(match: re.Match[bytes]) -> bytes:
+        when = datetime.strptime(match[1].decode(), "%Y-%m-%d %H:%M:%S") + timedelta(hours=hours)
+        return b"[" + when.strftime("%Y-%m-%d %H:%M:%S").encode() + b"]"
+
+    log.write_bytes(gzip.compress(stamp.sub(ahead, gzip.decompress(log.read_bytes()))))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    incident = run["incidents"][0]
+    assert (incident["onset_step"], incident["cause"], incident["confidence"]) == (plain["onset_step"], plain["cause"], plain["confidence"])
+    assert incident["summary"] == plain["summary"] and "kept answering" not in incident["summary"]
+    assert any(f"the server's own lines are {hours} h ahead of the run's clock" in note for note in run["notes"])
