@@ -63,7 +63,9 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
                 f"the {len(redone)} incidents, at step {', '.join(map(str, onsets))}, were in attempts relaunches abandoned")
                 + ")" + (f", but {caveat}" if caveat else ""))
         if not complete:
-            reason = f"{found}; no complete checkpoint was found." if caveat else "The run looks healthy, but no complete checkpoint was found."
+            theirs = sum(1 for c in checkpoints if c.path in abandoned)
+            none = "no complete checkpoint was found" + (f" but the {theirs} an attempt a relaunch abandoned saved" if theirs else "")
+            reason = f"{found}; {none}." if caveat or redone else f"The run looks healthy, but {none}."
             return Recommendation(None, None, reason, None, tuple(warnings))
         unjudged = [c for c in complete if read_to is not None and c.step > read_to]
         if unjudged:

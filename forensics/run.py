@@ -183,6 +183,7 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
+    metrics_frame, earlier = _copied_from_abandoned_steps(metrics_frame, earlier, all_steps, latest_steps)
     if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time
         copy_time = all_steps.select(pl.col("file").cast(pl.String), "line", pl.col("time").alias("copy_time"))
         earlier = (earlier.with_columns(pl.col("file").cast(pl.String).alias("path"))
@@ -569,6 +570,21 @@ def _copied_past_the_log(steps: pl.DataFrame, metrics: pl.DataFrame, *, rank: in
     note = (f"the step log ends at step {last}; steps {last + 1}–{past['step'].max()} are known only from its copy "
             f"({sources})")
     return pl.concat([steps, past.select(steps.columns)], how="vertical_relaxed"), [note]
+
+
+def _copied_from_abandoned_steps(metrics: pl.DataFrame, earlier: pl.DataFrame, steps: pl.DataFrame,
+                                 latest: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A copy's values for steps past the run's last that only an attempt a relaunch abandoned
+    logged (the relaunch went back in the step log; the copy, not told, holds the attempt's): the
+    attempt's, with its other values — not the run's going on past the relaunch."""
+    lineage = steps.filter("lineage") if "lineage" in steps.columns else steps.clear()
+    if lineage.is_empty() or latest.is_empty():
+        return metrics, earlier
+    last, reached = int(latest["step"].max()), int(lineage["step"].max())
+    if reached <= last:
+        return metrics, earlier
+    theirs = pl.col("step").is_between(last + 1, reached) & pl.col("source").is_in(list(COPY_SOURCES))
+    return metrics.filter(~theirs), pl.concat([earlier, metrics.filter(theirs).select(list(METRIC_SCHEMA))], how="vertical_relaxed")
 
 
 def _latest_steps(steps: pl.DataFrame) -> pl.DataFrame:

@@ -315,3 +315,20 @@ def test_a_workers_traceback_with_no_time_is_cited_not_denied(tmp_path: Path) ->
     assert incident.cause == "reward_pipeline" and "No failure of any kind" not in incident.summary
     assert "1 error with no time of its own was (traceback; first: TypeError: compute_score()" in incident.summary
     assert [(Path(e.file).name, e.kind) for e in incident.evidence][:1] == [(err.name, "traceback")]
+
+
+def test_a_copy_holds_the_abandoned_attempts_steps_past_a_relaunch_not_the_runs(tmp_path: Path) -> None:
+    """verl's console logs steps 1–60 (the score 0 from step 30), then steps 5 and 6 again (a
+    relaunch appended to it went back); its JSONL copy, not told, holds 1–60. The run is steps
+    1–6; the copy's 7–60 are the abandoned attempt's: one collapse, in that attempt — not also an
+    unrecovered one of the run's past its last step."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=60, save_freq=10, score=lambda s: 0.0 if s >= 30 else 0.5 + 0.001 * s))
+    lines = paths.train_log.read_text().splitlines(keepends=True)
+    paths.train_log.write_text("".join(lines) + "".join(line for line in lines if "step:5 " in line or "step:6 " in line))
+    [run] = analyze(tmp_path / "run").runs
+    assert run.step_range()["last"] == 6
+    assert [(i.onset_step, i.recovered, i.redone) for i in run.incidents] == [(30, True, True)]
+    assert run.metrics.filter(pl.col("step") > 6).is_empty()
+    assert "6 an attempt a relaunch abandoned saved" in run.recommendation.reason
