@@ -353,7 +353,7 @@ class _Follower:
         self._latched: dict[str, Any] = {}
         self._incidents = 0
         self.told: dict[int, set[str]] = {}
-        """The causes already alarmed on, per incident."""
+        """What each incident's alarms have told: their causes, and ``numbers`` once one was on the numbers."""
         self._roles = _Roles(None, None, (), None)
         self._reward = _Streak()
         self._history: deque[Any] = deque(maxlen=settings.history_steps)
