@@ -32,8 +32,7 @@ from forensics.detect import (
     abandoned_collapses,
     choose_primary,
     crashes,
-    dead_batches,
-    dead_loss,
+    dead_learning,
     died_before_relaunch,
     ended_by_exception,
     keys_matching,
@@ -46,6 +45,7 @@ from forensics.detect import (
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
 from forensics.model import (
+    FROM_THE_NUMBERS,
     LOGS_UNREAD,
     Analysis,
     Checkpoint,
@@ -227,9 +227,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
-    found += [d for d in dead_batches(run.metrics, t, last if run.steps.height else None)
-              if not any(a <= d.onset_step < b for a, b in spans)]
-    found += [d for d in dead_loss(run.metrics, t, last if run.steps.height else None)
+    found += [d for d in dead_learning(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans)]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
@@ -452,7 +450,7 @@ _RESUMED_FROM = re.compile(r"global_step[=_](\d+)")
 def _relaunches(finding: Finding, events: pl.DataFrame) -> str:
     """The run relaunched (automatic recovery) while its numbers were broken: from where, and so
     whether the relaunch carried the broken state on (seed 001: recover.mode resumed after the onset)."""
-    if finding.kind not in ("reward_collapse", "zero_variance", "dead_loss", "nan_inf") or finding.redone:
+    if finding.kind not in FROM_THE_NUMBERS or finding.redone:
         return ""
     # (a resume line belongs to the step in progress: the relaunch's first, the recovery's own)
     stop = finding.end_step if finding.end_step is not None else math.inf

@@ -275,10 +275,16 @@ def learning_signals(keys: set[str]) -> tuple[str | None, list[str]]:
     return loss, signals
 
 
-def dead_batches(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None) -> list[Finding]:
-    """Steps with no learning signal: the loss is exactly zero and so is everything that would
-    drive it (gradient norm, advantages, the spread of rewards in a group). A zero loss with a
-    live gradient is cosmetic and not reported.
+def dead_learning(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None) -> list[Finding]:
+    """Steps with no learning signal, of two kinds, from one pass over the loss and what drives it:
+
+    - dead batches (``zero_variance``): the loss is exactly zero and so is everything that would
+      drive it (gradient norm, advantages, the spread of rewards in a group). A zero loss with a
+      live gradient is cosmetic and not reported.
+    - a dead loss (``dead_loss``): the loss exactly zero though what drives it is alive (rewards
+      that differ within a group, advantages not zero) and no gradient norm says it is live: the
+      loss itself is broken — log-probs or a loss mask zeroed (seed 003: "if loss is exactly 0,
+      something is broken").
 
     A stretch counts when it is improbable under the run's history, or when the run never had
     a live step again after its first (a short hand-rolled run that died at iteration 1). A step
@@ -288,48 +294,36 @@ def dead_batches(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = N
     loss, signals = learning_signals(metric_keys(metrics)[0])
     if not (loss and signals):
         return []
-    wide = (
-        metrics.lazy()
-        .filter(pl.col("key").is_in([loss, *signals]) & pl.col("step").is_not_null())
-        .group_by("step")
-        .agg((pl.col("value") == 0).all().alias("dead"), pl.col("key").n_unique().alias("n"))
-        .filter(pl.col("n") == 1 + len(signals))
-        .sort("step")
-        .collect()
-    )
-    flags = [1.0 if d else 0.0 for d in wide["dead"].to_list()]
-    shown = next((k for k in sorted(signals) if k.endswith("reward/std")), loss)
-    said = (f"{loss} and {', '.join(sorted(signals))} all exactly 0 (dead batches: every reward in a group identical, "
-            "nothing to learn from)")
-    return _streaks(flags, wide["step"].to_list(), t, last_step, "zero_variance", shown, said)
-
-
-def dead_loss(metrics: pl.DataFrame, t: Thresholds, last_step: int | None = None) -> list[Finding]:
-    """Steps whose loss is exactly zero though what drives it is alive (rewards that differ within
-    a group, advantages not zero) and no gradient norm says it is live: the loss itself is broken —
-    log-probs or a loss mask zeroed (seed 003: "if loss is exactly 0, something is broken"). A
-    streak counts as dead batches' do."""
-    loss, signals = learning_signals(metric_keys(metrics)[0])
     grads = [k for k in signals if k.endswith("grad_norm")]
     drivers = [k for k in signals if k not in grads]
-    if not (loss and drivers):
-        return []
     value, key = pl.col("value"), pl.col("key")
     wide = (
         metrics.lazy()
         .filter(key.is_in([loss, *signals]) & pl.col("step").is_not_null())
         .group_by("step")
-        .agg(((key == loss) & (value == 0)).any().alias("zero"), (key == loss).any().alias("logged"),
+        .agg((value == 0).all().alias("dead"), key.n_unique().alias("n"),
+             ((key == loss) & (value == 0)).any().alias("zero"), (key == loss).any().alias("logged"),
              (key.is_in(grads) & (value != 0)).any().alias("gradient"), (key.is_in(drivers) & (value != 0)).any().alias("driven"))
-        .filter("logged")
         .sort("step")
         .collect()
     )
-    flags = [1.0 if d else 0.0 for d in wide.select(pl.col("zero") & pl.col("driven") & ~pl.col("gradient"))[:, 0].to_list()]
+    batches = wide.filter(pl.col("n") == 1 + len(signals))
+    shown = next((k for k in sorted(signals) if k.endswith("reward/std")), loss)
+    said = (f"{loss} and {', '.join(sorted(signals))} all exactly 0 (dead batches: every reward in a group identical, "
+            "nothing to learn from)")
+    found = _streaks(_flags(batches["dead"]), batches["step"].to_list(), t, last_step, "zero_variance", shown, said)
+    if not drivers:
+        return found
+    losses = wide.filter("logged")
     said = f"{loss} exactly 0 while {', '.join(drivers)} did not: the loss itself is dead (log-probs or the loss mask zeroed)"
     # Only as a change from a live loss: GRPO's on-policy surrogate can print 0 from the start by
     # construction (ratio 1, advantages summing to 0 in each group) while its gradient is live.
-    return _streaks(flags, wide["step"].to_list(), t, last_step, "dead_loss", loss, said, live_before=t.min_run)
+    dead = losses.select(pl.col("zero") & pl.col("driven") & ~pl.col("gradient")).to_series()
+    return found + _streaks(_flags(dead), losses["step"].to_list(), t, last_step, "dead_loss", loss, said, live_before=t.min_run)
+
+
+def _flags(dead: pl.Series) -> list[float]:
+    return [1.0 if d else 0.0 for d in dead.to_list()]
 
 
 def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int | None, kind: str, metric: str,

@@ -24,6 +24,8 @@ _LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the 
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
 IncidentKind = Literal["reward_collapse", "zero_variance", "dead_loss", "stall", "crash", "nan_inf"]
+#: The incidents the training numbers themselves show (beside a process's or a server's failure).
+FROM_THE_NUMBERS: tuple[IncidentKind, ...] = ("reward_collapse", "zero_variance", "dead_loss", "nan_inf")
 _KIND_WORDS = {"zero_variance": "dead batches (zero variance)", "nan_inf": "non-finite values (NaN/Inf)",
                "dead_loss": "dead loss (exactly 0, rewards live)"}
 

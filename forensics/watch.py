@@ -65,13 +65,11 @@ from forensics.detect import (
 from forensics.discover import PathArg, analyzed_tree, find_runs, within
 from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
-from forensics.model import Cause, Evidence, iso
+from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
-#: Alarms on what the training numbers did, beside those on the infrastructure.
-_NUMBERS = ("reward_collapse", "zero_variance", "nan_inf")
 ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
 _TIMEOUTS = frozenset({"request_timeout"})
@@ -430,7 +428,7 @@ class _Follower:
         server seen down after a hang is; the hang's timeouts after its collapse are not), or the
         first word of what the numbers did (a collapse after the server errors that caused it)."""
         told = self.told.setdefault(trigger.incident, set())
-        news = {alarm.cause} | ({"numbers"} if alarm.kind in _NUMBERS else set())
+        news = {alarm.cause} | ({"numbers"} if alarm.kind in FROM_THE_NUMBERS else set())
         if news <= told:
             return False
         told |= news
