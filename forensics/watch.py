@@ -6,6 +6,8 @@ record at a time, in the order the run wrote them:
 - ``reward_collapse``: the primary reward stuck at one exact value (zero, or any constant) for
   ``zero_steps`` steps in a row, and improbable under the run's recent healthy history;
 - ``zero_variance``: loss and everything driving it exactly zero (dead batches);
+- ``dead_loss``: a loss that was live exactly zero while what drives it is not (log-probs or the
+  loss mask zeroed);
 - ``nan_inf``: a non-finite loss, gradient norm or reward for several steps;
 - ``server_errors``: a burst of refused/reset connections or of request timeouts;
 - ``server_down``: the inference server exited, the trainer kept calling it, and no new server
@@ -70,7 +72,7 @@ from forensics.run import RunData, load_run, other_logs
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
-ALARM_KINDS = ("reward_collapse", "zero_variance", "nan_inf", "server_errors", "server_down", "stall", "crash")
+ALARM_KINDS = ("reward_collapse", "zero_variance", "dead_loss", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
 _TIMEOUTS = frozenset({"request_timeout"})
 _SERVER_UP = frozenset({"server_launch", "server_ready"})
@@ -363,6 +365,9 @@ class _Follower:
         self._dead = _Streak()
         self._dead_history: deque[bool] = deque(maxlen=settings.history_steps)
         self._live_steps = 0
+        self._dead_loss = _Streak()
+        self._dead_loss_history: deque[bool] = deque(maxlen=settings.history_steps)
+        self._live_losses = 0
         self._bad = _Streak()
         self._durations: deque[float] = deque(maxlen=200)
         self._step_times: deque[tuple[datetime, int]] = deque(maxlen=2000)
@@ -529,6 +534,7 @@ class _Follower:
         if primary is not None and primary in row.values:
             fired += self._reward_rule(row, primary)
         fired += self._dead_rule(row)
+        fired += self._dead_loss_rule(row)
         fired += self._nan_rule(row)
         return fired
 
@@ -607,6 +613,37 @@ class _Follower:
                    "exactly 0: every reward in a group identical, nothing to learn from")
         return [_Trigger("zero_variance", row.step, row.time, first.step, summary,
                          (_metric_evidence(first, roles.loss), _metric_evidence(row, roles.loss)), None)]
+
+    def _dead_loss_rule(self, row: _Step) -> list[_Trigger]:
+        """As offline: the loss exactly 0 while what drives it (not a gradient norm) is not, after
+        ``min_run`` steps of a live loss (GRPO's surrogate can print 0 from the start), for
+        ``min_run`` steps and improbably under the run's history."""
+        roles = self._roles
+        loss = row.values.get(roles.loss) if roles.loss else None
+        drivers = [row.values[k] for k in roles.signals if k in row.values and not k.endswith("grad_norm")]
+        if loss is None or not drivers:
+            return []
+        gradient = any(row.values[k] != 0 for k in roles.signals if k in row.values and k.endswith("grad_norm"))
+        dead = loss == 0 and any(v != 0 for v in drivers) and not gradient
+        streak = self._dead_loss
+        if streak.length and not same_value(dead, streak.value) and "dead_loss" not in self._latched:
+            self._dead_loss_history.extend([bool(streak.value)] * streak.length)
+        live_before = self._live_losses
+        streak.extend(dead, row)
+        if not dead:
+            self._live_losses += 1
+            self._latched.pop("dead_loss", None)
+            return []
+        if "dead_loss" in self._latched or live_before < self.t.min_run or streak.length < self.t.min_run:
+            return []
+        if not improbable(sum(self._dead_loss_history), len(self._dead_loss_history), streak.length, self.t.chance):
+            return []
+        self._latched["dead_loss"] = True
+        first = streak.first or row
+        summary = (f"{roles.loss} exactly 0 for {streak.length} steps in a row (from step {first.step}) while "
+                   "the rewards still differed: the loss itself is dead (log-probs or the loss mask zeroed)")
+        return [_Trigger("dead_loss", row.step, row.time, first.step, summary,
+                         (_metric_evidence(first, roles.loss), _metric_evidence(row, roles.loss)), roles.loss)]
 
     def _nan_rule(self, row: _Step) -> list[_Trigger]:
         roles = self._roles
@@ -771,7 +808,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
             horizon = replace(trigger, time=trigger.time + timedelta(seconds=TOGETHER_SECONDS))
         events, metrics = _up_to(events, horizon, borrow=True), _up_to(metrics, trigger)
     onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
-    finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf") else "reward_collapse"
+    finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf", "dead_loss") else "reward_collapse"
     if onset is None:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
                      trigger.evidence)

@@ -103,6 +103,21 @@ def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Pat
     assert (alarm.cause, incident.cause) == ("numerical_divergence", "numerical_divergence")
 
 
+def test_a_live_loss_gone_dead_while_rewards_vary_alarms_as_analyze_finds_it(tmp_path: Path) -> None:
+    """Seed 003's second cause, online: the rewards still differ, the loss is exactly 0 from iteration
+    10 (log-probs zeroed). ``analyze`` finds a dead loss there; the alarm names the same onset and
+    cause after ``min_run`` steps. A surrogate printing 0 from the first step is not one."""
+    from test_custom_runs import _loop_log
+
+    _loop_log(tmp_path / "broken", dead_from=10)
+    [incident] = analyze([tmp_path / "broken"]).runs[0].incidents
+    [result] = replay([tmp_path / "broken"])
+    assert [(a.kind, a.onset_step, a.step, a.cause) for a in result.alarms] == [("dead_loss", 10, 14, "loss_computation")]
+    assert (incident.kind, incident.onset_step, incident.cause) == ("dead_loss", 10, "loss_computation")
+    _loop_log(tmp_path / "surrogate", dead_from=0, warn=False)
+    assert replay([tmp_path / "surrogate"])[0].alarms == []
+
+
 def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
     # One incident (the reward never recovered): the server's errors, then the collapse they caused;
