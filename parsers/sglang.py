@@ -562,12 +562,24 @@ class _Shape:
         trailing = len(parts) > 1 and re.fullmatch(r"[\s,]*", parts[-1]) is not None
         if trailing:
             parts.pop()
-        prefixes = tuple(_value_prefix(part) for part in parts)
+        prefixes: list[str | None] = []
+        names: list[str] = []
+        previous = ""
+        for part in parts:
+            prefix, name, bare = _value_prefix(part), part.strip(" ,").split(": ", 1)[0], part.lstrip(" ,")
+            if prefix is None and bare.startswith("swa=") and ": full=" in previous:
+                # 0.4.9's hybrid SWA pairs, ``#token: full=500, swa=300``: the second value is the
+                # SWA pool's, named as 0.4.10+ name it (``#swa token``, ``swa token usage``).
+                prefix = part[: len(part) - len(bare)] + "swa="
+                name = "#swa " + names[-1][1:] if names[-1].startswith("#") else "swa " + names[-1]
+            prefixes.append(prefix)
+            if prefix:
+                names.append(name)
+            previous = part
         if not any(prefixes):
             return None
-        names = tuple(p.strip(" ,").split(": ", 1)[0] for p, prefix in zip(parts, prefixes, strict=True) if prefix)
         comma_end = re.search(r",\s*$", message) is not None
-        return _Shape(head.group(0).split(" ", 1)[0].lower(), head.group(0), prefixes, names, trailing, comma_end)
+        return _Shape(head.group(0).split(" ", 1)[0].lower(), head.group(0), tuple(prefixes), tuple(names), trailing, comma_end)
 
     def take(self, messages: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
         """Which of ``messages`` have this shape (their positions), and their raw values (one

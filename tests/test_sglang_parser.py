@@ -208,6 +208,9 @@ def test_extra_stats_fields_keep_their_names(tmp_path: Path) -> None:
     swa = read_sglang_log(write(tmp_path, list(VARIANTS["0.5.2x hybrid SWA, pending tokens"]), "swa.log"))
     assert series(swa, "sglang/swa_token_usage") == [0.02, 0.02]
     assert series(swa, "sglang/cache_hit_rate") == []
+    # 0.4.9 paired the pools' values, ``full=…, swa=…``: the SWA ones are the same series as after.
+    paired = read_sglang_log(write(tmp_path, list(VARIANTS["0.4.9 prefill #token, hybrid SWA"]), "paired.log"))
+    assert (series(paired, "sglang/swa_token_usage"), series(paired, "sglang/swa_token")) == ([0.02], [90.0])
     # HiSparse keeps part of the KV cache on the CPU: its GPU share is the memory pressure.
     sparse = read_sglang_log(write(tmp_path, ["[2026-05-28 08:41:20] Decode batch, #running-req: 5, #gpu token: 500, gpu token "
                                               "usage: 0.31, #cpu token: 900, cpu token usage: 0.21, cuda graph: True, gen throughput "
