@@ -251,7 +251,8 @@ class ParseCache:
         )
 
 
-_NUMBER = re.compile(r"\d[\d,]*")
+#: A count in a note, with or without thousands separators (not the comma after it: "step 1, unfinished").
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+")
 #: How near the end an event must start to be possibly still open (a traceback being written).
 _OPEN_EVENT_LINES = 200
 
