@@ -617,7 +617,8 @@ def _merge_restatements(events: pl.DataFrame) -> pl.DataFrame:
     """An undated line that restates the event just above it (same kind and stream, in that
     event's record or the next one, no other process or rank named) continues it: ``Memory on
     the node …`` after ``OutOfMemoryError: Task was killed …``, the death cause after
-    ``ActorDiedError``'s indented context, ``what():`` and ``*** SIGABRT`` after ``terminate called …``."""
+    ``ActorDiedError``'s indented context, ``what():`` and ``*** SIGABRT`` after ``terminate called …``.
+    The very same line again is not: a warning a worker logs each step happened each time."""
     if events.height < 2:
         return events
     rank = pl.col("message").str.extract(r"\[[Rr]ank ?(\d+)\]", 1)
@@ -626,8 +627,11 @@ def _merge_restatements(events: pl.DataFrame) -> pl.DataFrame:
     same = lambda col: (pl.col(col).is_null() | pl.col(col).shift(1).over(keys).is_null() | (pl.col(col) == pl.col(col).shift(1).over(keys)))  # noqa: E731
     # The same rank named again a few lines on is the same failure retold (``what():`` of an abort).
     retold = (pl.col("rank") == pl.col("rank").shift(1).over(keys)) & (pl.col("line") - pl.col("line").shift(1).over(keys) <= _TRACEBACK_TAIL)
+    # The very same line again is the failure happening again (a warning each step), not a retelling.
+    again = pl.col("message") == pl.col("message").shift(1).over(keys)
     restates = (
         pl.col("level").is_null()
+        & ~again.fill_null(False)
         & ((pl.col("record") - pl.col("record").shift(1).over(keys) <= 1) | retold.fill_null(False))
         & same("pid")
         & same("worker_id")

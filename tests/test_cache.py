@@ -184,6 +184,25 @@ def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: 
     assert outcomes[1:] == (["grown", "grown", "parsed", "grown", "grown"] if reader == "verl" else ["parsed"] + ["grown"] * 4), outcomes
 
 
+def test_a_warning_a_worker_logs_each_step_is_spliced_as_a_fresh_parse_reads_it(tmp_path: Path) -> None:
+    """verl's workers warn ``grad_norm is not finite`` in each of steps 8–12: each is its own event
+    (not the first one retold), so a console cached at step 9 and grown reads as a fresh parse does."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    log = write_verl_run(tmp_path / "run", VerlRunSpec(steps=20, nan_steps=frozenset(range(8, 13)))).train_log
+    data = log.read_bytes()
+    log.write_bytes(data[: int(len(data) * 0.45)])
+    cache = ParseCache(tmp_path / "cache")
+    load(tmp_path / "run", cache)
+    with open(log, "ab") as fh:
+        fh.write(data[int(len(data) * 0.45) :])
+    grown, fresh = load(tmp_path / "run", cache), load(tmp_path / "run", None)
+    assert cache.outcomes[str(log)] == "grown"
+    assert_same_run(grown, fresh)
+    warned = fresh.events.filter(pl.col("message").str.contains("grad_norm is not finite"))
+    assert warned.height == 5
+
+
 def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
     cache = ParseCache(tmp_path / "cache")
     root = FIXTURES / "sglang_hang" / "outputs"
