@@ -176,16 +176,31 @@ def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) ->
     args = ["python3", "-m", "areal.launcher.local", script[0], "--config", config_arg]
     if experiment:
         args.append(f"experiment_name={experiment}")
+    settings = read_areal_config(config) if config.is_file() else {}
     if chosen.kind == "recover":
         if trial:
             args.append(f"trial_name={trial}")
         args.append("recover.mode=resume")
     else:
-        args.append(f"trial_name={trial or 'trial'}-from-step{chosen.step}")
-        args.append(f"actor.path={chosen.path}")
-    if config.is_file():
-        args += _moved_fileroot(chosen, read_areal_config(config))
+        new_trial = f"{trial or 'trial'}-from-step{chosen.step}"
+        args += [f"trial_name={new_trial}", f"actor.path={chosen.path}"]
+        args += _fresh_start(chosen, settings, trial, new_trial)
+    args += _moved_fileroot(chosen, settings)
     return shlex.join(args)
+
+
+def _fresh_start(chosen: Checkpoint, config: dict[str, object], trial: str | None, new_trial: str) -> list[str]:
+    """Overrides that make a launch from an export a new trial in every section of the dumped
+    config, which holds each section's ``trial_name`` resolved: left as they were, the saver would
+    write into the analyzed trial's folders and ``recover.mode=auto`` would find its recover
+    checkpoint (saved after the onset) and resume the broken state. The inference server loads
+    the export too: its ``model_path`` is a copy of the original ``actor.path``, and until the
+    first weight update it would generate with the base model."""
+    base = config.get("actor.path")
+    renamed = [f"{key}={new_trial}" for key, value in config.items() if key.endswith(".trial_name") and trial and value == trial]
+    served = [f"{key}={chosen.path}" for key, value in config.items()
+              if key.endswith(".model_path") and key.split(".", 1)[0] in ("sglang", "vllm") and base and value == base]
+    return renamed + served
 
 
 def _moved_fileroot(chosen: Checkpoint, config: dict[str, object]) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,12 @@ def test_seed000_onset_cause_and_checkpoint(fixture_run, tmp_path: Path) -> None
     # The fixture's config says /workspace/outputs/grpo: the tree is elsewhere now, and AReaL looks there.
     root = str(fixture_run("areal_seed000"))
     assert f"cluster.fileroot={root}" in rec["resume_command"] and f"recover.fileroot={root}" in rec["resume_command"]
+    # A new trial in every section the dumped config names one (else the saver writes into trial0 and
+    # recover.mode=auto resumes its recover checkpoint, saved after the onset), and the server loads the export.
+    words = shlex.split(rec["resume_command"])
+    for section in ("saver", "recover", "stats_logger", "evaluator"):
+        assert f"{section}.trial_name=trial0-from-step900" in words
+    assert f"sglang.model_path={rec['checkpoint']}" in words
 
 
 def test_every_evidence_line_is_in_its_file(fixture_run, tmp_path: Path) -> None:
