@@ -264,8 +264,8 @@ def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
     if last is None or finding.onset_step - last <= 1:
         return finding
     gap = f"steps {last + 1}–{finding.onset_step - 1}" if finding.onset_step - last > 2 else f"step {last + 1}"
-    return replace(finding, summary=f"{finding.summary}; {gap} logged no {finding.metric}, so it began between "
-                                    f"steps {last + 1} and {finding.onset_step}")
+    return replace(finding, began_after=last, summary=f"{finding.summary}; {gap} logged no {finding.metric}, so it began "
+                                                      f"between steps {last + 1} and {finding.onset_step}")
 
 
 def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData,
@@ -416,6 +416,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         onset_evidence=_onset_evidence(finding, run),
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
         redone=finding.redone is not None,
+        began_after=finding.began_after,
     )
 
 

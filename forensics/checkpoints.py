@@ -98,6 +98,16 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         if complete:
             reason += f" The oldest one (step {min(c.step for c in complete)}) is already after it."
         return Recommendation(None, None, reason, None, tuple(warnings))
+    if first.began_after is not None:
+        unknown = [c for c in before if c.step > first.began_after]
+        before = [c for c in before if c.step <= first.began_after]
+        warnings += [f"skipped checkpoint {c.path}: saved at step {c.step}, in the steps before the onset that logged no "
+                     f"{first.metric} (after step {first.began_after}), where the {kind_words(first.kind)} may already "
+                     "have begun" for c in unknown]
+        if not before:
+            return Recommendation(None, None, f"No complete checkpoint was saved by step {first.began_after}, the last step "
+                                              f"known healthy before the {kind_words(first.kind)} (it began between steps "
+                                              f"{first.began_after + 1} and {first.onset_step}).", None, tuple(warnings))
     best = max(before, key=lambda c: (c.step, c.resumable))
     if read_from is not None and first.onset_step <= read_from and first.kind not in ("crash", "stall"):
         reason = (f"The {kind_words(first.kind)} was already under way at step {read_from}, the first step the "
@@ -110,6 +120,11 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         f"Step {best.step} is the newest complete checkpoint before the {kind_words(first.kind)} "
         f"at step {first.onset_step}; resuming from it redoes {lost} healthy step{'s' if lost != 1 else ''}."
     )
+    if first.began_after is not None:
+        lost = first.began_after - best.step
+        reason = (f"Step {best.step} is the newest complete checkpoint before the {kind_words(first.kind)}, which began "
+                  f"between steps {first.began_after + 1} and {first.onset_step} (the steps between logged no "
+                  f"{first.metric}); resuming from it redoes {lost} step{'s' if lost != 1 else ''} known healthy.")
     warnings += _after_recovery(complete, incidents)
     command = _resume_command(best, facts, log_dir)
     if command is None and best.kind in ("hf_export", "recover"):

@@ -81,6 +81,9 @@ class Finding:
     own rows at that step are the relaunch's."""
     seen: dict[str, Any] | None = None
     """For a stall only other logs' lines went on through: the last of them (a metric row)."""
+    began_after: int | None = None
+    """For a collapse first seen after steps that logged no value: the last step that did (it may
+    have begun in any step after it)."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None

@@ -105,6 +105,9 @@ class Incident:
     redone: bool = False
     """In an attempt a relaunch from an earlier checkpoint abandoned and logged again: not in the
     run's final history (the checkpoint choice passes over it)."""
+    began_after: int | None = None
+    """The last step known healthy when the steps before the onset logged no value: the incident
+    may have begun in any step after it (no checkpoint saved in them is known healthy)."""
 
     @property
     def wasted(self) -> str:

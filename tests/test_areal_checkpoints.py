@@ -433,3 +433,31 @@ def test_without_a_launcher_line_the_recommendation_says_why_it_gives_no_command
     assert rec.step == 20 and rec.resume_command is None
     [why] = [w for w in rec.warnings if w.startswith("No resume command: the trainer log has no launcher line")]
     assert f"actor.path={rec.checkpoint}" in why
+
+
+def test_no_checkpoint_saved_in_steps_that_logged_no_reward_is_called_healthy(tmp_path: Path) -> None:
+    """The reward is 0 from step 30, but steps 21–35 are gone from trainer.log: the collapse is
+    first seen at 36 and began between 21 and 36. The step-30 export was saved in that stretch, so
+    it is not known healthy: the choice is step 20, and a warning says why 30 was passed over."""
+    import re
+
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    kept, lost = [], False
+    for line in paths.trainer_log.read_text().splitlines(keepends=True):
+        if m := re.search(r"Train step (\d+)/", line):
+            lost = 21 <= int(m[1]) <= 35
+        if not lost:
+            kept.append(line)
+    paths.trainer_log.write_text("".join(kept))
+    [run] = analyze([paths.fileroot]).runs
+    [incident] = run.incidents
+    assert (incident.onset_step, incident.began_after) == (36, 20)
+    rec = run.recommendation
+    assert rec.step == 20 and "began between steps 21 and 36" in rec.reason
+    [passed_over] = [w for w in rec.warnings if w.startswith("skipped checkpoint") and "globalstep29" in w]
+    assert "may already have begun" in passed_over
