@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -279,17 +279,31 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData,
     last, reached = int(run.steps["step"].max()), int(run.superseded_steps["step"].max())
     own = dict(run.steps.select("step", "time").iter_rows())
     gone = set(run.superseded_steps["step"].to_list())
+    dated = _saves_dated(checkpoints, run)
 
     def older(c: Checkpoint) -> bool:
         if last + 1 < c.step <= reached + 1 or told.get(c.path):
             return True
         # AReaL saves step s's export while it runs step s, after step s - 1 was logged
         before = own.get(c.step - 1)
-        return bool(c.time and before and c.time < before and ({c.step - 1, c.step} & gone))
+        return bool(dated and c.time and before and c.time < before and ({c.step - 1, c.step} & gone))
 
     gone_paths = frozenset(c.path for c in checkpoints if older(c))
     said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
     return [replace(c, problems=(*c.problems, said)) if c.path in gone_paths else c for c in checkpoints], gone_paths
+
+
+#: How long after the logs' last line a checkpoint's files may still be written (a final save).
+_SAVE_AFTER_LOGS = timedelta(minutes=30)
+
+
+def _saves_dated(checkpoints: list[Checkpoint], run: RunData) -> bool:
+    """Whether the checkpoints' file times may be when they were saved: not when one of them is
+    later than anything the logs say by more than a final save takes (a copy — ``cp -r``, rsync
+    without ``-t``, an unpacked archive — dates every file when it was made)."""
+    logged = [t for t in (run.steps["time"].max(), run.events["time"].max()) if t is not None]
+    saved = [c.time for c in checkpoints if c.time is not None]
+    return not (logged and saved) or max(saved) <= max(logged) + _SAVE_AFTER_LOGS  # type: ignore[operator]
 
 
 def _recover_saved_again(checkpoints: list[Checkpoint], run: RunData) -> list[Checkpoint]:
@@ -337,11 +351,16 @@ def _maybe_abandoned(recommendation: Recommendation, checkpoints: list[Checkpoin
     if chosen is None or not (gone == chosen.step).any() or chosen.path in told:
         return recommendation
     own = run.steps.filter(pl.col("step") == chosen.step - 1)["time"].drop_nulls()
-    if chosen.time is not None and len(own):  # (the times judged it: see _abandoned_checkpoints)
+    dated = _saves_dated(checkpoints, run)
+    if chosen.time is not None and len(own) and dated:  # (the times judged it: see _abandoned_checkpoints)
         return recommendation
+    name = Path(chosen.path).name
+    untold = (f"which attempt saved {name} cannot be told: the checkpoints' files are dated after every log line (a "
+              "copy's times, not the saves'), and no save line names it" if chosen.time is not None and not dated
+              else f"neither the logs' times nor a save line tell which attempt saved {name}")
     warning = (f"Step {chosen.step} was also reached by an attempt a relaunch abandoned (steps {gone.min()}–{gone.max()}), "
-               f"and neither the logs' times nor a save line tell which attempt saved {Path(chosen.path).name}: if the "
-               "abandoned one did, it holds that attempt's weights — check its time against the relaunch's.")
+               f"and {untold}: if the abandoned one did, it holds that attempt's weights — check its time in the "
+               "original tree against the relaunch's.")
     return replace(recommendation, warnings=(*recommendation.warnings, warning))
 
 

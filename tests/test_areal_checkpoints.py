@@ -461,3 +461,34 @@ def test_no_checkpoint_saved_in_steps_that_logged_no_reward_is_called_healthy(tm
     assert rec.step == 20 and "began between steps 21 and 36" in rec.reason
     [passed_over] = [w for w in rec.warnings if w.startswith("skipped checkpoint") and "globalstep29" in w]
     assert "may already have begun" in passed_over
+
+
+def test_checkpoints_dated_after_every_log_line_tell_nothing_of_which_attempt_saved_them(tmp_path: Path) -> None:
+    """A relaunch from step 30 abandoned an attempt that had collapsed at 35 and saved an export at
+    45. Dated as saved, that export is passed over; in a copy (``cp -r``: every file dated when
+    copied, after every log line) its date tells nothing, and the choice says so."""
+    import shutil
+    from datetime import timedelta
+
+    from areal_builder import Relaunch, RunSpec, checkpoint_name, write_hf_checkpoint, write_run
+
+    from forensics import analyze
+
+    spec = RunSpec(last_step=60, save_freq_steps=10, recover_mode="auto", reward=lambda s: 0.0 if s >= 50 else 0.5,
+                   relaunch=Relaunch(stop_after=45, resume_from=30, first_reward=lambda s: 0.0 if s >= 35 else 0.5))
+    paths = write_run(tmp_path / "outputs", spec)
+    export = paths.checkpoint_root / "default" / checkpoint_name(45, 935)
+    write_hf_checkpoint(export, 45)
+    saved = (paths.step_times[30] + timedelta(minutes=14)).timestamp()
+    for f in [*export.iterdir(), export]:
+        os.utime(f, (saved, saved))
+    original = analyze([paths.fileroot]).runs[0].recommendation
+    assert original.step == 40 and any("saved by an attempt a relaunch abandoned" in w for w in original.warnings)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(paths.fileroot, copy)
+    for f in copy.rglob("*"):
+        os.utime(f)  # what cp -r leaves: every file dated now
+    copied = analyze([copy]).runs[0].recommendation
+    [untold] = [w for w in copied.warnings if w.startswith(f"Step {copied.step} was also reached by an attempt")]
+    assert "dated after every log line" in untold
