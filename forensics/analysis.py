@@ -63,7 +63,7 @@ from forensics.run import RunData, load_online_wandb, load_run, other_logs
 from parsers._formats import FormatDefinitionError
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, relaunches
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, UNLISTED, conform, relaunches
 
 
 def analyze(
@@ -187,7 +187,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=_maybe_abandoned(recommendation, checkpoints, run, told),
+        recommendation=_unlisted(_maybe_abandoned(recommendation, checkpoints, run, told), run.checkpoints),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -304,6 +304,19 @@ def _saves_dated(checkpoints: list[Checkpoint], run: RunData) -> bool:
     logged = [t for t in (run.steps["time"].max(), run.events["time"].max()) if t is not None]
     saved = [c.time for c in checkpoints if c.time is not None]
     return not (logged and saved) or max(saved) <= max(logged) + _SAVE_AFTER_LOGS  # type: ignore[operator]
+
+
+def _unlisted(recommendation: Recommendation, frame: pl.DataFrame) -> Recommendation:
+    """Checkpoint folders the readers could not look into, said: the choice saw none of theirs."""
+    rows = frame.filter(pl.col("step").is_null() & pl.col("problems").list.eval(pl.element().str.starts_with(UNLISTED)).list.any())
+    if rows.is_empty():
+        return recommendation
+    said = tuple(f"checkpoints not read: {r['path']} {r['problems'][0]}; the choice saw none of its checkpoints"
+                 for r in rows.iter_rows(named=True))
+    reason = recommendation.reason
+    if recommendation.checkpoint is None:
+        reason += f" The checkpoint folder {rows['path'][0]} could not be listed: one may be there."
+    return replace(recommendation, reason=reason, warnings=(*recommendation.warnings, *said), unlisted=tuple(rows["path"]))
 
 
 def _recover_saved_again(checkpoints: list[Checkpoint], run: RunData) -> list[Checkpoint]:

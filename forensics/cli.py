@@ -292,6 +292,8 @@ def best_checkpoint(
             raise UnusableInput(f"{run.run_id}: {why}, so no checkpoint can be called healthy")
         if rec.checkpoint and not as_json:  # (the path as it is for $(...); shown, on a terminal)
             typer.echo(_visible(rec.checkpoint) if sys.stdout.isatty() else rec.checkpoint)
+        if rec.checkpoint is None and rec.unlisted:  # (what they hold was not seen: neither 3 nor 4 is known)
+            raise UnusableInput(f"{run.run_id}: {rec.reason}")
         if rec.checkpoint is None:
             if run.incidents:
                 raise NoCheckpointBeforeIncident(rec.reason)

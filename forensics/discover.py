@@ -407,9 +407,22 @@ def _trl_checkpoint_dir(root: Path, given: Path) -> Path | None:
 
 
 def _checkpoint_dir(root: Path) -> Path | None:
-    """AReaL pairs ``<fileroot>/logs/<user>/<exp>/<trial>`` with ``checkpoints/<user>/<exp>/<trial>``."""
-    parts = root.parts
-    if len(parts) >= 4 and parts[-4] == "logs":
-        candidate = Path(*parts[:-4], "checkpoints", *parts[-3:])
-        return candidate if candidate.is_dir() else None
+    """AReaL pairs ``<fileroot>/logs/<user>/<exp>/<trial>`` with ``checkpoints/<user>/<exp>/<trial>``:
+    by the path as given, or made absolute when it is too short to tell (``.``, ``../trial0``). A
+    folder that cannot be searched is still the run's (its checkpoints are said unreadable)."""
+    for form in (root, Path(os.path.abspath(root))):
+        parts = form.parts
+        if len(parts) >= 4 and parts[-4] == "logs":
+            candidate = Path(*parts[:-4], "checkpoints", *parts[-3:])
+            return candidate if _is_dir_or_hidden(candidate) else None
     return None
+
+
+def _is_dir_or_hidden(path: Path) -> bool:
+    """A folder, or a path whose folder above cannot be searched (``is_dir`` raises on EACCES)."""
+    try:
+        return path.is_dir()
+    except PermissionError:
+        return True
+    except OSError:
+        return False

@@ -172,6 +172,8 @@ class Recommendation:
     reason: str
     resume_command: str | None
     warnings: tuple[str, ...] = ()
+    unlisted: tuple[str, ...] = ()
+    """Checkpoint folders that could not be looked into (a newer checkpoint may be in them)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from parsers.schema import UNLISTED
+
 MAX_HEADER = 100_000_000  # the safetensors format's own limit on header size
 
 
@@ -68,6 +70,17 @@ def entries(folder: Path) -> list[Path]:
         return sorted(Path(entry.path) for entry in os.scandir(folder))
     except OSError:
         return []
+
+
+def unlisted(folder: Path) -> str | None:
+    """``cannot be listed: <why>`` for a folder the reader could not look into, else ``None``."""
+    try:
+        with os.scandir(folder):
+            return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{UNLISTED}: {exc.strerror or exc}"
 
 
 def is_dir(path: Path) -> bool:

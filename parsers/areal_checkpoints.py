@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_hf_model, entries, is_dir, mtime, read_json, why
+from parsers._checkpoint_files import check_file, check_hf_model, entries, is_dir, mtime, read_json, unlisted, why
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["read_areal_checkpoints"]
@@ -60,13 +60,13 @@ def read_areal_checkpoints(trial_dir: Path) -> pl.DataFrame:
         when ``trial_dir`` does not exist.
     """
     trial_dir = Path(trial_dir)
-    roles = {
-        folder.name: entries(folder)
-        for folder in entries(trial_dir)
-        if folder.name != "recover_info" and is_dir(folder)
-    }
+    folders = [folder for folder in entries(trial_dir) if folder.name != "recover_info" and is_dir(folder)]
+    roles = {folder.name: entries(folder) for folder in folders}
     rows_of = _realhf_rows if _is_realhf(trial_dir, roles) else _areal_rows
     rows = [row for role, entries in roles.items() for row in rows_of(trial_dir, role, entries)]
+    # A folder that could not be looked into: a row with no step, that says so.
+    rows += [_row(f, None, "hf_export", f.name if f != trial_dir else "", [problem], False)
+             for f in (trial_dir, *folders) if (problem := unlisted(f))]
     frame = pl.DataFrame(rows, schema=CHECKPOINT_SCHEMA, orient="row")
     return frame.sort("step", "path", nulls_last=True)
 

@@ -47,6 +47,9 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 
 
 #: One row per saved checkpoint folder, its step in log units.
+#: The problem of a checkpoint folder a reader could not list (its row has no step).
+UNLISTED = "cannot be listed"
+
 CHECKPOINT_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String(),
     "step": pl.Int64(),

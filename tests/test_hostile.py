@@ -564,3 +564,50 @@ def test_control_characters_from_logs_and_folder_names_never_reach_a_terminal(tm
     assert "\x1b" not in page and "\u202e" not in page and "\\u202egnp.exe" in page
     events = [json.loads(line) for line in invoke("events", str(paths.fileroot), "--kind", "request_timeout", "--no-cache").stdout.splitlines()]
     assert events and all("\x1b" not in e["message"] and e["message"].endswith("(attempt 1/3) click") for e in events)
+
+
+def _as_a_user(command: list[str]) -> list[str]:
+    """``command`` without root's power to read every folder (the reviewer's case: a checkpoint
+    folder owned by a service account), through ``setpriv`` when running as root."""
+    if os.geteuid() != 0:
+        return command
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root reads every folder, and setpriv is not here to drop that power")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *command]
+
+
+def _cli(args: list[str], cwd: Path, *, as_user: bool = False):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "forensics", *args, "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run(_as_a_user(command) if as_user else command, cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_the_checkpoint_answer_does_not_depend_on_how_the_run_is_spelled(tmp_path: Path) -> None:
+    """From inside the trial's log folder, ``.``, ``../trial0`` and a log's name are the same run
+    as its absolute path: its checkpoints are found (they had been lost: exit 4, "none saved")."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "run")
+    trial = tmp_path / "run" / "outputs" / "logs" / "root" / "gsm8k-grpo-hang" / "trial0"
+    answers = {spelled: _cli(["best-checkpoint", spelled], trial) for spelled in (str(trial), ".", "../trial0", "trainer.log.gz")}
+    assert {(r.returncode, Path(r.stdout.strip()).resolve()) for r in answers.values()} == {
+        (0, Path(answers[str(trial)].stdout.strip()).resolve())}, {k: (r.returncode, r.stdout, r.stderr) for k, r in answers.items()}
+
+
+def test_a_checkpoint_folder_that_cannot_be_listed_is_said_not_called_empty(tmp_path: Path) -> None:
+    """The logs are readable, the trial's checkpoint folder is not (another account's): the logs
+    are analyzed, the folder is named unread, and best-checkpoint exits 2 (not 4, "none saved before")."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "run")
+    hidden = tmp_path / "run" / "outputs" / "checkpoints" / "root" / "gsm8k-grpo-hang" / "trial0" / "default"
+    hidden.chmod(0)
+    try:
+        best = _cli(["best-checkpoint", "run/outputs"], tmp_path, as_user=True)
+        doc = _cli(["analyze", "run/outputs", "--no-html", "--json", "-"], tmp_path, as_user=True)
+    finally:
+        hidden.chmod(0o755)
+    assert best.returncode == 2 and "could not be listed" in best.stderr, (best.returncode, best.stderr)
+    [run] = json.loads(doc.stdout)["runs"]
+    assert run["incidents"] and any(w.startswith("checkpoints not read:") and "Permission denied" in w
+                                    for w in run["recommendation"]["warnings"])
