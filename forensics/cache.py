@@ -159,14 +159,14 @@ class ParseCache:
         for option in options:
             digest.update(b"\0option\0" + option.encode())
         for location in locations:
-            digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode())
+            digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode(errors="surrogateescape"))
             extra = [location.root / "config.yaml"] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
             for kind, path in [(s.kind, s.path) for s in location.logs] + [("extra", p) for p in extra]:
                 try:
                     identity = Identity.of(path)
                 except OSError:
                     identity = None
-                digest.update(f"\0{kind}\0{path}\0{identity}".encode())
+                digest.update(f"\0{kind}\0{path}\0{identity}".encode(errors="surrogateescape"))  # (names need not be UTF-8)
         return digest.hexdigest()[:32]
 
     def recall(self, key: str) -> dict[str, bytes] | None:

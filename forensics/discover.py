@@ -368,12 +368,26 @@ def _drop_superseded(sources: list[LogSource]) -> list[LogSource]:
 def _run_id(given: Path, root: Path) -> str:
     parts = root.parts
     if len(parts) >= 4 and parts[-4] == "logs":
-        return f"{parts[-2]}/{parts[-1]}"
+        return shown_name(f"{parts[-2]}/{parts[-1]}")
     try:
         rel = root.relative_to(given)
     except ValueError:
         rel = Path(root.name)
-    return str(rel) if str(rel) != "." else root.resolve().name
+    return shown_name(str(rel) if str(rel) != "." else root.resolve().name)
+
+
+def shown_name(name: str) -> str:
+    """``name`` as text: a byte that is not UTF-8 in a file name (``tri\\xe9l0``, a Latin-1 tool's)
+    written as its escape, not carried as a lone surrogate that no table or writer takes."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def not_utf8(location: RunLocation) -> Path | None:
+    """The first of ``location``'s paths whose name is not UTF-8, if any."""
+    for path in (location.root, *(s.path for s in location.logs), location.checkpoint_dir):
+        if path is not None and shown_name(str(path)) != str(path):
+            return path
+    return None
 
 
 def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:

@@ -40,7 +40,16 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
 from forensics.cache import ParseCache, wait_for_writes
 from forensics.detect import Thresholds
-from forensics.discover import LogSource, PathArg, RunLocation, as_paths, find_runs, why_no_run, without_runs
+from forensics.discover import (
+    LogSource,
+    PathArg,
+    RunLocation,
+    as_paths,
+    find_runs,
+    shown_name,
+    why_no_run,
+    without_runs,
+)
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
@@ -288,7 +297,7 @@ def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:
         sources = doc.get("sources", [])
         rows.append({
             "slug": r.slug, "run_id": doc.get("run_id", r.run_id), "framework": doc.get("framework"),
-            "root": doc.get("root", r.root), "first_step": steps.get("first"), "last_step": steps.get("last"),
+            "root": doc.get("root", shown_name(r.root)), "first_step": steps.get("first"), "last_step": steps.get("last"),
             "step_count": steps.get("count"), "primary_metric": doc.get("primary_metric"),
             "n_incidents": len(incidents) if r.run else None, "first_kind": first.get("kind"),
             "first_onset_step": first.get("onset_step"), "first_onset_time": _time(first.get("onset_time")),

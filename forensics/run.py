@@ -21,7 +21,7 @@ from forensics.align import (
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
-from forensics.discover import UTF16_NOTE, LogSource, RunLocation, utf16
+from forensics.discover import UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
@@ -99,6 +99,9 @@ def load_run(
     ``keys`` (a regex, e.g. :data:`forensics.keys.ANALYSIS_KEYS`) keeps only the metrics whose key
     it finds something in; ``None`` keeps all.
     """
+    if (bad := not_utf8(location)) is not None:
+        raise UnusableInput(f"{shown_name(str(bad))}: the name is not valid UTF-8, which the tool's tables cannot hold; "
+                            "rename it (e.g. convmv -f latin1 -t utf8 -r --notest)")
     steps, events, sources = [], [], []
     metrics: dict[str, list[tuple[int, pl.DataFrame]]] = {}
     abandoned: dict[str, list[pl.DataFrame]] = {}  # per parser, the rows of attempts a relaunch abandoned

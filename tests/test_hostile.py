@@ -611,3 +611,19 @@ def test_a_checkpoint_folder_that_cannot_be_listed_is_said_not_called_empty(tmp_
     [run] = json.loads(doc.stdout)["runs"]
     assert run["incidents"] and any(w.startswith("checkpoints not read:") and "Permission denied" in w
                                     for w in run["recommendation"]["warnings"])
+
+
+def test_a_folder_name_that_is_not_utf8_is_a_run_not_read_not_an_internal_error(tmp_path: Path) -> None:
+    """A trial folder named with a Latin-1 byte (an old tool's, an SMB share's): the run is said
+    unread with the reason, exit 2, and in a fleet the other runs and the index are still written."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "one")
+    for side in ("logs", "checkpoints"):
+        folder = tmp_path / "one" / "outputs" / side / "root" / "gsm8k-grpo-hang"
+        os.rename(folder / "trial0", os.fsdecode(bytes(folder / "tri") + b"\xe9l0"))
+    alone = _cli(["analyze", "one", "--no-html"], tmp_path)
+    assert alone.returncode == 2 and "tri\\xe9l0: the name is not valid UTF-8" in alone.stderr, alone.stderr
+    shutil.copytree(FIXTURES / "sglang_oom", tmp_path / "good")
+    fleet = _cli(["analyze", "good", "one", "--out", str(tmp_path / "fleet")], tmp_path)
+    assert fleet.returncode == 2 and "internal error" not in fleet.stderr, fleet.stderr
+    runs = pl.read_parquet(tmp_path / "fleet" / "index.parquet")
+    assert sorted(runs["run_id"]) == ["gsm8k-grpo-hang/tri\\xe9l0", "gsm8k-grpo-oom/trial0"]
