@@ -596,8 +596,24 @@ def _report_dir(out: Path | None, paths: list[Path]) -> Path:
         if within(chosen, given):
             if out is not None:
                 raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
-            return Path(tempfile.gettempdir()) / "grpo-forensics-report"
+            return _own_temp_dir()
     return chosen
+
+
+def _own_temp_dir() -> Path:
+    """This user's report folder in the temp folder, made private: one shared name would be
+    another user's to own (the write then fails), to read, or to replace with a link. A folder of
+    that name that is not this user's own is passed over for a fresh one."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    folder = Path(tempfile.gettempdir()) / f"grpo-forensics-report-{uid if uid is not None else os.getpid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+        if folder.is_dir() and not folder.is_symlink() and (uid is None or info.st_uid == uid):
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="grpo-forensics-report-"))
 
 
 def main() -> None:

@@ -627,3 +627,25 @@ def test_a_folder_name_that_is_not_utf8_is_a_run_not_read_not_an_internal_error(
     assert fleet.returncode == 2 and "internal error" not in fleet.stderr, fleet.stderr
     runs = pl.read_parquet(tmp_path / "fleet" / "index.parquet")
     assert sorted(runs["run_id"]) == ["gsm8k-grpo-hang/tri\\xe9l0", "gsm8k-grpo-oom/trial0"]
+
+
+def test_run_from_inside_the_tree_the_report_goes_to_a_folder_of_this_users_own(tmp_path: Path) -> None:
+    """No --out, the working folder inside the run: the report goes to the temp folder, in a
+    folder private to this user — not one shared name another account may own (the write had
+    failed after the whole analysis, exit 2) or read."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "run")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    (temp / "grpo-forensics-report").mkdir(mode=0o755)  # another user's, by the old shared name
+    if os.geteuid() == 0:
+        os.chown(temp / "grpo-forensics-report", 65534, 65534)
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(_as_a_user([sys.executable, "-m", "forensics", "analyze", ".", "--no-cache"]),
+                          cwd=tmp_path / "run" / "outputs", env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    [written] = [p for p in temp.glob("grpo-forensics-report*/report.html")]
+    assert written.parent.name != "grpo-forensics-report" and stat.S_IMODE(written.parent.stat().st_mode) == 0o700
+    assert f"report:{written}" in re.sub(r"\s+", "", done.stdout)  # (wrapped to the terminal's width)
