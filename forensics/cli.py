@@ -97,6 +97,9 @@ def _guard(debug: bool, action: Callable[[], T]) -> T:
         typer.echo(_visible(f"grpo-forensics: {exc}"), err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Exception as exc:  # a bug: say so plainly, show the traceback only on request
+        if sys.stdout is None and isinstance(exc, AttributeError):  # (run with stdout closed, ``>&-``: Python leaves None, not a stream)
+            typer.echo("grpo-forensics: standard output is closed: nowhere to write", err=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
         if debug:
             traceback.print_exc()
         typer.echo(_visible(f"grpo-forensics: internal error ({type(exc).__name__}: {exc}); rerun with --debug"), err=True)
@@ -110,6 +113,8 @@ class _Console(Console):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if self.width < 20:  # ``COLUMNS=0`` (some CI runners) is taken literally: nothing would print
+            self.width = 80
         self.push_render_hook(_ShowControls())
 
     def on_broken_pipe(self) -> None:

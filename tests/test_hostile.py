@@ -649,3 +649,24 @@ def test_run_from_inside_the_tree_the_report_goes_to_a_folder_of_this_users_own(
     [written] = [p for p in temp.glob("grpo-forensics-report*/report.html")]
     assert written.parent.name != "grpo-forensics-report" and stat.S_IMODE(written.parent.stat().st_mode) == 0o700
     assert f"report:{written}" in re.sub(r"\s+", "", done.stdout)  # (wrapped to the terminal's width)
+
+
+@pytest.mark.parametrize("command", [["events"], ["metrics"], ["best-checkpoint"], ["analyze", "--no-html", "--json", "-"]])
+def test_a_closed_standard_output_is_bad_input_not_an_internal_error(tmp_path: Path, command: list[str]) -> None:
+    """``cmd >&-`` (stdout closed: Python gives None, not a stream): one line on stderr, exit 2 as
+    for a full disk — not exit 70, "internal error"."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "forensics", command[0], str(FIXTURES / "sglang_hang" / "outputs"), *command[1:],
+                           "--no-cache"], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
+    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (2, "grpo-forensics: standard output is closed: nowhere to write")
+
+
+def test_a_terminal_width_of_zero_still_prints_the_summary(tmp_path: Path) -> None:
+    """``COLUMNS=0`` (some CI runners): rich took it literally and printed nothing, the report's
+    path included, exit 0."""
+    env = {**os.environ, "COLUMNS": "0"}
+    result = CliRunner(env=env).invoke(app, ["analyze", str(FIXTURES / "sglang_hang" / "outputs"), "--out", str(tmp_path / "r"), "--no-cache"])
+    assert result.exit_code == 0 and "incident-1" in result.stdout and "report:" in result.stdout
