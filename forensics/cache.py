@@ -38,6 +38,7 @@ import polars as pl
 
 from forensics.discover import RunLocation
 from forensics.parsed import FRAMES, Parsed, rows_where
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 
 #: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
 CACHE_ENV = "GRPO_FORENSICS_CACHE"
@@ -439,10 +440,18 @@ def wait_for_writes() -> None:
         write.result()
 
 
+#: The columns each stored frame must have.
+_COLUMNS = {"steps": STEP_SCHEMA, "metrics": METRIC_SCHEMA, "events": EVENT_SCHEMA, "superseded": METRIC_SCHEMA}
+
+
 def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
     try:
+        if hasattr(os, "getuid") and any(p.stat().st_uid != os.getuid() for p in (entry, *entry.iterdir())):
+            return None  # only ever load what this user wrote, as for results
         meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
         frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in FRAMES}
+        if any(not set(_COLUMNS[name]) <= set(frame.columns) for name, frame in frames.items()):
+            return None  # (readable, but not what was written: a bad sync of a shared cache, a hand's edit)
         return Identity(**meta["identity"]), Parsed.from_parts(meta["parsed"], frames), meta.get("read_as")
     except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
         return None

@@ -211,6 +211,24 @@ def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
         parquet.write_bytes(b"PAR1 torn")
     assert_same_run(load(root, cache), cold)
     assert set(cache.outcomes.values()) == {"parsed"}
+    # Readable, but not the frame written there (a bad sync of a shared cache): a miss too, not a crash.
+    for events in (tmp_path / "cache").rglob("events.parquet"):
+        shutil.copy(events.with_name("steps.parquet"), events)
+    assert_same_run(load(root, cache), cold)
+    assert set(cache.outcomes.values()) == {"parsed"}
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another user takes root")
+def test_a_parsed_entry_another_user_wrote_is_not_trusted(tmp_path: Path) -> None:
+    """Parsed frames, as results: only what this user wrote is loaded (another account with write
+    access to a shared cache could otherwise change what the analysis sees)."""
+    cache = ParseCache(tmp_path / "cache")
+    root = FIXTURES / "sglang_hang" / "outputs"
+    cold = load(root, cache)
+    for path in (tmp_path / "cache" / "parsed").rglob("*"):
+        os.chown(path, 65534, 65534)
+    assert_same_run(load(root, cache), cold)
+    assert set(cache.outcomes.values()) == {"parsed"}
 
 
 def test_an_unwritable_cache_is_skipped(tmp_path: Path) -> None:
