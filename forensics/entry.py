@@ -6,6 +6,7 @@ Polars' allocator reads its settings when Polars is first imported, so they are 
 
 from __future__ import annotations
 
+import os
 import sys
 
 from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
@@ -20,4 +21,29 @@ def main() -> None:
             stream.reconfigure(errors="replace")
     from forensics.cli import app
 
-    app()
+    stdout = _identity(1)
+    try:
+        app()
+    except SystemExit as exc:
+        # rich's and click's help end with 1 when the reader closed the pipe (``--help | head -1``),
+        # stdout sent to /dev/null first: the reader had enough, which is no failure.
+        asked_help = "--help" in sys.argv[1:]  # (not a command's own exit 1: --fail-on-incident | head)
+        if exc.code == 1 and asked_help and stdout not in (None, _identity(1)) and _identity(1) == _devnull():
+            raise SystemExit(0) from None
+        raise
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        info = os.fstat(fd)
+        return info.st_dev, info.st_ino
+    except OSError:
+        return None
+
+
+def _devnull() -> tuple[int, int] | None:
+    try:
+        info = os.stat(os.devnull)
+        return info.st_dev, info.st_ino
+    except OSError:
+        return None

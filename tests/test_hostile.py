@@ -670,3 +670,20 @@ def test_a_terminal_width_of_zero_still_prints_the_summary(tmp_path: Path) -> No
     env = {**os.environ, "COLUMNS": "0"}
     result = CliRunner(env=env).invoke(app, ["analyze", str(FIXTURES / "sglang_hang" / "outputs"), "--out", str(tmp_path / "r"), "--no-cache"])
     assert result.exit_code == 0 and "incident-1" in result.stdout and "report:" in result.stdout
+
+
+def test_help_read_in_part_by_a_pipe_exits_0() -> None:
+    """``grpo-forensics --help | head -1``: the reader had enough; rich's help had ended with 1."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    entry = "from forensics.entry import main; main()"
+    for args in (["--help"], ["analyze", "--help"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first line: every write meets a closed pipe
+        try:
+            done = subprocess.run([sys.executable, "-c", entry, *args], stdout=write, stderr=subprocess.PIPE, env=env)
+        finally:
+            os.close(write)
+        assert done.returncode == 0, (args, done.stderr)
