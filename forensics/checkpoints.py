@@ -21,8 +21,10 @@ _HF_WARNING = (
 
 def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
     """Checkpoint records from a parser's checkpoint frame (the policy's: AReaL ``default``/``actor``,
-    verl's whole ``global_step_N``)."""
-    rows = frame.filter(pl.col("step").is_not_null() & pl.col("role").str.contains(r"^(?:default|actor)"))
+    verl's whole ``global_step_N`` — one without its actor, or the one its tracker names and that is
+    gone, included: incomplete, they are passed over with their reason said)."""
+    policy = pl.col("role").str.contains(r"^(?:default|actor)").fill_null(False) | (pl.col("kind") == "verl")
+    rows = frame.filter(pl.col("step").is_not_null() & policy)
     return [
         Checkpoint(
             path=r["path"],
@@ -166,7 +168,10 @@ def _kind_warnings(chosen: Checkpoint) -> list[str]:
     if chosen.kind == "hf_export":
         return [_HF_WARNING]
     if chosen.kind == "verl" and not chosen.resumable:
-        return ["This verl checkpoint has no optimizer state: resuming restarts the optimizer."]
+        missing = [what for what in ("optimizer", "scheduler/RNG") if any(f"no {what} state" in p for p in chosen.problems)]
+        lacks = " or ".join(missing) or "optimizer"
+        return [f"This verl checkpoint has no {lacks} state (the run's checkpoint.save_contents left it out): resuming "
+                f"restarts {'them' if len(missing) > 1 else 'it'}."]
     if chosen.kind == "trl" and not chosen.resumable:
         return ["This checkpoint has no optimizer or scheduler state (optimizer.pt, scheduler.pt): resuming restarts them."]
     return []

@@ -94,6 +94,8 @@ def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:
     tracker_exists = os.path.lexists(ckpt_root / TRACKER)
     # What other saves of the run wrote tells what a save of this verl version writes.
     layout = {name: any((f / role / name).exists() for f in folders.values() for role in _ROLES) for name in ("fsdp_config.json", "huggingface")}
+    saved = {m[1] for f in folders.values() for role in _ROLES for e in entries(f / role) if (m := _SHARD.fullmatch(e.name))}
+    layout |= {part: part in saved for part in ("optim", "extra_state")}
     rows = []
     for step, folder in sorted(folders.items()):
         problems, notes, roles, resumable = _inspect(folder, layout)
@@ -103,7 +105,7 @@ def read_verl_checkpoints(ckpt_root: Path) -> pl.DataFrame:
         rows.append((str(folder), step, "verl", "+".join(roles) or None, complete, complete and resumable, mtime(folder), problems + notes))
     if tracker is not None and tracker not in folders:
         missing = ckpt_root / f"global_step_{tracker}"
-        rows.append((str(missing), tracker, "verl", None, False, False, None, [f"{TRACKER} names global_step_{tracker}, which is missing"]))
+        rows.append((str(missing), tracker, "verl", None, False, False, None, [f"{TRACKER} names global_step_{tracker}, which is missing: trainer.resume_mode=auto would train from scratch"]))
     elif tracker is None and tracker_exists:
         for row in rows:
             row[-1].append(f"{TRACKER} is unreadable or not a step number")
@@ -140,7 +142,7 @@ def _inspect_role(role_dir: Path, layout: dict[str, bool]) -> tuple[list[str], b
         resumable = True
         notes.append("dist_ckpt/: optimizer state assumed inside (not checked without loading it)")
     elif any(_SHARD.fullmatch(n) for n in names) or "fsdp_config.json" in names:
-        shard_problems, resumable, shard_notes = _check_fsdp_shards(names, layout["fsdp_config.json"])
+        shard_problems, resumable, shard_notes = _check_fsdp_shards(names, layout)
         problems += shard_problems
         notes += shard_notes
     else:
@@ -152,8 +154,11 @@ def _inspect_role(role_dir: Path, layout: dict[str, bool]) -> tuple[list[str], b
     return problems, resumable and not problems, notes
 
 
-def _check_fsdp_shards(names: dict[str, Path], manifest_expected: bool) -> tuple[list[str], bool, list[str]]:
-    """Every rank's model shard, the optimizer and extra state of every rank or of none."""
+def _check_fsdp_shards(names: dict[str, Path], layout: dict[str, bool]) -> tuple[list[str], bool, list[str]]:
+    """Every rank's model shard, the optimizer and extra state of every rank or of none — and
+    none only where no other save of the run has them (the run's ``checkpoint.save_contents``
+    left them out; a save missing what the others have did not finish, and verl's loader, which
+    loads what the config names, would fail on it)."""
     problems: list[str] = []
     notes: list[str] = []
     shards: dict[str, dict[int, Path]] = {"model": {}, "optim": {}, "extra_state": {}}
@@ -169,7 +174,7 @@ def _check_fsdp_shards(names: dict[str, Path], manifest_expected: bool) -> tuple
             problems.append(problem)
         elif isinstance(data, dict) and isinstance(data.get("world_size"), int):
             world = data["world_size"]
-    elif manifest_expected:
+    elif layout["fsdp_config.json"]:
         # verl writes fsdp_config.json after every rank's shards: without it the save did not finish.
         problems.append("fsdp_config.json missing: the save did not finish")
     if len(sizes) > 1:
@@ -188,8 +193,12 @@ def _check_fsdp_shards(names: dict[str, Path], manifest_expected: bool) -> tuple
         problems.append(f"no model shards (model_world_size_{world}_rank_*.pt)")
     resumable = True
     for part, what in (("optim", "optimizer"), ("extra_state", "scheduler/RNG")):
-        if not present[part]:
-            resumable = False
+        if present[part]:
+            continue
+        resumable = False
+        if layout[part]:
+            problems.append(f"no {what} state ({part}_world_size_*), which other saves of this run have: the save did not finish")
+        else:
             notes.append(f"no {what} state ({part}_world_size_*): checkpoint.save_contents left it out, so it cannot resume")
     return problems, resumable, notes
 

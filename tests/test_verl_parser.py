@@ -346,7 +346,9 @@ def test_checkpoint_problems(tmp_path: Path) -> None:
     frame = read_verl_checkpoints(root)
     rows = {row["step"]: row for row in frame.iter_rows(named=True)}
     assert not rows[20]["complete"] and "actor/model shards missing for ranks 2-3 (2 of 4 present)" in rows[20]["problems"]
-    assert rows[30]["complete"] and not rows[30]["resumable"] and any("no optimizer state" in p for p in rows[30]["problems"])
+    # (every other save has its optimizer state: this one did not finish, and verl's loader would fail on it)
+    assert not rows[30]["complete"] and "actor/no optimizer state (optim_world_size_*), which other saves of this run have: " \
+        "the save did not finish" in rows[30]["problems"]
     assert not rows[40]["complete"] and "actor/fsdp_config.json missing: the save did not finish" in rows[40]["problems"]
     assert not rows[50]["complete"] and "actor/extra_state_world_size_4_rank_0.pt is empty (0 bytes)" in rows[50]["problems"]
     assert not rows[60]["complete"] and any("model.safetensors is truncated" in p for p in rows[60]["problems"])
@@ -371,7 +373,21 @@ def test_tracker_naming_a_missing_folder_and_megatron_layout(tmp_path: Path) -> 
     rows = read_verl_checkpoints(root).select("step", "complete", "resumable", "problems").rows()
     assert rows[0][:3] == (5, True, True)
     assert rows[1][:3] == (6, False, False) and "actor/dist_ckpt/.metadata missing: the save did not finish" in rows[1][3]
-    assert rows[2] == (7, False, False, ["latest_checkpointed_iteration.txt names global_step_7, which is missing"])
+    assert rows[2] == (7, False, False, ["latest_checkpointed_iteration.txt names global_step_7, which is missing: "
+                                         "trainer.resume_mode=auto would train from scratch"])
+
+
+def test_state_the_run_never_saves_leaves_its_checkpoints_complete_not_resumable(tmp_path: Path) -> None:
+    """``checkpoint.save_contents`` without ``extra``: no save has extra state, so none is
+    unfinished for lacking it — each is complete, and cannot resume in full."""
+    root = tmp_path / "ckpt"
+    for step in (10, 20):
+        write_checkpoint(root / f"global_step_{step}", 2)
+        for rank in range(2):
+            (root / f"global_step_{step}" / "actor" / f"extra_state_world_size_2_rank_{rank}.pt").unlink()
+    rows = read_verl_checkpoints(root).select("complete", "resumable", "problems").rows()
+    assert [r[:2] for r in rows] == [(True, False), (True, False)]
+    assert all(any("checkpoint.save_contents left it out" in p for p in r[2]) for r in rows)
 
 
 def test_resume_args(tmp_path: Path) -> None:

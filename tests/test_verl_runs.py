@@ -332,3 +332,22 @@ def test_a_copy_holds_the_abandoned_attempts_steps_past_a_relaunch_not_the_runs(
     assert [(i.onset_step, i.recovered, i.redone) for i in run.incidents] == [(30, True, True)]
     assert run.metrics.filter(pl.col("step") > 6).is_empty()
     assert "6 an attempt a relaunch abandoned saved" in run.recommendation.reason
+
+
+def test_saves_passed_over_are_said_whatever_they_lack(tmp_path: Path) -> None:
+    """The tracker names global_step_45, which is gone (verl's resume_mode=auto would train from
+    scratch); global_step_20 holds only critic/; global_step_15 lacks the extra state every other
+    save has. Each is passed over and said, not dropped unseen."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=40, save_freq=5, score=lambda s: 0.0 if s >= 23 else 0.5))
+    (paths.ckpt_root / "latest_checkpointed_iteration.txt").write_text("45")
+    (paths.ckpt_root / "global_step_20" / "actor").rename(paths.ckpt_root / "global_step_20" / "critic")
+    for extra in (paths.ckpt_root / "global_step_15" / "actor").glob("extra_state_*"):
+        extra.unlink()
+    rec = only(tmp_path / "run").recommendation
+    assert rec.step == 10
+    said = "\n".join(rec.warnings)
+    assert "global_step_45: latest_checkpointed_iteration.txt names global_step_45, which is missing: trainer.resume_mode=auto" in said
+    assert "global_step_20: actor/ missing" in said
+    assert "global_step_15: actor/no scheduler/RNG state (extra_state_world_size_*), which other saves of this run have" in said
