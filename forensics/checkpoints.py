@@ -11,6 +11,7 @@ import polars as pl
 
 from forensics.model import Checkpoint, Incident, Recommendation, kind_words
 from parsers.areal_config import read_areal_config
+from parsers.verl_checkpoints import resume_args
 from parsers.verl_checkpoints import resume_command as verl_resume_command
 
 _HF_WARNING = (
@@ -83,7 +84,8 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
             return Recommendation(None, None, f"{found}, so no checkpoint can be called healthy; the newest complete "
                                               f"one is step {best.step} ({best.path}).", None, tuple(warnings))
         reason = f"{found}; step {best.step} is the newest complete checkpoint."
-        return Recommendation(best.path, best.step, reason, _resume_command(best, facts, log_dir), tuple(warnings + _kind_warnings(best)))
+        command = _resume_command(best, facts, log_dir)
+        return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command) + _kind_warnings(best)))
 
     first = min(incidents, key=lambda i: i.onset_step)
     before = [c for c in complete if c.step < first.onset_step]
@@ -129,9 +131,7 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
                   f"{first.metric}); resuming from it redoes {lost} step{'s' if lost != 1 else ''} known healthy.")
     warnings += _after_recovery(complete, incidents)
     command = _resume_command(best, facts, log_dir)
-    if command is None and best.kind in ("hf_export", "recover"):
-        warnings.append(_NO_LAUNCH_LINE.format(how="recover.mode=resume" if best.kind == "recover" else f"actor.path={best.path}"))
-    return Recommendation(best.path, best.step, reason, command, tuple(warnings + _kind_warnings(best)))
+    return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command) + _kind_warnings(best)))
 
 
 def _during(step: int, incidents: list[Incident]) -> Incident | None:
@@ -160,6 +160,18 @@ def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> li
             f"{ended.end_step - ended.onset_step} steps did to the weights; resume from it only if they did no harm."]
 
 
+def _no_command(chosen: Checkpoint, command: str | None) -> list[str]:
+    """Why no resume command is given, and what to relaunch with."""
+    if command is not None:
+        return []
+    if chosen.kind == "verl":
+        return [f"No resume command: the logs hold neither the run's launch line nor its overrides (Hydra prints them only "
+                f"when the job raises); relaunch it as it was launched, adding {shlex.join(resume_args(Path(chosen.path)))}."]
+    if chosen.kind in ("hf_export", "recover"):
+        return [_NO_LAUNCH_LINE.format(how="recover.mode=resume" if chosen.kind == "recover" else f"actor.path={chosen.path}")]
+    return []
+
+
 _NO_LAUNCH_LINE = ("No resume command: the trainer log has no launcher line (AReaL's 'Starting local process with "
                    "command'), so the training script is not known; relaunch it as it was launched, with {how}.")
 
@@ -180,8 +192,12 @@ def _kind_warnings(chosen: Checkpoint) -> list[str]:
 def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) -> str | None:
     """A launch line that starts from ``chosen``: verl's resume flags, or AReaL's launcher when the
     log says how the run was started."""
-    if chosen.kind == "verl":
-        return verl_resume_command(Path(chosen.path))
+    if chosen.kind == "verl":  # the run's own overrides, when Hydra printed them (a job that raised)
+        overrides = shlex.split(facts.get("launch_overrides", ""))
+        if not overrides:
+            return None
+        kept = [w for w in overrides if not w.startswith(("trainer.resume_mode=", "trainer.resume_from_path="))]
+        return verl_resume_command(Path(chosen.path), shlex.join(["python3", "-m", "verl.trainer.main_ppo", *kept]))
     if chosen.kind == "trl":  # the training script's own call (or its --resume_from_checkpoint argument)
         return f"trainer.train(resume_from_checkpoint={chosen.path!r})"
     script = _trainer_script(facts.get("launch_command", ""))

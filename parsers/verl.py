@@ -22,8 +22,10 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
@@ -137,7 +139,8 @@ def _step_parts(norm: pl.LazyFrame) -> dict[str, pl.LazyFrame]:
         "step_lines": norm.filter(is_step | piece | (lone & above.fill_null(True))).select(
             "line", "text", is_step.alias("is_step"), (is_step | piece).alias("opens"), (lone & above.is_null()).alias("unsure")
         ),
-        "facts": norm.filter(text.str.contains(cfg["facts"]) | text.str.contains("Total training steps: ", literal=True)).select("line", "text"),
+        "facts": norm.filter(text.str.contains(cfg["facts"]) | text.str.contains("Total training steps: ", literal=True)
+                             | text.str.contains(_OVERRIDES, literal=True)).select("line", "text"),
     }
 
 
@@ -440,7 +443,22 @@ def _facts(rows: pl.DataFrame) -> dict[str, str]:
         if found := re.search(r"Total training steps: (\d+)", text):
             # What the trainer computed wins over the config's own (``None``: "from the epochs").
             facts["total_training_steps"] = found[1]
+        if _OVERRIDES in text and (overrides := _listed(text.split(_OVERRIDES, 1)[1])) is not None:
+            facts["launch_overrides"] = shlex.join(overrides)
     return facts
+
+
+#: Hydra's line when the job raised: the command line's overrides, as a Python list.
+_OVERRIDES = "Error executing job with overrides: "
+
+
+def _listed(text: str) -> list[str] | None:
+    """``['a=1', 'b=x']`` → its strings; ``None`` when the text is not such a list."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -257,10 +257,9 @@ def resume_args(path: Path) -> list[str]:
     raise ValueError(f"{path} is neither a global_step_N folder nor a verl checkpoint root")
 
 
-def resume_command(path: Path, launch: str | None = None) -> str:
+def resume_command(path: Path, launch: str) -> str:
     """A command line that resumes from ``path``: ``launch`` (the run's own command) plus :func:`resume_args`."""
-    base = launch or "python3 -m verl.trainer.main_ppo <the run's original overrides>"
-    return f"{base} {shlex.join(resume_args(path))}"
+    return f"{launch} {shlex.join(resume_args(path))}"
 
 
 def _ranges(numbers: list[int]) -> str:

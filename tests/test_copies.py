@@ -332,7 +332,9 @@ def test_a_verl_run_known_only_from_wandb_finds_its_checkpoints_beside_it(tmp_pa
     [run] = analyze([tmp_path / "run"]).runs
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
     assert [c.step for c in run.checkpoints] == [10, 20, 30, 40] and {c.kind for c in run.checkpoints} == {"verl"}
-    assert run.recommendation.step == 20 and "trainer.resume_from_path=" in (run.recommendation.resume_command or "")
+    # No log holds the run's launch line or overrides: no command to paste, the flags to add are said.
+    assert run.recommendation.step == 20 and run.recommendation.resume_command is None
+    assert any(w.startswith("No resume command:") and "trainer.resume_from_path=" in w for w in run.recommendation.warnings)
 
 
 def test_a_hugging_face_trainers_checkpoints_beside_its_tensorboard_runs_are_chosen_from(console, tmp_path: Path) -> None:

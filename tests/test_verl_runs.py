@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +37,10 @@ def test_nccl_hang_then_death_is_a_collective_hang(tmp_path: Path) -> None:
     files = {Path(e.file).name for e in incident.evidence}
     assert "train.log" in files and any(name.startswith("worker-") for name in files)
     assert run.recommendation.checkpoint.endswith("global_step_4")
-    assert "trainer.resume_from_path=" in run.recommendation.resume_command
+    # The run's own overrides, which Hydra printed when the job raised, with the resume flags.
+    words = shlex.split(run.recommendation.resume_command)
+    assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"] and "trainer.save_freq=4" in words
+    assert words[-2:] == ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={Path(run.recommendation.checkpoint).absolute()}"]
     result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run")])
     assert result.exit_code == 0 and result.stdout.strip().endswith("global_step_4")
 
