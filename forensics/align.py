@@ -154,6 +154,10 @@ _OFF_CLOCK = 0.2
 _ON_CLOCK = 0.9
 _SPAN_SLACK = timedelta(minutes=10)
 _ORDER_SLACK = timedelta(seconds=60)
+#: Among offsets that all fit: the best lines the log's ends up with the run's within this, and
+#: better than the next best by at least the margin.
+_ENDS_APART = timedelta(hours=1)
+_ENDS_MARGIN = timedelta(minutes=10)
 
 
 def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta | None, bool]:
@@ -178,7 +182,17 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
         return None, False
     fits = [k * _QUARTER for k in range(-56, 57)
             if k and low <= k * _QUARTER <= high and inside(k * _QUARTER) >= _ON_CLOCK]
-    return (fits[0] if len(fits) == 1 else None), True
+    if len(fits) <= 1:
+        return (fits[0] if fits else None), True
+    # The slack around the steps lets offsets beside the true one fit too: the one that lines the
+    # log's first and last lines up with the run's (a server launched just before the first step,
+    # busy until the last) is it, when it does so clearly better than any other.
+    def misfit(shift: timedelta) -> timedelta:
+        return abs(times[0] + shift - steps.min()) + abs(times[-1] + shift - steps.max())  # type: ignore[operator]
+
+    first, second = sorted(fits, key=misfit)[:2]
+    clear = misfit(first) < _ENDS_APART and misfit(second) - misfit(first) >= _ENDS_MARGIN
+    return (first if clear else None), True
 
 
 def _order_bounds(own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta, timedelta]:

@@ -100,3 +100,16 @@ def test_a_server_log_a_time_zone_away_is_put_on_the_run_clock_only_when_one_off
     assert server_zone(steps, own.with_columns(pl.col("time") + timedelta(hours=8)), wrapper) == (None, False)
     idle = pl.DataFrame({"line": range(2, 362), "time": _minutes(range(0, 360))})  # 3 h on past the last step
     assert server_zone(steps, idle, wrapper.clear()) == (None, False)
+
+
+
+def test_a_server_log_a_zone_away_that_spans_the_run_is_moved_by_the_offset_lining_up_its_ends() -> None:
+    """No wrapper lines (a plain SGLang log from a UTC container): a server launched 4 minutes
+    before the first step and busy to the last, 8 h behind. Offsets a quarter hour or more beside
+    8 h still put nine lines in ten among the steps; only 8 h lines the log's ends up with the
+    run's. A log reaching past both ends of the run lines up no better one way than another: none."""
+    steps = _minutes(range(0, 340))
+    spans = pl.DataFrame({"line": range(1, 346), "time": _minutes(range(-4, 341), hours=-8)})
+    assert server_zone(steps, spans, spans.clear()) == (timedelta(hours=8), True)
+    wider = pl.DataFrame({"line": range(1, 371), "time": _minutes(range(-15, 355), hours=-8)})
+    assert server_zone(steps, wider, wider.clear()) == (None, True)
