@@ -357,11 +357,31 @@ def _tail(text: str, most: int = 300) -> str:
     return text if len(text) <= most else "…" + text.lstrip("…")[-(most - 1):]
 
 
+#: The server a line names: ``10.0.0.5:30002/generate``, ``http://10.0.0.5:30002``, ``('10.0.0.5', 30002)``.
+_ADDRESS = r"(\d{1,3}(?:\.\d{1,3}){3}|localhost)(?::|'?,\s*)(\d{2,5})\b"
+
+
+def _server(message: pl.Expr) -> pl.Expr:
+    """``host:port`` of the server ``message`` names, or null."""
+    return pl.concat_str(message.str.extract(_ADDRESS, 1), pl.lit(":"), message.str.extract(_ADDRESS, 2))
+
+
+def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, cause: Cause) -> pl.DataFrame:
+    """Of ``later``, the lines of the servers the window's ``cause`` lines name (and those naming
+    none): with several servers, another one's exit is not the hung one's."""
+    named = events.filter(_during(spans.window) & (pl.col("cause") == cause)).select(_server(pl.col("message")).alias("at"))["at"].drop_nulls()
+    if named.is_empty():
+        return later
+    at = _server(pl.col("message"))
+    return later.filter(at.is_null() | at.is_in(named.unique().implode()))
+
+
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     """What the same failure turned into later (a hang that ended in a crash)."""
     if cause != "inference_server_unresponsive":
         return ""
     crash = events.filter((pl.col("step") > spans.window[1]) & (pl.col("cause") == "inference_server_crash"))
+    crash = _same_servers(crash, events, spans, cause)
     if crash.is_empty():
         return "No refused connection or server exit followed: the server stayed up but stopped answering."
     row = crash.sort("time", nulls_last=True).row(0, named=True)
@@ -382,6 +402,7 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
 
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
     later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
+    later = _same_servers(later, events, spans, cause)
     firsts = later.sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True)
     return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
 

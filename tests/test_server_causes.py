@@ -348,3 +348,19 @@ def test_a_server_log_hours_ahead_of_the_runs_clock_is_moved_back_by_its_wrapper
     assert (incident["onset_step"], incident["cause"], incident["confidence"]) == (plain["onset_step"], plain["cause"], plain["confidence"])
     assert incident["summary"] == plain["summary"] and "kept answering" not in incident["summary"]
     assert any(f"the server's own lines are {hours} h ahead of the run's clock" in note for note in run["notes"])
+
+
+def test_another_servers_later_exit_is_not_the_hung_servers(tmp_path: Path) -> None:
+    """Two servers: 172.17.0.2:30000 hangs from step 80 (every timeout names it); at step 100 the
+    other one, :30001, exits. The hang is not said to have ended in that exit, nor is its line cited."""
+    from areal_builder import LogLine, Outage, RunSpec, healthy_reward, schedule, write_run
+
+    spec = RunSpec(last_step=120, reward=lambda s: 0.0 if s >= 80 else healthy_reward(s), request_timeout=60.0)
+    at = {t.step: t.time for t in schedule(spec)}
+    hang = Outage(start=at[79] + timedelta(seconds=5), end=at[120], kind="timeout")
+    other = LogLine(at[100], "SGLang server http://172.17.0.2:30001 exits, returncode=-9", "SGLangServer Wrapper", file="llm_server")
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "outages": (hang,), "extra_lines": (other,)}))
+    incident = first_incident(paths.fileroot, tmp_path)
+    assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
+    assert "seen down only later" not in incident["summary"]
+    assert not any("30001" in e["text"] for e in incident["evidence"])
