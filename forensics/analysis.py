@@ -40,6 +40,7 @@ from forensics.detect import (
     raised,
     reward_collapses,
     series,
+    servers_down,
     stall,
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
@@ -245,6 +246,9 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
         found.append(stalled)
     if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
         found.append(ended)
+    # A server gone while the run went on: an incident of its own where nothing else tells of it.
+    spans = [(f.onset_step, f.end_step or last + 1) for f in found]
+    found += [d for d in servers_down(events, t) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
     return found
 
 

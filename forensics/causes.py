@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.align import assign_steps
-from forensics.detect import FROM_SERVER, Finding, raised
+from forensics.detect import FROM_SERVER, Finding, raised, server_named
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
 from parsers.schema import stream_of
@@ -357,22 +357,13 @@ def _tail(text: str, most: int = 300) -> str:
     return text if len(text) <= most else "…" + text.lstrip("…")[-(most - 1):]
 
 
-#: The server a line names: ``10.0.0.5:30002/generate``, ``http://10.0.0.5:30002``, ``('10.0.0.5', 30002)``.
-_ADDRESS = r"(\d{1,3}(?:\.\d{1,3}){3}|localhost)(?::|'?,\s*)(\d{2,5})\b"
-
-
-def _server(message: pl.Expr) -> pl.Expr:
-    """``host:port`` of the server ``message`` names, or null."""
-    return pl.concat_str(message.str.extract(_ADDRESS, 1), pl.lit(":"), message.str.extract(_ADDRESS, 2))
-
-
 def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, cause: Cause) -> pl.DataFrame:
     """Of ``later``, the lines of the servers the window's ``cause`` lines name (and those naming
     none): with several servers, another one's exit is not the hung one's."""
-    named = events.filter(_during(spans.window) & (pl.col("cause") == cause)).select(_server(pl.col("message")).alias("at"))["at"].drop_nulls()
+    named = events.filter(_during(spans.window) & (pl.col("cause") == cause)).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
     if named.is_empty():
         return later
-    at = _server(pl.col("message"))
+    at = server_named(pl.col("message"))
     return later.filter(at.is_null() | at.is_in(named.unique().implode()))
 
 

@@ -29,6 +29,7 @@ _VERB = {
     "stall": "stalled",
     "crash": "crashed",
     "nan_inf": "went non-finite",
+    "server_down": "lost an inference server",
 }
 
 

@@ -52,6 +52,8 @@ class Thresholds:
     """...and never shorter than this."""
     nan_run: int = 3
     """Non-finite loss or gradient for this many steps in a row is a divergence."""
+    server_down_minutes: float = 5.0
+    """An inference server gone this long while the trainer kept calling it, none launched in its place, is down."""
 
     def to_dict(self) -> dict[str, float | int]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -423,6 +425,51 @@ def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t:
 
 
 #: Events that mean a training process died or a collective hung for good.
+#: The server a line names: ``10.0.0.5:30002/generate``, ``http://10.0.0.5:30002``, ``('10.0.0.5', 30002)``.
+_ADDRESS = r"(\d{1,3}(?:\.\d{1,3}){3}|localhost)(?::|'?,\s*)(\d{2,5})\b"
+
+
+def server_named(message: pl.Expr) -> pl.Expr:
+    """``host:port`` of the server ``message`` names, or null."""
+    return pl.concat_str(message.str.extract(_ADDRESS, 1), pl.lit(":"), message.str.extract(_ADDRESS, 2))
+
+
+#: What the trainer logs when it calls a server that is not there.
+_CALLING = ("connection_refused", "connection_reset", "retries_exhausted", "workflow_failed", "request_timeout")
+
+
+def servers_down(events: pl.DataFrame, t: Thresholds) -> list[Finding]:
+    """An inference server that exited while the trainer went on calling it — for at least
+    ``t.server_down_minutes``, no server launched on its address in that time. With several
+    servers the reward falls only part of the way, or not at all: no number shows it, the logs do.
+    One finding per exit; it ends at the step the server came back in, if it did."""
+    dated = events.filter(pl.col("time").is_not_null()).with_columns(server_named(pl.col("message")).alias("at"))
+    exits = dated.filter((pl.col("kind") == "server_exit") & pl.col("step").is_not_null()).sort("time")
+    if exits.is_empty():
+        return []
+    up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
+    calls = dated.filter(pl.col("kind").is_in(_CALLING))
+    found: list[Finding] = []
+    for exit in exits.iter_rows(named=True):
+        same = pl.lit(True) if exit["at"] is None else pl.col("at").is_null() | (pl.col("at") == exit["at"])
+        back = up.filter(same & (pl.col("time") > exit["time"])).sort("time").head(1)
+        until = back["time"][0] if back.height else None
+        called = calls.filter(same & (pl.col("time") > exit["time"]) & ((pl.col("time") < until) if until else pl.lit(True)))
+        if called.is_empty() or any(f.onset_step <= exit["step"] and (f.end_step is None or exit["step"] < f.end_step) for f in found):
+            continue
+        gone = (called["time"].max() - exit["time"]).total_seconds()  # type: ignore[operator]
+        if gone < t.server_down_minutes * 60:
+            continue
+        server = f"the inference server {exit['at']}" if exit["at"] else "the inference server"
+        end = int(back["step"][0]) if back.height and back["step"][0] is not None else None
+        found.append(Finding("server_down", None, int(exit["step"]), end,
+                             f"{server} exited during step {exit['step']} and the trainer kept calling it for "
+                             f"{gone / 60:.0f} min ({called.height} failed calls logged), "
+                             + (f"until a server came up again in step {end}" if end is not None else "with no server launched in its place"),
+                             failed_at=exit["time"]))
+    return found
+
+
 CRASH_KINDS = (
     "actor_died", "worker_died", "host_oom_kill", "segfault", "fatal_check", "illegal_memory_access",
     "nccl_timeout", "nccl_error", "raylet_died", "node_dead", "gcs_unreachable", "job_exit",

@@ -364,3 +364,34 @@ def test_another_servers_later_exit_is_not_the_hung_servers(tmp_path: Path) -> N
     assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
     assert "seen down only later" not in incident["summary"]
     assert not any("30001" in e["text"] for e in incident["evidence"])
+
+
+@pytest.mark.parametrize("back_after_minutes", [None, 2.0])
+def test_a_server_gone_while_the_trainer_kept_calling_it_is_an_incident_though_the_reward_held(
+        tmp_path: Path, back_after_minutes: float | None) -> None:
+    """Two servers (gen_dp_size 2): 172.17.0.2:30000 is killed at step 80 and the trainer calls it
+    in vain to the end, while the other keeps answering — the reward does not move. Not a healthy
+    run: the server is down from step 80, the crash its cause, and no checkpoint after it is called
+    healthy. A server the launcher brings back within minutes (seed 001's) is no such incident."""
+    from areal_builder import LogLine, Outage, RunSpec, schedule, write_run
+
+    spec = RunSpec(last_step=120, save_freq_steps=20)
+    at = {t.step: t.time for t in schedule(spec)}
+    start = at[79] + timedelta(seconds=20)
+    end = start + timedelta(minutes=back_after_minutes) if back_after_minutes else at[120]
+    down = Outage(start=start, end=end, kind="refused", server_exit=True, server_restart=back_after_minutes is not None)
+    other = (LogLine(at[1] - timedelta(minutes=3), "SGLang server launched at: http://172.17.0.2:30001", "SGLangServer Wrapper",
+                     file="llm_server"),)
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "outages": (down,), "extra_lines": other}))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(paths.fileroot), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    if back_after_minutes:
+        assert [i["kind"] for i in run["incidents"]] == []
+        return
+    [incident] = run["incidents"]
+    assert (incident["kind"], incident["onset_step"], incident["cause"], incident["recovered"]) == (
+        "server_down", 80, "inference_server_crash", False)
+    assert "172.17.0.2:30000 exited during step 80 and the trainer kept calling it" in incident["summary"]
+    assert incident["evidence"][0]["kind"] == "server_exit"
+    assert run["recommendation"]["step"] == 60
