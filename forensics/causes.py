@@ -109,7 +109,8 @@ def explain(
     scores = _rate_test(in_window, in_baseline, spans)
     standing_out = scores.filter(pl.col("p_value") < 0.01)
     seen = dict(_failures(in_window, "kind").iter_rows())
-    server = server_context(metrics, onset, onset_time, spans.window, has_server_log=has_server_log)
+    server = server_context(_failing_servers_rows(metrics, events, in_window), onset, onset_time, spans.window,
+                            has_server_log=has_server_log)
 
     if finding.kind == "nan_inf":
         return Verdict(
@@ -365,6 +366,23 @@ def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, ca
         return later
     at = server_named(pl.col("message"))
     return later.filter(at.is_null() | at.is_in(named.unique().implode()))
+
+
+def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window: pl.DataFrame) -> pl.DataFrame:
+    """With one server log per node: ``metrics`` of the logs of the servers the window's failures
+    name (by the address each log's launch lines give), so that a healthy peer's stats are not
+    told as the failing server's. All of them where that cannot be told."""
+    named = in_window.filter(pl.col("cause").is_not_null()).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
+    if named.is_empty():
+        return metrics
+    launched = (events.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
+                .select(pl.col("file").cast(pl.String), server_named(pl.col("message")).alias("at")).drop_nulls())
+    if launched["file"].n_unique() < 2:
+        return metrics
+    files = launched.filter(pl.col("at").is_in(named.unique().implode()))["file"].unique()
+    if files.is_empty():
+        return metrics
+    return metrics.filter(pl.col("file").cast(pl.String).is_in(files.implode()) | (pl.col("source") != "sglang"))
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:

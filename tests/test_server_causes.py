@@ -395,3 +395,39 @@ def test_a_server_gone_while_the_trainer_kept_calling_it_is_an_incident_though_t
     assert "172.17.0.2:30000 exited during step 80 and the trainer kept calling it" in incident["summary"]
     assert incident["evidence"][0]["kind"] == "server_exit"
     assert run["recommendation"]["step"] == 60
+
+
+def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path: Path) -> None:
+    """Two nodes, a log each (``trial0/node1/``, ``trial0/node2/``): node2's server hangs before
+    step 80 and every timeout names it, node1's keeps decoding. The server context is node2's —
+    its last stats just before the onset, no answer after — not node1's healthy traffic told as
+    the hung server's ("kept answering", then "stopped answering")."""
+    import random
+
+    from areal_builder import LogLine, RunSpec, _Style, healthy_reward, schedule, write_run
+    from sglang_lines import Client, Server, rollout_traffic, startup_lines, steady_load
+
+    spec = RunSpec(last_step=110, reward=lambda s: 0.0 if s >= 80 else healthy_reward(s), request_timeout=600.0,
+                   server_addr="172.17.0.3:30000")
+    at = {t.step: t.time for t in schedule(spec)}
+    hang, hung = at[80] - timedelta(seconds=150), "172.17.0.4:30000"
+    calls, t = [], hang + timedelta(seconds=60)
+    while t + timedelta(seconds=610) < at[110]:
+        calls.append(LogLine(t, f"HTTP request to {hung}/generate timed out after 600.00s (attempt 1/3)", "/AReaL/areal/utils/http.py", "WARNING"))
+        t += timedelta(seconds=90)
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "extra_lines": tuple(calls)}))
+    launched = at[1] - timedelta(seconds=200)
+    for node, ip in ((1, "172.17.0.3"), (2, "172.17.0.4")):
+        server, rng = Server(host=ip, port=30000, pid=31877 + node), random.Random(f"node{node}")
+        lines = [*startup_lines(server, launched, launched + timedelta(seconds=40), seed=f"n{node}"),
+                 LogLine(launched + timedelta(seconds=40), f"SGLang server launched at: http://{ip}:30000", "SGLangServer Wrapper", file="llm_server")]
+        until = hang if node == 2 else at[110]
+        lines += rollout_traffic(server, Client("172.17.0.1", f"c{node}"), launched + timedelta(seconds=100), until, steady_load(server), rng,
+                                 completions=600, groups=60)
+        (paths.log_dir / f"node{node}").mkdir()
+        (paths.log_dir / f"node{node}" / "llm_server.log").write_text(_Style(spec).text(sorted(lines, key=lambda line: line.time)))
+    incident = first_incident(paths.fileroot, tmp_path)
+    assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
+    assert "kept answering" not in incident["summary"] and "logged no successful /generate response" in incident["summary"]
+    [last] = [e for e in incident["evidence"] if e["kind"] == "last_server_activity"]
+    assert "/node2/llm_server.log" in last["file"]
