@@ -375,14 +375,19 @@ def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window
     named = in_window.filter(pl.col("cause").is_not_null()).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
     if named.is_empty():
         return metrics
+    # Each server log (its rotated pieces one), among the logs with server stats: not the trainer's launcher lines.
+    files = metrics.lazy().filter(pl.col("source") == "sglang").select(pl.col("file").cast(pl.String).unique()).collect()
+    files = files.with_columns(stream_of(pl.col("file")).alias("log"))
     launched = (events.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
-                .select(pl.col("file").cast(pl.String), server_named(pl.col("message")).alias("at")).drop_nulls())
-    if launched["file"].n_unique() < 2:
+                .select(stream_of(pl.col("file")).alias("log"), server_named(pl.col("message")).alias("at")).drop_nulls()
+                .filter(pl.col("log").is_in(files["log"].implode())))
+    if launched["log"].n_unique() < 2:
         return metrics
-    files = launched.filter(pl.col("at").is_in(named.unique().implode()))["file"].unique()
-    if files.is_empty():
+    logs = launched.filter(pl.col("at").is_in(named.unique().implode()))["log"].unique()
+    if logs.is_empty():
         return metrics
-    return metrics.filter(pl.col("file").cast(pl.String).is_in(files.implode()) | (pl.col("source") != "sglang"))
+    theirs = files.filter(pl.col("log").is_in(logs.implode()))["file"]
+    return metrics.filter(pl.col("file").cast(pl.String).is_in(theirs.implode()) | (pl.col("source") != "sglang"))
 
 
 def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:

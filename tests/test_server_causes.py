@@ -431,3 +431,22 @@ def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path
     assert "kept answering" not in incident["summary"] and "logged no successful /generate response" in incident["summary"]
     [last] = [e for e in incident["evidence"] if e["kind"] == "last_server_activity"]
     assert "/node2/llm_server.log" in last["file"]
+
+
+def test_a_rotated_server_log_is_one_server_not_a_peer(fixture_run, tmp_path: Path) -> None:
+    """The hang fixture's server log rotated in two (``llm_server.log.1`` holding the launch lines,
+    ``llm_server.log`` the rest), beside the trainer's launcher line naming the same address: one
+    server, whose last stats before the onset are those a whole log gives."""
+    import gzip
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_hang"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    lines = gzip.decompress(log.read_bytes()).splitlines(keepends=True)
+    log.unlink()
+    (log.parent / "llm_server.log.1").write_bytes(b"".join(lines[: len(lines) // 3]))
+    (log.parent / "llm_server.log").write_bytes(b"".join(lines[len(lines) // 3 :]))
+    whole, rotated = (first_incident(root, tmp_path)["summary"] for root in (fixture_run("sglang_hang"), tree))
+    said = re.compile(r"Last server stats before the onset: [^,]+")
+    assert said.search(rotated) and said.search(rotated)[0] == said.search(whole)[0]
