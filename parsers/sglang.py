@@ -753,9 +753,9 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
             )
         else:
             notes.append("no server stats lines: SGLang ran at warning level; token usage and queue depth are not visible")
-    elif stats_lines > samples:
+    else:  # (said even when none was folded: a grown log's count is pieced together from its parts' notes)
         notes.append(
-            f"{stats_lines} Decode/Prefill stats lines kept as {samples} samples (the last line per second and "
+            f"Decode/Prefill stats lines: {stats_lines}, kept as {samples} samples (the last line per second and "
             "rank prefix); sglang/decode_lines and sglang/prefill_lines count the lines behind each sample"
         )
     if fold and parts.stats_values > (kept := metrics.select(pl.col("key").cat.starts_with("sglang/").sum()).item()):

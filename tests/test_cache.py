@@ -87,6 +87,27 @@ def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path,
         assert notes(grown) == notes(fresh)
 
 
+def test_a_grown_server_logs_stats_count_is_the_whole_files(tmp_path: Path) -> None:
+    """The hang fixture's server log read at 93 % and again once complete: the stats lines its note
+    counts are the whole file's, as a fresh parse says (the grown part, none of whose lines shared
+    a second, had said nothing, and the first look's count stood)."""
+    trial = FIXTURES / "sglang_hang" / "outputs" / "logs" / "root" / "gsm8k-grpo-hang" / "trial0"
+    live = tmp_path / "run"
+    shutil.copytree(trial, live)
+    data = unpacked(live / "llm_server.log.gz")
+    (live / "llm_server.log.gz").unlink()
+    target = live / "llm_server.log"
+    target.write_bytes(data[: len(data) * 93 // 100])
+    cache = ParseCache(tmp_path / "cache")
+    load(live, cache)
+    with open(target, "ab") as fh:
+        fh.write(data[len(data) * 93 // 100 :])
+    counted = lambda run: [n for s in run.sources for n in s.notes if n.startswith("Decode/Prefill stats lines:")]  # noqa: E731
+    grown = load(live, cache)
+    assert cache.outcomes[str(target)] == "grown"
+    assert counted(grown) == counted(load(live, None)) and counted(grown)
+
+
 def test_a_rewritten_or_shrunk_file_is_parsed_afresh(tmp_path: Path) -> None:
     live = tmp_path / "run"
     shutil.copytree(SEED000_TRIAL, live)

@@ -229,7 +229,7 @@ def test_busy_log_is_folded_per_second_and_rank(tmp_path: Path) -> None:
     assert running.height == 6  # 3 seconds x 2 DP ranks
     assert set(running["value"].to_list()) == {49.0}  # the last line of each second
     assert series(log, "sglang/decode_lines") == [50.0] * 6
-    assert any("300 Decode/Prefill stats lines kept as 6 samples" in note for note in log.notes)
+    assert any("Decode/Prefill stats lines: 300, kept as 6 samples" in note for note in log.notes)
 
 
 # --- Prefixes, dates, tqdm -----------------------------------------------------------------------
