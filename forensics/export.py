@@ -31,6 +31,7 @@ EXPORT_SCHEMA: dict[str, pl.DataType] = {
     "key": pl.String(),
     "value": pl.Float64(),
     "root": pl.String(),  # (the run's folder: runs sharing a run id, one config launched twice, apart)
+    "file": pl.String(),  # (the log it was read from: one server's series apart from another's)
 }
 FORMATS = ("csv", "jsonl", "parquet")
 #: Rows converted and written at once: the strings of a slice, not of a run, are held.
@@ -120,4 +121,5 @@ def _export_form(run: RunData) -> Iterator[pl.DataFrame]:
             pl.col("key").cast(pl.String),
             "value",
             pl.lit(str(run.location.root), pl.String).alias("root"),
+            pl.col("file").cast(pl.String),
         )

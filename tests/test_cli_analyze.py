@@ -221,7 +221,7 @@ def test_metrics_in_every_format(fixture_run, tmp_path: Path, fmt: str) -> None:
     result = runner.invoke(app, ["metrics", str(fixture_run("areal_healthy_sparse")), "--format", fmt, "--output", str(out)])
     assert result.exit_code == 0, result.output
     frame = {"csv": pl.read_csv, "jsonl": pl.read_ndjson, "parquet": pl.read_parquet}[fmt](out)
-    assert frame.columns == ["run_id", "source", "step", "time", "key", "value", "root"]
+    assert frame.columns == ["run_id", "source", "step", "time", "key", "value", "root", "file"]
     reward = frame.filter(pl.col("key") == "ppo_actor/task_reward/avg")
     assert reward.height == 300
 

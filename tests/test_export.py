@@ -41,13 +41,16 @@ def test_several_runs_are_exported_in_turn_whatever_the_slices(fixture_run, tmp_
     expected = pl.concat(
         r.metrics.select(
             pl.lit(r.run_id).alias("run_id"), pl.col("source").cast(pl.String), "step", "time",
-            pl.col("key").cast(pl.String), "value", pl.lit(r.root).alias("root"),
+            pl.col("key").cast(pl.String), "value", pl.lit(r.root).alias("root"), pl.col("file").cast(pl.String),
         )
         for r in analyze(runs).runs
     )
     assert whole["parquet"].equals(expected)
     assert whole["parquet"].schema == pl.Schema(EXPORT_SCHEMA)
     assert expected.height > 50_000
+    # Each value says which log it was read from (one server's series apart from another's).
+    assert set(whole["csv"]["file"].map_elements(lambda f: Path(f).name, return_dtype=pl.String)) == {
+        "trainer.log.gz", "llm_server.log.gz"}
 
 
 @pytest.mark.parametrize("fmt", sorted(READ))
