@@ -248,7 +248,7 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
         found.append(ended)
     # A server gone while the run went on: an incident of its own where nothing else tells of it.
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    found += [d for d in servers_down(events, t) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
+    found += [d for d in servers_down(events, t, run.steps, planned) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
     return found
 
 

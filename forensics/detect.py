@@ -438,13 +438,16 @@ def server_named(message: pl.Expr) -> pl.Expr:
 _CALLING = ("connection_refused", "connection_reset", "retries_exhausted", "workflow_failed", "request_timeout")
 
 
-def servers_down(events: pl.DataFrame, t: Thresholds) -> list[Finding]:
+def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None = None, planned: int | None = None) -> list[Finding]:
     """An inference server that exited while the trainer went on calling it — for at least
     ``t.server_down_minutes``, no server launched on its address in that time. With several
     servers the reward falls only part of the way, or not at all: no number shows it, the logs do.
-    One finding per exit; it ends at the step the server came back in, if it did."""
+    One finding per exit; it ends at the step the server came back in, if it did. Once the run
+    logged all ``planned`` steps (its ``steps``), an exit after the last is its teardown."""
     dated = events.filter(pl.col("time").is_not_null()).with_columns(server_named(pl.col("message")).alias("at"))
     exits = dated.filter((pl.col("kind") == "server_exit") & pl.col("step").is_not_null()).sort("time")
+    if steps is not None and steps.height and planned is not None and int(steps["step"].max()) >= planned:
+        exits = exits.filter(~_after(_logged_last(steps)))
     if exits.is_empty():
         return []
     up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))

@@ -450,3 +450,18 @@ def test_a_rotated_server_log_is_one_server_not_a_peer(fixture_run, tmp_path: Pa
     whole, rotated = (first_incident(root, tmp_path)["summary"] for root in (fixture_run("sglang_hang"), tree))
     said = re.compile(r"Last server stats before the onset: [^,]+")
     assert said.search(rotated) and said.search(rotated)[0] == said.search(whole)[0]
+
+
+def test_a_server_that_exits_once_every_step_was_logged_is_teardown_not_down(tmp_path: Path) -> None:
+    """The run logged all 60 steps it was launched for; its server exits 30 s later and the rollouts
+    still in flight are refused for 8 minutes: the run's teardown, no incident."""
+    from areal_builder import Outage, RunSpec, schedule, write_run
+
+    spec = RunSpec(last_step=60, save_freq_steps=20, steps_per_epoch=60, total_epochs=1)
+    at = {t.step: t.time for t in schedule(spec)}
+    down = Outage(start=at[60] + timedelta(seconds=30), end=at[60] + timedelta(minutes=9), kind="refused", server_exit=True)
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "outages": (down,)}))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(paths.fileroot), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["incidents"] == [] and run["recommendation"]["step"] == 60
