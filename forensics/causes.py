@@ -359,13 +359,25 @@ def _tail(text: str, most: int = 300) -> str:
 
 
 def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, cause: Cause) -> pl.DataFrame:
-    """Of ``later``, the lines of the servers the window's ``cause`` lines name (and those naming
-    none): with several servers, another one's exit is not the hung one's."""
+    """Of ``later``, the lines of the servers the window's ``cause`` lines name: with several
+    servers, another one's exit is not the hung one's. A line naming no server is its log's (a
+    node's ``SIGTERM received``): not the hung one's when that log's launch lines name another."""
     named = events.filter(_during(spans.window) & (pl.col("cause") == cause)).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
     if named.is_empty():
         return later
+    named = named.unique().implode()
+    peers = (_server_logs(events).group_by("log").agg(pl.col("at").is_in(named).any().alias("ours"))
+             .filter(~pl.col("ours"))["log"].implode())
     at = server_named(pl.col("message"))
-    return later.filter(at.is_null() | at.is_in(named.unique().implode()))
+    return later.filter((at.is_null() & ~stream_of(pl.col("file")).is_in(peers)) | at.is_in(named))
+
+
+def _server_logs(events: pl.DataFrame) -> pl.DataFrame:
+    """``log`` (a log's stream: its rotated pieces one), ``at``: the server each launch line in it
+    names — one server's own log, not the launcher's line listing them all."""
+    launches = events.filter(pl.col("kind").is_in(["server_launch", "server_ready"])
+                             & ~pl.col("message").str.contains("AREAL_LLM_SERVER_ADDRS=", literal=True))
+    return launches.select(stream_of(pl.col("file")).alias("log"), server_named(pl.col("message")).alias("at")).drop_nulls()
 
 
 def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window: pl.DataFrame) -> pl.DataFrame:
@@ -378,9 +390,7 @@ def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window
     # Each server log (its rotated pieces one), among the logs with server stats: not the trainer's launcher lines.
     files = metrics.lazy().filter(pl.col("source") == "sglang").select(pl.col("file").cast(pl.String).unique()).collect()
     files = files.with_columns(stream_of(pl.col("file")).alias("log"))
-    launched = (events.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
-                .select(stream_of(pl.col("file")).alias("log"), server_named(pl.col("message")).alias("at")).drop_nulls()
-                .filter(pl.col("log").is_in(files["log"].implode())))
+    launched = _server_logs(events).filter(pl.col("log").is_in(files["log"].implode()))
     if launched["log"].n_unique() < 2:
         return metrics
     logs = launched.filter(pl.col("at").is_in(named.unique().implode()))["log"].unique()

@@ -399,13 +399,13 @@ def test_a_server_gone_while_the_trainer_kept_calling_it_is_an_incident_though_t
 
 def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path: Path) -> None:
     """Two nodes, a log each (``trial0/node1/``, ``trial0/node2/``): node2's server hangs before
-    step 80 and every timeout names it, node1's keeps decoding. The server context is node2's —
+    step 80 and every timeout names it, node1's keeps decoding (and is stopped at step 100). The server context is node2's —
     its last stats just before the onset, no answer after — not node1's healthy traffic told as
     the hung server's ("kept answering", then "stopped answering")."""
     import random
 
     from areal_builder import LogLine, RunSpec, _Style, healthy_reward, schedule, write_run
-    from sglang_lines import Client, Server, rollout_traffic, startup_lines, steady_load
+    from sglang_lines import Client, Server, rollout_traffic, sglang_line, startup_lines, steady_load
 
     spec = RunSpec(last_step=110, reward=lambda s: 0.0 if s >= 80 else healthy_reward(s), request_timeout=600.0,
                    server_addr="172.17.0.3:30000")
@@ -421,9 +421,11 @@ def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path
         server, rng = Server(host=ip, port=30000, pid=31877 + node), random.Random(f"node{node}")
         lines = [*startup_lines(server, launched, launched + timedelta(seconds=40), seed=f"n{node}"),
                  LogLine(launched + timedelta(seconds=40), f"SGLang server launched at: http://{ip}:30000", "SGLangServer Wrapper", file="llm_server")]
-        until = hang if node == 2 else at[110]
+        until = hang if node == 2 else at[100]
         lines += rollout_traffic(server, Client("172.17.0.1", f"c{node}"), launched + timedelta(seconds=100), until, steady_load(server), rng,
                                  completions=600, groups=60)
+        if node == 1:  # node1's healthy server stopped at step 100: its own lines, naming no address
+            lines.append(sglang_line(at[100] + timedelta(seconds=5), "SIGTERM received. signum=15 frame=None. Draining requests and shutting down..."))
         (paths.log_dir / f"node{node}").mkdir()
         (paths.log_dir / f"node{node}" / "llm_server.log").write_text(_Style(spec).text(sorted(lines, key=lambda line: line.time)))
     incident = first_incident(paths.fileroot, tmp_path)
@@ -431,6 +433,8 @@ def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path
     assert "kept answering" not in incident["summary"] and "logged no successful /generate response" in incident["summary"]
     [last] = [e for e in incident["evidence"] if e["kind"] == "last_server_activity"]
     assert "/node2/llm_server.log" in last["file"]
+    # node1's stop at step 100 is node1's, not the hung server "seen down only later".
+    assert "seen down only later" not in incident["summary"] and not any("/node1/" in e["file"] for e in incident["evidence"])
 
 
 def test_a_rotated_server_log_is_one_server_not_a_peer(fixture_run, tmp_path: Path) -> None:
