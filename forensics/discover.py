@@ -174,6 +174,10 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
         if _RAY_SESSION.match(Path(folder).name) or _holds_ray_logs(Path(folder), dirs):
             sources.append(LogSource(Path(folder), "ray_session"))
             dirs[:] = []
+            if folder == str(top) and os.path.isdir(logs := os.path.join(folder, "logs")):
+                # The session itself given: read its logs/ as when that is given (a TaskRunner's
+                # output is verl's console, with the steps), not only as the run's Ray companion.
+                files += [Path(logs, name) for name in sorted(_names(logs))]
             continue
         if folder == str(top) and any(name in names for name in _RAY_LOGS):
             # A session's own logs/ given (Ray's docs point there): the session, and its files as
@@ -183,6 +187,13 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
     return sources + found, problems + more
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(folder) if e.is_file()]
+    except OSError:
+        return []
 
 
 #: Files only a Ray session's ``logs/`` holds: a session folder copied under another name is one still.

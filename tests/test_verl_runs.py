@@ -355,3 +355,14 @@ def test_saves_passed_over_are_said_whatever_they_lack(tmp_path: Path) -> None:
     assert "global_step_45: latest_checkpointed_iteration.txt names global_step_45, which is missing: trainer.resume_mode=auto" in said
     assert "global_step_20: actor/ missing" in said
     assert "global_step_15: actor/no scheduler/RNG state (extra_state_world_size_*), which other saves of this run have" in said
+
+
+def test_a_ray_session_given_as_the_path_is_read_as_its_logs_folder_is(tmp_path: Path) -> None:
+    """``analyze /tmp/ray/session_latest``: the session's TaskRunner output holds the steps, as when
+    its ``logs/`` is given — not a session with no step and no incident."""
+    import glob
+
+    nccl_hang_run(tmp_path / "run")
+    [session] = map(Path, glob.glob(str(tmp_path / "run" / "**" / "session_2*"), recursive=True))
+    told = [[(i.kind, i.onset_step, i.cause) for i in only(path).incidents] for path in (session, session / "logs")]
+    assert told[0] == told[1] == [("crash", 8, "nccl_timeout")]
