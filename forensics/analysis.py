@@ -200,13 +200,20 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
 
 
 def framework_of(run: RunData) -> str:
-    """The discovered framework, or one recognised from the metric names of a copy-only run."""
-    if run.location.framework != "unknown" or run.metrics.is_empty():
+    """The discovered framework, or one recognised from a copy-only run's checkpoints (a Trainer's
+    ``checkpoint-N/``) or metric names."""
+    if run.location.framework != "unknown":
         return run.location.framework
+    if (run.checkpoints["kind"] == "trl").any():
+        return "trl"
+    if run.metrics.is_empty():
+        return "unknown"
     if keys_matching(run.metrics, r"^(?:grpo|ppo)_actor/"):
         return "areal"
     if keys_matching(run.metrics, r"^(?:critic|actor)/"):
         return "verl"
+    if keys_matching(run.metrics, r"^train/(?:reward|rewards/|reward_std$)"):  # (TRL's GRPOTrainer, through W&B or TensorBoard)
+        return "trl"
     return "unknown"
 
 

@@ -358,6 +358,7 @@ def test_a_hugging_face_trainers_checkpoints_beside_its_tensorboard_runs_are_cho
             (folder / "scheduler.pt").write_bytes(b"x")
     (out / "checkpoint-60" / "model.safetensors").write_bytes(safetensors_bytes(2)[:-3])  # torn while saving
     [run] = analyze([out]).runs
+    assert run.framework == "trl"  # (its checkpoints say so: the contract's framework, not "unknown")
     kinds = {(c.step, c.complete, c.resumable) for c in run.checkpoints}
     assert kinds == {(20, True, True), (40, True, False), (60, False, False), (80, True, True)}
     rec = run.recommendation
