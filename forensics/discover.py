@@ -421,14 +421,23 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
 
 def _trl_checkpoint_dir(root: Path, given: Path) -> Path | None:
     """A Hugging Face Trainer's ``output_dir`` (``checkpoint-N/`` folders): the run's folder, or one
-    above it within the path given (its TensorBoard files go to ``output_dir/runs/…``)."""
+    above it within the path given (its TensorBoard files go to ``output_dir/runs/…``), or the one
+    such folder just below it (W&B writes ``wandb/`` in the working folder, ``output_dir`` beside it)."""
     top = given.resolve() if given.is_dir() else given.resolve().parent
     for folder in (root, *root.parents):
         if is_trl_checkpoint_root(folder):
             return folder
         if folder.resolve() == top or top not in folder.resolve().parents:
-            return None
-    return None
+            break
+    below = [folder for folder in _subfolders(root) if folder.name not in _SKIP_DIRS and is_trl_checkpoint_root(folder)]
+    return below[0] if len(below) == 1 else None
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return sorted(Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def _checkpoint_dir(root: Path) -> Path | None:

@@ -365,3 +365,25 @@ def test_a_hugging_face_trainers_checkpoints_beside_its_tensorboard_runs_are_cho
     assert (rec.step, Path(rec.checkpoint).name) == (40, "checkpoint-40")
     assert rec.resume_command == f"trainer.train(resume_from_checkpoint={str(out / 'checkpoint-40')!r})"
     assert any("no optimizer or scheduler state" in w for w in rec.warnings)
+
+
+def test_a_trainers_wandb_run_finds_the_checkpoints_of_the_output_dir_beside_it(tmp_path: Path) -> None:
+    """TRL's own layout: ``wandb/`` in the working folder, ``output_dir/checkpoint-N/`` below it. The
+    W&B run's collapse at step 30 and checkpoint-20 before it, not "no complete checkpoint was saved"."""
+    import json as json_
+
+    from test_areal_checkpoints import safetensors_bytes
+
+    rows = [(s, {"train/reward": 0.0 if s >= 30 else 0.4 + s % 7 / 50, "train/loss": 0.01 + s % 5 / 100}) for s in range(1, 41)]
+    write_wandb(tmp_path / "proj", rows)
+    for step in (10, 20, 30, 40):
+        folder = tmp_path / "proj" / "out" / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
+        (folder / "trainer_state.json").write_text(json_.dumps({"global_step": step}))
+        (folder / "optimizer.pt").write_bytes(b"x")
+        (folder / "scheduler.pt").write_bytes(b"x")
+    [run] = analyze([tmp_path / "proj"]).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+    assert (run.framework, run.recommendation.step, Path(run.recommendation.checkpoint).name) == ("trl", 20, "checkpoint-20")
