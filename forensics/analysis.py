@@ -188,7 +188,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=_unlisted(_maybe_abandoned(recommendation, checkpoints, run, told), run.checkpoints),
+        recommendation=_saved_elsewhere(_unlisted(_maybe_abandoned(recommendation, checkpoints, run, told), run.checkpoints), run),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -315,6 +315,24 @@ def _saves_dated(checkpoints: list[Checkpoint], run: RunData) -> bool:
     logged = [t for t in (run.steps["time"].max(), run.events["time"].max()) if t is not None]
     saved = [c.time for c in checkpoints if c.time is not None]
     return not (logged and saved) or max(saved) <= max(logged) + _SAVE_AFTER_LOGS  # type: ignore[operator]
+
+
+def _saved_elsewhere(recommendation: Recommendation, run: RunData) -> Recommendation:
+    """No checkpoint found, yet the logs say checkpoints were saved: they are not where the tool
+    looks (a relative save folder under ``ray job submit``'s working-dir copy, a moved output_dir).
+    Said with the save line, and the choice is unknown rather than "none" (``unlisted``)."""
+    if recommendation.checkpoint is not None or not run.checkpoints.is_empty():
+        return recommendation
+    saves = run.events.filter(pl.col("kind") == "checkpoint_saved").sort("time", "line", nulls_last=True)
+    if saves.is_empty():
+        return recommendation
+    last = saves.row(-1, named=True)
+    said = (f"checkpoints not found: the logs say {saves.height} {'was' if saves.height == 1 else 'were'} saved (the last "
+            f"at step {last['step']}, {Path(last['file']).name}:{last['line']}: {last['message'][-160:]}), and none is where "
+            "the tool looks (beside the logs); find them where the run's working folder was")
+    where = run.location.checkpoint_dir or run.location.root
+    return replace(recommendation, reason=f"{recommendation.reason} Yet the logs say checkpoints were saved (see the warnings).",
+                   warnings=(*recommendation.warnings, said), unlisted=(*recommendation.unlisted, str(where)))
 
 
 def _unlisted(recommendation: Recommendation, frame: pl.DataFrame) -> Recommendation:

@@ -99,6 +99,8 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
             )
     if not before:
         reason = f"No complete checkpoint was saved before the first incident's onset at step {first.onset_step}."
+        if not checkpoints:
+            reason = f"No checkpoint was found, so none before the first incident's onset at step {first.onset_step}."
         if complete:
             reason += f" The oldest one (step {min(c.step for c in complete)}) is already after it."
         return Recommendation(None, None, reason, None, tuple(warnings))

@@ -416,6 +416,11 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
     for jsonl in (s.path for s in members if s.kind == "verl_jsonl" and not found):
         beside = jsonl.parent.parent / "checkpoints" / jsonl.parent.name / jsonl.stem
         found = find_verl_checkpoint_roots(beside) if beside.is_dir() else []
+    # Under ``ray job submit --working-dir``, a relative ``default_local_dir`` is in Ray's copy of
+    # the working folder, inside the session: runtime_resources/working_dir_files/_ray_pkg_*/.
+    for session in (s.path.parent if s.path.name == "logs" else s.path for s in members if s.kind == "ray_session" and not found):
+        for copy in _subfolders(session / "runtime_resources" / "working_dir_files"):
+            found = found or find_verl_checkpoint_roots(copy)
     return found[0] if found else None
 
 

@@ -366,3 +366,24 @@ def test_a_ray_session_given_as_the_path_is_read_as_its_logs_folder_is(tmp_path:
     [session] = map(Path, glob.glob(str(tmp_path / "run" / "**" / "session_2*"), recursive=True))
     told = [[(i.kind, i.onset_step, i.cause) for i in only(path).incidents] for path in (session, session / "logs")]
     assert told[0] == told[1] == [("crash", 8, "nccl_timeout")]
+
+
+def test_checkpoints_in_rays_copy_of_the_working_folder_are_found(tmp_path: Path) -> None:
+    """``ray job submit --working-dir .`` with a relative ``default_local_dir``: verl saves into
+    Ray's copy of the working folder, inside the session. Found there; and where they are found
+    nowhere, the logs' own save lines say they exist: best-checkpoint exits 2, not 4 ("none saved")."""
+    import shutil
+
+    paths = nccl_hang_run(tmp_path / "run")
+    copy = paths.session / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123456789abcdef"
+    copy.mkdir(parents=True)
+    shutil.move(paths.root / "checkpoints", copy / "checkpoints")
+    rec = only(tmp_path / "run").recommendation
+    assert rec.checkpoint is not None and rec.checkpoint.startswith(str(copy)) and rec.checkpoint.endswith("global_step_4")
+
+    shutil.rmtree(copy / "checkpoints")
+    rec = only(tmp_path / "run").recommendation
+    assert rec.checkpoint is None and rec.unlisted
+    assert any(w.startswith("checkpoints not found: the logs say") for w in rec.warnings)
+    result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run"), "--no-cache"])
+    assert result.exit_code == 2, result.output
