@@ -523,8 +523,13 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
             continue
         name = Path(file).name
         if zone is None:
+            # Their times say nothing of the run's steps: judged by them, a server answering all along
+            # looked silent at the onset and busy long after the last step (a stall).
+            unknown = pl.when(mine).then(None).otherwise(pl.col("time")).alias("time")
+            events, metrics = events.with_columns(unknown), metrics.with_columns(unknown)
             notes.append(f"{name}: the server's own lines lie outside the run's steps (another clock, or another run's "
-                         "log) and no one time zone's offset puts them in: they are placed by their own times")
+                         "log) and no one time zone's offset puts them in: they are not placed among the steps (their "
+                         "times are left out of the judgment; the lines keep their own)")
             continue
         moved = pl.when(mine).then(pl.col("time") + zone).otherwise(pl.col("time")).alias("time")
         events, metrics = events.with_columns(moved), metrics.with_columns(moved)

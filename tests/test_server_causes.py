@@ -469,3 +469,33 @@ def test_a_server_that_exits_once_every_step_was_logged_is_teardown_not_down(tmp
     assert runner.invoke(app, ["analyze", str(paths.fileroot), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
     [run] = json.loads(out.read_text())["runs"]
     assert run["incidents"] == [] and run["recommendation"]["step"] == 60
+
+
+def test_a_server_log_no_offset_places_is_not_judged_by_its_own_times(fixture_run, tmp_path: Path) -> None:
+    """The healthy-collapse fixture's server log as plain SGLang writes it (no wrapper lines), up a
+    day before the run (another job's traffic first) and 5.5 h ahead: no one offset lines it up, so
+    it is off the clock — and then not judged by its times: no stall after the run's last step from
+    its lines, no "no successful /generate response" of a server that answered all along."""
+    import gzip
+    import shutil
+    from datetime import datetime
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_healthy_collapse"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    stamp = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]")
+
+    def moved(line: str, by: timedelta) -> str:
+        return stamp.sub(lambda m: f"[{datetime.strptime(m[1], '%Y-%m-%d %H:%M:%S') + by:%Y-%m-%d %H:%M:%S}]", line)
+
+    own = [moved(line, timedelta(hours=5, minutes=30)) for line in gzip.decompress(log.read_bytes()).decode().splitlines(keepends=True)
+           if "SGLangServer Wrapper" not in line]
+    earlier = [moved(line, -timedelta(hours=20)) for line in own if stamp.match(line)][:400]
+    log.unlink()
+    (log.parent / "llm_server.log").write_text("".join(earlier + own))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert [(i["kind"], i["onset_step"], i["cause"]) for i in run["incidents"]] == [("reward_collapse", 120, "reward_pipeline")]
+    assert "no successful /generate response" not in run["incidents"][0]["summary"]
+    assert any("not placed among the steps" in n for n in run["notes"])
