@@ -471,6 +471,8 @@ def watch(
         _refuse_inside([path], report_dir=report_dir)
         fmt = read_log_format(log_format)
         if replay:
+            if sys.stdout is None:  # (the table is the answer: rich would print it nowhere, and exit 0)
+                raise UnusableInput("standard output is closed: nowhere to write")
             results = replay_run([path], settings=settings, custom_format=fmt)
             if as_json:
                 alarms = [{**a.to_dict(), "offline_onsets": r.to_dict()["offline_onsets"], "last_step": r.last_step}

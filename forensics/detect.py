@@ -434,6 +434,12 @@ def server_named(message: pl.Expr) -> pl.Expr:
     return pl.concat_str(message.str.extract(_ADDRESS, 1), pl.lit(":"), message.str.extract(_ADDRESS, 2))
 
 
+def server_in(text: str) -> str | None:
+    """``host:port`` of the server one line names, or ``None`` (as :func:`server_named`)."""
+    found = re.search(_ADDRESS, text)
+    return f"{found[1]}:{found[2]}" if found else None
+
+
 #: What the trainer logs when it calls a server that is not there.
 _CALLING = ("connection_refused", "connection_reset", "retries_exhausted", "workflow_failed", "request_timeout")
 

@@ -61,6 +61,7 @@ from forensics.detect import (
     learning_signals,
     metric_keys,
     same_value,
+    server_in,
     uncaught_summary,
     value_token,
 )
@@ -672,6 +673,9 @@ class _Follower:
         kind = row["kind"]
         evidence = _event_evidence(row)
         if kind in _SERVER_UP:
+            gone, up = (server_in(self._exit.text) if self._exit else None), server_in(row["message"])
+            if gone and up and gone != up:
+                return fired  # another server came up: the dead one is still dead, still called (as offline)
             # A new server: what the old one refused says nothing about it, and clients are refused
             # while it loads.
             self._launching = kind == "server_launch"

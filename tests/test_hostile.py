@@ -651,7 +651,7 @@ def test_run_from_inside_the_tree_the_report_goes_to_a_folder_of_this_users_own(
     assert f"report:{written}" in re.sub(r"\s+", "", done.stdout)  # (wrapped to the terminal's width)
 
 
-@pytest.mark.parametrize("command", [["events"], ["metrics"], ["best-checkpoint"], ["analyze", "--no-html", "--json", "-"]])
+@pytest.mark.parametrize("command", [["events"], ["metrics"], ["best-checkpoint"], ["analyze", "--no-html", "--json", "-"], ["watch", "--replay"]])
 def test_a_closed_standard_output_is_bad_input_not_an_internal_error(tmp_path: Path, command: list[str]) -> None:
     """``cmd >&-`` (stdout closed: Python gives None, not a stream): one line on stderr, exit 2 as
     for a full disk — not exit 70, "internal error"."""
@@ -659,8 +659,9 @@ def test_a_closed_standard_output_is_bad_input_not_an_internal_error(tmp_path: P
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cache = [] if command[0] == "watch" else ["--no-cache"]  # (watch keeps its own state)
     done = subprocess.run([sys.executable, "-m", "forensics", command[0], str(FIXTURES / "sglang_hang" / "outputs"), *command[1:],
-                           "--no-cache"], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
+                           *cache], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
     assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (2, "grpo-forensics: standard output is closed: nowhere to write")
 
 

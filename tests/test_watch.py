@@ -118,6 +118,28 @@ def test_a_live_loss_gone_dead_while_rewards_vary_alarms_as_analyze_finds_it(tmp
     assert replay([tmp_path / "surrogate"])[0].alarms == []
 
 
+def test_another_server_coming_up_does_not_revive_the_dead_one(tmp_path: Path) -> None:
+    """Two servers: :30000 is killed in step 41 and called in vain to the end; its peer :30001 exits
+    and is relaunched on its own address minutes later. The peer's launch is not the dead server
+    back: replay tells the server down (offline: ``server_down`` at 41), in one alarm or folded."""
+    from datetime import timedelta
+
+    from areal_builder import LogLine, Outage, RunSpec, schedule, write_run
+
+    spec = RunSpec(last_step=90)
+    at = {t.step: t.time for t in schedule(spec)}
+    down = Outage(start=at[40] + timedelta(seconds=20), end=at[90], kind="refused", server_exit=True)
+    wrapper = "SGLangServer Wrapper"
+    peer = (LogLine(at[1] - timedelta(minutes=3), "SGLang server launched at: http://172.17.0.2:30001", wrapper, file="llm_server"),
+            LogLine(at[41] + timedelta(seconds=30), "SGLang server http://172.17.0.2:30001 exits, returncode=-9", wrapper, file="llm_server"),
+            LogLine(at[44], "SGLang server launched at: http://172.17.0.2:30001", wrapper, file="llm_server"))
+    paths = write_run(tmp_path / "outputs", RunSpec(**{**spec.__dict__, "outages": (down,), "extra_lines": peer}))
+    assert [(i.kind, i.onset_step) for i in analyze(paths.fileroot).runs[0].incidents] == [("server_down", 41)]
+    [result] = replay([paths.fileroot])
+    told = [a.kind for a in (*result.alarms, *result.folded)]
+    assert "server_down" in told and [a.kind for a in result.alarms].count("server_errors") <= 1, told
+
+
 def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
     # One incident (the reward never recovered): the server's errors, then the collapse they caused;
