@@ -424,7 +424,6 @@ def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t:
     )
 
 
-#: Events that mean a training process died or a collective hung for good.
 #: The server a line names: ``10.0.0.5:30002/generate``, ``http://10.0.0.5:30002``, ``('10.0.0.5', 30002)``.
 _ADDRESS = r"(\d{1,3}(?:\.\d{1,3}){3}|localhost)(?::|'?,\s*)(\d{2,5})\b"
 
@@ -459,26 +458,27 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
     up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
     calls = dated.filter(pl.col("kind").is_in(_CALLING))
     found: list[Finding] = []
-    for exit in exits.iter_rows(named=True):
-        same = pl.lit(True) if exit["at"] is None else pl.col("at").is_null() | (pl.col("at") == exit["at"])
-        back = up.filter(same & (pl.col("time") > exit["time"])).sort("time").head(1)
+    for death in exits.iter_rows(named=True):
+        same = pl.lit(True) if death["at"] is None else pl.col("at").is_null() | (pl.col("at") == death["at"])
+        back = up.filter(same & (pl.col("time") > death["time"])).sort("time").head(1)
         until = back["time"][0] if back.height else None
-        called = calls.filter(same & (pl.col("time") > exit["time"]) & ((pl.col("time") < until) if until else pl.lit(True)))
-        if called.is_empty() or any(f.onset_step <= exit["step"] and (f.end_step is None or exit["step"] < f.end_step) for f in found):
+        called = calls.filter(same & (pl.col("time") > death["time"]) & ((pl.col("time") < until) if until else pl.lit(True)))
+        if called.is_empty() or any(f.onset_step <= death["step"] and (f.end_step is None or death["step"] < f.end_step) for f in found):
             continue
-        gone = (called["time"].max() - exit["time"]).total_seconds()  # type: ignore[operator]
+        gone = (called["time"].max() - death["time"]).total_seconds()  # type: ignore[operator]
         if gone < t.server_down_minutes * 60:
             continue
-        server = f"the inference server {exit['at']}" if exit["at"] else "the inference server"
+        server = f"the inference server {death['at']}" if death["at"] else "the inference server"
         end = int(back["step"][0]) if back.height and back["step"][0] is not None else None
-        found.append(Finding("server_down", None, int(exit["step"]), end,
-                             f"{server} exited during step {exit['step']} and the trainer kept calling it for "
+        found.append(Finding("server_down", None, int(death["step"]), end,
+                             f"{server} exited during step {death['step']} and the trainer kept calling it for "
                              f"{gone / 60:.0f} min ({called.height} failed calls logged), "
                              + (f"until a server came up again in step {end}" if end is not None else "with no server launched in its place"),
-                             failed_at=exit["time"]))
+                             failed_at=death["time"]))
     return found
 
 
+#: Events that mean a training process died or a collective hung for good.
 CRASH_KINDS = (
     "actor_died", "worker_died", "host_oom_kill", "segfault", "fatal_check", "illegal_memory_access",
     "nccl_timeout", "nccl_error", "raylet_died", "node_dead", "gcs_unreachable", "job_exit",

@@ -455,6 +455,7 @@ def _checkpoint_dir(root: Path) -> Path | None:
             candidate = Path(*parts[:-4], "checkpoints", *parts[-3:])
             return candidate if _is_dir_or_hidden(candidate) else None
     return None
+    return None
 
 
 def _is_dir_or_hidden(path: Path) -> bool:
