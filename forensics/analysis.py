@@ -690,7 +690,7 @@ def _metric_events(bad: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:
     rows = pl.concat([conform(bad, METRIC_SCHEMA | {"kind": pl.String, "severity": pl.String}),
                       conform(skipped, METRIC_SCHEMA | {"kind": pl.String, "severity": pl.String})]).with_columns(
         # The parser that read the value, in the contract's names (verl's JSONL copy is verl's).
-        pl.col("source").cast(pl.String).replace({"verl_jsonl": "verl"}).alias("source"),
+        pl.col("source").cast(pl.String).replace({"verl_jsonl": "verl", "trl_state": "trl"}).alias("source"),
         pl.format("step {}: {} = {}", pl.col("step"), pl.col("key"), pl.col("value")).alias("message"),
     )
     return conform(rows, EVENT_SCHEMA)

@@ -36,7 +36,7 @@ _SERVER_LOGS = {"llm_server.log"}
 _TRAINER_LOGS = {"trainer.log", "main.log", "merged.log", "master_worker-0", "train.log", "verl_demo.log"}
 #: Sources that attach to the run whose text logs sit above them: copies of its numbers
 #: (W&B, TensorBoard, verl's JSONL logger) and the Ray session its workers ran in.
-COPY_KINDS = {"wandb", "tensorboard", "verl_jsonl", "ray_session"}
+COPY_KINDS = {"wandb", "tensorboard", "verl_jsonl", "ray_session", "trl_state"}
 
 #: What the library takes where it takes paths: one path, or several.
 PathArg = str | os.PathLike[str]
@@ -95,7 +95,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         shown = ", ".join(str(p) for p in paths)
         why = "".join(f"; skipped {problem}" for problem in skipped[:3])
         raise NoRunsFound(
-            f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files){why}"
+            f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files, a Trainer's checkpoints){why}"
         )
     # A path given twice, a run's folder with the folder above it, or a log with its run's folder:
     # each run once, as first found (a run whose logs another's include is that run).
@@ -186,7 +186,23 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
-    return sources + found, problems + more
+    return _newest_trainer_state(sources + found), problems + more
+
+
+def _newest_trainer_state(sources: list[LogSource]) -> list[LogSource]:
+    """A Trainer's checkpoints each hold its whole log history to their save: the newest one's
+    ``trainer_state.json`` is read, and only when nothing else of the run is there (a W&B or
+    TensorBoard copy, a log) — it is what is left when those were not kept."""
+    states = [s for s in sources if s.kind == "trl_state"]
+    rest = [s for s in sources if s.kind != "trl_state"]
+    if not states or rest:
+        return rest
+    newest: dict[Path, LogSource] = {}
+    for state in states:
+        output_dir, step = state.path.parent.parent, int(state.path.parent.name.split("-")[1])
+        if output_dir not in newest or step > int(newest[output_dir].path.parent.name.split("-")[1]):
+            newest[output_dir] = state
+    return list(newest.values())
 
 
 def _names(folder: str) -> list[str]:
@@ -286,6 +302,8 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
     """What a file is, from its name and head; ``None`` for files this tool does not read."""
     if "tfevents" in path.name:
         return "tensorboard"
+    if path.name == "trainer_state.json" and re.fullmatch(r"checkpoint-\d+", path.parent.name):
+        return "trl_state"
     if path.name.endswith(".jsonl"):
         return "verl_jsonl" if looks_like_verl_log(path) else None
     match = _LOG_NAME.match(path.name)
@@ -321,8 +339,9 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
     roots = sorted(by_root)
     for source in sources:
         if source.kind in COPY_KINDS:
-            # ``wandb/`` sits in the run's log folder; event files anywhere below it.
-            home = source.path.parent
+            # ``wandb/`` sits in the run's log folder; event files anywhere below it; a Trainer's
+            # state in its output_dir's checkpoint-N/.
+            home = source.path.parent.parent if source.kind == "trl_state" else source.path.parent
             owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents), home)
             by_root.setdefault(owner, []).append(source)
     runs = []

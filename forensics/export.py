@@ -115,7 +115,7 @@ def _export_form(run: RunData) -> Iterator[pl.DataFrame]:
     for part in run.metrics.iter_slices(SLICE_ROWS):
         yield part.select(
             pl.lit(run.location.run_id, pl.String).alias("run_id"),
-            pl.col("source").cast(pl.String).fill_null(framework),
+            pl.col("source").cast(pl.String).replace({"trl_state": "trl"}).fill_null(framework),
             "step",
             "time",
             pl.col("key").cast(pl.String),

@@ -50,6 +50,7 @@ from parsers.schema import (
 )
 from parsers.tensorboard import read_tensorboard
 from parsers.trl_checkpoints import is_trl_checkpoint_root, read_trl_checkpoints
+from parsers.trl_state import read_trainer_state
 from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, chain_wandb_runs, read_wandb_online, read_wandb_runs
@@ -367,6 +368,9 @@ def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: st
             return Parsed("wandb", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), empty(EVENT_SCHEMA), 0, 0, ())
         return Parsed("wandb", empty(STEP_SCHEMA), chained.metrics, empty(EVENT_SCHEMA), chained.records_read,
                        chained.records_skipped, chained.notes, superseded=chained.superseded)
+    if reader == "trl_state":
+        state = read_trainer_state(path)
+        return Parsed("trl_state", empty(STEP_SCHEMA), state.metrics, empty(EVENT_SCHEMA), state.lines, state.unparsed_lines, state.notes)
     board = read_tensorboard(path, keys=keys)
     return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
                    board.records_skipped, board.notes, superseded=board.superseded)
@@ -404,9 +408,10 @@ _READERS: dict[str, tuple[str, ...]] = {
     "console_log": ("console",),
     "verl_jsonl": ("verl_jsonl",),
     "ray_session": ("ray",),
+    "trl_state": ("trl_state",),
 }
 #: Readers of copies of a run's numbers (no step log of their own).
-COPY_SOURCES = ("wandb", "tensorboard", "verl_jsonl")
+COPY_SOURCES = ("wandb", "tensorboard", "verl_jsonl", "trl_state")
 #: Step logs a relaunch appends to, listing every copy of a step: a later copy going back to a
 #: step abandons the attempt before it from there on (see :func:`parsers.schema.abandoned`).
 _LINEAGE = ("areal", "verl", "custom")

@@ -387,3 +387,35 @@ def test_a_trainers_wandb_run_finds_the_checkpoints_of_the_output_dir_beside_it(
     [run] = analyze([tmp_path / "proj"]).runs
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
     assert (run.framework, run.recommendation.step, Path(run.recommendation.checkpoint).name) == ("trl", 20, "checkpoint-20")
+
+
+def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: Path) -> None:
+    """Only ``output_dir/checkpoint-N/`` is left (``report_to="none"``, or the W&B folder not kept).
+    Each checkpoint's ``trainer_state.json`` holds the Trainer's log history to its save (written as
+    transformers writes it: ``json.dumps(asdict(state), indent=2, sort_keys=True)``); the newest is
+    read: the collapse at step 120 is found and cited at its entry's line, checkpoint-100 chosen."""
+    import json as json_
+
+    from test_areal_checkpoints import safetensors_bytes
+
+    out = tmp_path / "out"
+    history = [{"step": s, "epoch": s / 200, "loss": 0.01 + s % 7 / 1000, "grad_norm": 0.5 + s % 3 / 10, "learning_rate": 1e-6,
+                "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40, "reward_std": 0.0 if s >= 120 else 0.25} for s in range(10, 201, 10)]
+    for step in (50, 100, 150, 200):
+        folder = out / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
+        (folder / "optimizer.pt").write_bytes(b"x")
+        (folder / "scheduler.pt").write_bytes(b"x")
+        state = {"global_step": step, "epoch": step / 200, "log_history": [h for h in history if h["step"] <= step],
+                 "best_metric": None, "max_steps": 200, "logging_steps": 10}
+        (folder / "trainer_state.json").write_text(json_.dumps(state, indent=2, sort_keys=True) + "\n")
+    [run] = analyze([out]).runs
+    assert run.framework == "trl" and [(s.kind, Path(s.path).name) for s in run.sources] == [("trl_state", "trainer_state.json")]
+    assert "checkpoint-200" in run.sources[0].path
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.metric) == ("reward_collapse", 120, "train/reward")
+    cited = incident.onset_evidence
+    assert cited is not None and (out / "checkpoint-200" / "trainer_state.json").read_text().splitlines()[cited.line - 1].strip() == '"step": 120'
+    assert (run.recommendation.step, Path(run.recommendation.checkpoint).name) == (100, "checkpoint-100")
