@@ -316,6 +316,27 @@ class _Step:
 
 
 @dataclass
+class _Flags:
+    """Steps flagged or not (dead batches, a dead loss), fed one at a time: the streak going on,
+    the flags of the steps before it (not while an alarm on them is going on), and how many steps
+    were not flagged."""
+
+    history: deque[bool]
+    streak: _Streak = field(default_factory=lambda: _Streak())
+    unflagged: int = 0
+
+    def see(self, flagged: bool, row: _Step, alarmed: bool) -> None:
+        if self.streak.length and not same_value(flagged, self.streak.value) and not alarmed:
+            self.history.extend([bool(self.streak.value)] * self.streak.length)
+        self.streak.extend(flagged, row)
+        self.unflagged += not flagged
+
+    def improbable(self, chance: float) -> bool:
+        """The streak going on, improbable under the history's rate of flagged steps."""
+        return improbable(sum(self.history), len(self.history), self.streak.length, chance)
+
+
+@dataclass
 class _Streak:
     """Consecutive steps sharing one property (one exact value, or "dead", or "non-finite")."""
 
@@ -363,12 +384,8 @@ class _Follower:
         self._since_collapse = 0
         self._collapse_onset: int | None = None
         """The step the latched reward collapse began at."""
-        self._dead = _Streak()
-        self._dead_history: deque[bool] = deque(maxlen=settings.history_steps)
-        self._live_steps = 0
-        self._dead_loss = _Streak()
-        self._dead_loss_history: deque[bool] = deque(maxlen=settings.history_steps)
-        self._live_losses = 0
+        self._dead = _Flags(deque(maxlen=settings.history_steps))
+        self._dead_loss = _Flags(deque(maxlen=settings.history_steps))
         self._bad = _Streak()
         self._durations: deque[float] = deque(maxlen=200)
         self._step_times: deque[tuple[datetime, int]] = deque(maxlen=2000)
@@ -588,12 +605,9 @@ class _Follower:
         if loss is None or not signals or None in signals:
             return []
         dead = loss == 0 and all(v == 0 for v in signals)
-        streak = self._dead
-        if streak.length and not same_value(dead, streak.value) and "zero_variance" not in self._latched:
-            self._dead_history.extend([bool(streak.value)] * streak.length)
-        streak.extend(dead, row)
+        flags = self._dead
+        flags.see(dead, row, "zero_variance" in self._latched)
         if not dead:
-            self._live_steps += 1
             self._latched.pop("zero_variance", None)
             return []
         if "zero_variance" in self._latched or "reward_collapse" in self._latched:
@@ -601,19 +615,14 @@ class _Follower:
         # Never a live step since the first update: no learning signal at all, not a warm-up effect.
         # Dead from the very first step, a sparse task may just not have earned anything yet: as a
         # reward constant from the start, judged after the warm-up.
-        never_live = (self._live_steps == 1 and streak.length >= 2) or (
-            self._live_steps == 0 and streak.length >= max(2, self.s.warmup_steps))
-        rare = streak.length >= self.t.min_run and improbable(
-            sum(self._dead_history), len(self._dead_history), streak.length, self.t.chance
-        )
-        if not (never_live or rare):
+        streak = flags.streak
+        never_live = (flags.unflagged == 1 and streak.length >= 2) or (
+            flags.unflagged == 0 and streak.length >= max(2, self.s.warmup_steps))
+        if not (never_live or (streak.length >= self.t.min_run and flags.improbable(self.t.chance))):
             return []
-        self._latched["zero_variance"] = True
-        first = streak.first or row
-        summary = (f"{streak.length} steps in a row (from step {first.step}) with the loss and everything driving it "
-                   "exactly 0: every reward in a group identical, nothing to learn from")
-        return [_Trigger("zero_variance", row.step, row.time, first.step, summary,
-                         (_metric_evidence(first, roles.loss), _metric_evidence(row, roles.loss)), None)]
+        summary = (f"{streak.length} steps in a row (from step {(streak.first or row).step}) with the loss and everything "
+                   "driving it exactly 0: every reward in a group identical, nothing to learn from")
+        return [self._loss_alarm("zero_variance", row, streak, summary, None)]
 
     def _dead_loss_rule(self, row: _Step) -> list[_Trigger]:
         """As offline: the loss exactly 0 while what drives it (not a gradient norm) is not, after
@@ -626,25 +635,26 @@ class _Follower:
             return []
         gradient = any(row.values[k] != 0 for k in roles.signals if k in row.values and k.endswith("grad_norm"))
         dead = loss == 0 and any(v != 0 for v in drivers) and not gradient
-        streak = self._dead_loss
-        if streak.length and not same_value(dead, streak.value) and "dead_loss" not in self._latched:
-            self._dead_loss_history.extend([bool(streak.value)] * streak.length)
-        live_before = self._live_losses
-        streak.extend(dead, row)
+        flags = self._dead_loss
+        flags.see(dead, row, "dead_loss" in self._latched)
         if not dead:
-            self._live_losses += 1
             self._latched.pop("dead_loss", None)
             return []
-        if "dead_loss" in self._latched or live_before < self.t.min_run or streak.length < self.t.min_run:
+        streak = flags.streak
+        if "dead_loss" in self._latched or flags.unflagged < self.t.min_run or streak.length < self.t.min_run:
             return []
-        if not improbable(sum(self._dead_loss_history), len(self._dead_loss_history), streak.length, self.t.chance):
+        if not flags.improbable(self.t.chance):
             return []
-        self._latched["dead_loss"] = True
+        summary = (f"{roles.loss} exactly 0 for {streak.length} steps in a row (from step {(streak.first or row).step}) "
+                   "while the rewards still differed: the loss itself is dead (log-probs or the loss mask zeroed)")
+        return [self._loss_alarm("dead_loss", row, streak, summary, roles.loss)]
+
+    def _loss_alarm(self, kind: str, row: _Step, streak: _Streak, summary: str, metric: str | None) -> _Trigger:
+        """``kind`` latched, and its trigger: the loss's rows at the streak's first step and this one as evidence."""
+        self._latched[kind] = True
         first = streak.first or row
-        summary = (f"{roles.loss} exactly 0 for {streak.length} steps in a row (from step {first.step}) while "
-                   "the rewards still differed: the loss itself is dead (log-probs or the loss mask zeroed)")
-        return [_Trigger("dead_loss", row.step, row.time, first.step, summary,
-                         (_metric_evidence(first, roles.loss), _metric_evidence(row, roles.loss)), roles.loss)]
+        loss = self._roles.loss
+        return _Trigger(kind, row.step, row.time, first.step, summary, (_metric_evidence(first, loss), _metric_evidence(row, loss)), metric)
 
     def _nan_rule(self, row: _Step) -> list[_Trigger]:
         roles = self._roles
