@@ -362,14 +362,19 @@ def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, ca
     """Of ``later``, the lines of the servers the window's ``cause`` lines name: with several
     servers, another one's exit is not the hung one's. A line naming no server is its log's (a
     node's ``SIGTERM received``): not the hung one's when that log's launch lines name another."""
-    named = events.filter(_during(spans.window) & (pl.col("cause") == cause)).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
+    named = _servers_named(events.filter(_during(spans.window) & (pl.col("cause") == cause)))
     if named.is_empty():
         return later
-    named = named.unique().implode()
+    named = named.implode()
     peers = (_server_logs(events).group_by("log").agg(pl.col("at").is_in(named).any().alias("ours"))
              .filter(~pl.col("ours"))["log"].implode())
     at = server_named(pl.col("message"))
     return later.filter((at.is_null() & ~stream_of(pl.col("file")).is_in(peers)) | at.is_in(named))
+
+
+def _servers_named(events: pl.DataFrame) -> pl.Series:
+    """The servers (``host:port``) ``events``' lines name, each once."""
+    return events.select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls().unique()
 
 
 def _server_logs(events: pl.DataFrame) -> pl.DataFrame:
@@ -384,7 +389,7 @@ def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window
     """With one server log per node: ``metrics`` of the logs of the servers the window's failures
     name (by the address each log's launch lines give), so that a healthy peer's stats are not
     told as the failing server's. All of them where that cannot be told."""
-    named = in_window.filter(pl.col("cause").is_not_null()).select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls()
+    named = _servers_named(in_window.filter(pl.col("cause").is_not_null()))
     if named.is_empty():
         return metrics
     # Each server log (its rotated pieces one), among the logs with server stats: not the trainer's launcher lines.
@@ -393,7 +398,7 @@ def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window
     launched = _server_logs(events).filter(pl.col("log").is_in(files["log"].implode()))
     if launched["log"].n_unique() < 2:
         return metrics
-    logs = launched.filter(pl.col("at").is_in(named.unique().implode()))["log"].unique()
+    logs = launched.filter(pl.col("at").is_in(named.implode()))["log"].unique()
     if logs.is_empty():
         return metrics
     theirs = files.filter(pl.col("log").is_in(logs.implode()))["file"]

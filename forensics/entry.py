@@ -28,22 +28,15 @@ def main() -> None:
         # rich's and click's help end with 1 when the reader closed the pipe (``--help | head -1``),
         # stdout sent to /dev/null first: the reader had enough, which is no failure.
         asked_help = "--help" in sys.argv[1:]  # (not a command's own exit 1: --fail-on-incident | head)
-        if exc.code == 1 and asked_help and stdout not in (None, _identity(1)) and _identity(1) == _devnull():
+        if exc.code == 1 and asked_help and stdout not in (None, _identity(1)) and _identity(1) == _identity(os.devnull):
             raise SystemExit(0) from None
         raise
 
 
-def _identity(fd: int) -> tuple[int, int] | None:
+def _identity(file: int | str) -> tuple[int, int] | None:
+    """Which file a descriptor or path is (device, inode), or ``None``."""
     try:
-        info = os.fstat(fd)
-        return info.st_dev, info.st_ino
-    except OSError:
-        return None
-
-
-def _devnull() -> tuple[int, int] | None:
-    try:
-        info = os.stat(os.devnull)
+        info = os.stat(file)
         return info.st_dev, info.st_ino
     except OSError:
         return None
