@@ -30,6 +30,7 @@ from forensics.detect import (
     Finding,
     Thresholds,
     abandoned_collapses,
+    ceilings,
     choose_primary,
     crashes,
     dead_learning,
@@ -161,7 +162,9 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     primary, why_primary = choose_primary(run.metrics)
     events = _with_metric_events(run.events, run.metrics, primary).sort("time", "file", "line", nulls_last=True)
     unread = unread_steps(run)
-    findings = _findings(run, primary, events, t, unread)
+    values = series(run.metrics, primary) if primary else None
+    held = ceilings(values, t) if values is not None else []
+    findings = _findings(run, primary, values, held, events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
@@ -171,6 +174,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
                                read_to=int(run.steps["step"].max()) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
     notes = [f"primary metric: {why_primary}", *run.notes]
+    notes += [f"{primary} held at its best value, {value:.4g}, in steps {first}–{last}: saturated (every batch scored "
+              "alike, nothing left to learn from), not a collapse; dead batches there are no incident" for first, last, value in held[:3]]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
         notes.append(f"{len(run.series_sources)} series were found in several copies; taken from: {', '.join(taken)}")
@@ -217,11 +222,13 @@ def framework_of(run: RunData) -> str:
     return "unknown"
 
 
-def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
+def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, held: list[tuple[int, int, float]],
+              events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
+    """Every incident's finding. ``values``: the ``primary`` reward's series; ``held``: its stretches
+    at its ceiling (:func:`ceilings`), where batches all scoring alike are a solved task's."""
     found: list[Finding] = []
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
-    if primary:
-        values = series(run.metrics, primary)
+    if primary and values is not None:
         found += [_read_to(_after_gap(f, values), last, unread) for f in reward_collapses(values, primary, t)]
         # An attempt a relaunch abandoned and logged again: its collapse is no longer in the run's series.
         for earlier in abandoned_collapses(values, run.superseded, run.step_copies, primary, t):
@@ -234,9 +241,10 @@ def _findings(run: RunData, primary: str | None, events: pl.DataFrame, t: Thresh
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
+    solved = [(a, b + 1) for a, b, _ in held]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
     found += [d for d in dead_learning(run.metrics, t, last if run.steps.height else None)
-              if not any(a <= d.onset_step < b for a, b in spans)]
+              if not any(a <= d.onset_step < b for a, b in spans + (solved if d.kind == "zero_variance" else []))]
     found += non_finite(run.metrics, primary, t)
     planned = planned_steps(run.facts, last)
     gaps = relaunch_gaps(run.step_copies)

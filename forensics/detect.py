@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -162,6 +163,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         never_varied = start == 0 and length == len(values)
         if start == 0 and not never_varied and steps[0] <= 1:
             continue  # the run's own first steps, before the task earned anything else: a warm-up
+        if not never_varied and saturated(value, counts.between(value, 0, start), values[:start]):
+            continue
         seen = counts.between(value, healthy_from, start)
         if not (never_varied or improbable(seen, start - healthy_from, length, t.chance)):
             continue
@@ -181,6 +184,17 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
             break
         resumed = healthy_from = end
     return findings
+
+
+def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]:
+    """``(first step, last step, value)`` of each stretch of at least ``t.min_run`` steps where the
+    reward held at the best it had reached (:func:`saturated`): a task solved on its data, whose
+    batches have nothing left to learn from, not a collapse."""
+    steps, values = frame["step"].to_list(), frame["value"].to_list()
+    exact = frame["value"] + 0.0
+    counts = _Occurrences(exact)
+    return [(steps[start], steps[start + length - 1], values[start]) for start, length in _long_runs(exact, t.min_run)
+            if start and saturated(values[start], counts.between(values[start], 0, start), values[:start])]
 
 
 def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
@@ -618,6 +632,16 @@ def same_value(a: float | None, b: float | None) -> bool:
 
 def finite_value(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def saturated(value: float, seen: int, history: Sequence[float]) -> bool:
+    """Is a reward held at ``value`` at its ceiling rather than collapsed: 1.0, every rollout right
+    (the ceiling of the mean of 0/1 scores), never beaten, and climbed to — reached before (``seen``
+    times in ``history``) or 0.9 or more the step before? A jump to it from far below stays suspect
+    (a reward function returning 1 whatever), and so does any other value held: where another
+    reward's ceiling lies is not known."""
+    finite = [v for v in history if finite_value(v)]
+    return value == 1.0 and bool(finite) and value >= max(finite) and (seen > 0 or finite[-1] >= 0.9)
 
 
 def improbable(seen: int, history: int, run: int, chance: float) -> bool:

@@ -61,6 +61,7 @@ from forensics.detect import (
     learning_signals,
     metric_keys,
     same_value,
+    saturated,
     server_in,
     uncaught_summary,
     value_token,
@@ -577,6 +578,8 @@ class _Follower:
             return []
         if self._varied:
             seen = self._history_counts[value_token(value)]
+            if self._at_best():
+                return []
             if not improbable(seen, len(self._history), streak.length, self.t.chance):
                 return []
         elif streak.length < self.s.warmup_steps:
@@ -591,6 +594,12 @@ class _Follower:
             summary += ", and it has not varied since the run's first step"
         evidence = (_metric_evidence(first, key), _metric_evidence(row, key)) if first is not row else (_metric_evidence(row, key),)
         return [_Trigger("reward_collapse", row.step, row.time, first.step, summary, evidence, key)]
+
+    def _at_best(self) -> bool:
+        """The reward held at the best it had reached (every rollout right): a solved task, whose
+        batches all scoring alike are no collapse and no dead batches."""
+        value = self._reward.value
+        return self._varied and finite_value(value) and saturated(value, self._history_counts[value_token(value)], list(self._history))
 
     def _remember(self, value: Any) -> None:
         if len(self._history) == self._history.maxlen:
@@ -610,7 +619,7 @@ class _Follower:
         if not dead:
             self._latched.pop("zero_variance", None)
             return []
-        if "zero_variance" in self._latched or "reward_collapse" in self._latched:
+        if "zero_variance" in self._latched or "reward_collapse" in self._latched or self._at_best():
             return []  # dead batches are what a collapsed reward looks like: one alarm is enough
         # Never a live step since the first update: no learning signal at all, not a warm-up effect.
         # Dead from the very first step, a sparse task may just not have earned anything yet: as a

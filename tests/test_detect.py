@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from forensics import analyze
 from forensics.cli import app
+from forensics.watch import replay
 
 runner = CliRunner()
 
@@ -60,6 +61,26 @@ def test_a_sparse_task_earning_nothing_in_its_first_steps_is_a_warm_up(tmp_path:
     assert run.incidents == [] and run.recommendation.step == 100
     never = only_run(write_run(tmp_path / "never", replace(spec, reward=lambda s: 0.0)).fileroot)
     assert [(i.kind, i.onset_step) for i in never.incidents][:1] == [("reward_collapse", 1)]
+
+
+def test_a_reward_climbing_to_every_rollout_right_and_staying_there_is_saturated_not_collapsed(tmp_path: Path) -> None:
+    """The reward climbs to 1.0, touching it now and then (or rising smoothly to it), then holds it:
+    the task is solved on its data. Its batches all scoring alike have nothing to learn from (dead batches), which is no
+    incident either: the run is healthy, said in a note, and its newest checkpoint is the answer.
+    A jump to 1.0 never reached before is still suspect (a reward function returning 1 whatever)."""
+    climb = RunSpec(last_step=200, reward=lambda s: binomial_reward(s, min(0.6 + s / 150, 1.0)), save_freq_steps=25)
+    run = only_run(write_run(tmp_path / "climb", climb).fileroot)
+    assert run.incidents == [] and run.recommendation.step == 200
+    [held] = [n for n in run.notes if "held at its best" in n]
+    assert "held at its best value, 1, in steps 59–200: saturated" in held
+    [result] = replay([tmp_path / "climb"])
+    assert result.alarms == []
+    smooth = replace(climb, reward=lambda s: round(min(0.5 + s / 100, 1.0), 2))  # never 1.0 before it stays there
+    assert only_run(write_run(tmp_path / "smooth", smooth).fileroot).incidents == []
+    jump = replace(climb, reward=lambda s: healthy_reward(s) if s < 80 else 1.0)
+    [incident] = only_run(write_run(tmp_path / "jump", jump).fileroot).incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 80, "reward_pipeline")
+    assert "stuck at 1 from step 80" in incident.summary
 
 
 def test_recovery_ends_the_incident(tmp_path: Path) -> None:
