@@ -46,7 +46,13 @@ class Thresholds:
     recovery_window: int = 10
     """Steps that must look healthy again, in a row, for a recovery."""
     recovery_level: float = 0.5
-    """Recovered values must reach this share of the healthy median."""
+    """Recovered values must reach this share of the healthy median (measured from the lowest value
+    seen where a reward goes below zero)."""
+    recent_steps: int = 50
+    """A collapse must be improbable under the last this many steps' rate of its value too (a rising
+    reward's common value is rarer in its whole history than of late)."""
+    end_run: int = 3
+    """At the end of the log, where no more steps can follow, this many steps in a row can be a collapse."""
     stall_factor: float = 5.0
     """Silence after the last step longer than this many median step times is a stall..."""
     stall_min_seconds: float = 600.0
@@ -141,8 +147,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     """Sustained runs of one exact value (zero, or any constant) that the healthy history
     makes improbable; each lasts until the metric looks healthy again for a whole window.
 
-    Only runs of a finite value at least ``t.min_run`` long can be one: they are found
-    vectorized, and only they are weighed against the history before them.
+    Only runs of a finite value at least ``t.min_run`` long can be one (``t.end_run`` long where the
+    log ends): they are found vectorized, and only they are weighed against the history before them.
     """
     steps = frame["step"].to_list()
     values = frame["value"].to_list()
@@ -151,22 +157,22 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     findings: list[Finding] = []
     healthy_from = resumed = 0
     runs = _long_runs(exact, t.min_run)
-    for start, length in runs:
+    last = _last_run(values, t)
+    for start, length in [*runs, *last]:
         if start + length <= resumed:  # passed over while recovering from the finding before
             continue
         if start < resumed:  # the scan resumed inside this run: only its rest counts
             start, length = resumed, start + length - resumed
-            if length < t.min_run:
+            if length < (t.end_run if start + length == len(values) else t.min_run):
                 continue
         value = values[start]
         # Constant from the first step to the last: never healthy, nothing to compare with.
         never_varied = start == 0 and length == len(values)
-        if start == 0 and not never_varied and steps[0] <= 1:
-            continue  # the run's own first steps, before the task earned anything else: a warm-up
-        if not never_varied and saturated(value, counts.between(value, 0, start), values[:start]):
+        if not never_varied and (_warm_up(steps, values, start, length, t) or saturated(value, counts.between(value, 0, start), values[:start])):
             continue
-        seen = counts.between(value, healthy_from, start)
-        if not (never_varied or improbable(seen, start - healthy_from, length, t.chance)):
+        recent = max(healthy_from, start - t.recent_steps)
+        if not (never_varied or (improbable(counts.between(value, healthy_from, start), start - healthy_from, length, t.chance)
+                                 and improbable(counts.between(value, recent, start), start - recent, length, t.chance))):
             continue
         end = _recovery(values, start + length, value, values[healthy_from:start], t)
         onset, end_step = steps[start], (steps[end] if end is not None else None)
@@ -177,6 +183,8 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
                 stuck.append((at, values[at]))
         described = ", then ".join([f"{_stuck(v)} from step {steps[at]}" for at, v in stuck[:3]] + ["…"] * (len(stuck) > 3))
         span = f"until step {end_step}" if end_step is not None else "and never recovered"
+        if (start, length) in last:
+            span = f"to the last step logged, where the log ends ({length} steps)"
         if never_varied:  # not a collapse from something healthy: the reward was never anything else
             described, span = f"{_stuck(value)} at every step from the first (step {onset})", "and never took another value"
         findings.append(Finding("reward_collapse", key, onset, end_step, f"{key} {described} {span}", value))
@@ -184,6 +192,32 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
             break
         resumed = healthy_from = end
     return findings
+
+
+def _last_run(values: list[float], t: Thresholds) -> list[tuple[int, int]]:
+    """``(start, length)`` of the run of one finite value the log ends in, if ``t.end_run`` to
+    ``t.min_run`` steps long (a longer one is among the long runs already)."""
+    length = 0
+    while length < len(values) and same_value(values[-1 - length], values[-1]):
+        length += 1
+    return [(len(values) - length, length)] if finite_value(values[-1] if values else None) and t.end_run <= length < t.min_run else []
+
+
+def first_steps(steps: list[int]) -> bool:
+    """Does ``steps`` begin at the run's first step: 0 or 1, or N for a log written every N steps?"""
+    return bool(steps) and (steps[0] <= 1 or (len(steps) > 1 and steps[0] <= steps[1] - steps[0]))
+
+
+def _warm_up(steps: list[int], values: list[float], start: int, length: int, t: Thresholds) -> bool:
+    """Is the run of one value at ``start`` the run's first steps, before the task earned anything:
+    from its first logged step (the first a log written every N steps has is N), or after fewer than
+    ``t.min_run`` that scored under ``t.recovery_level`` of what the run scored after it (a lucky
+    1/32 at step 1)?"""
+    if start == 0:
+        return first_steps(steps)
+    after = sorted(v for v in values[start + length:] if finite_value(v) and not same_value(v, values[start]))
+    before = [v for v in values[:start] if finite_value(v)]
+    return start < t.min_run and bool(after and before) and max(before) < t.recovery_level * after[len(after) // 2]
 
 
 def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]:
@@ -230,7 +264,8 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
         after = restarts.filter(pl.col("attempt") > number)["resumed"]
         relaunch = int(after[0]) - 1 if len(after) else first - 1
         judged = pl.concat([values.filter(pl.col("step") < first).select("step", "value"), attempt.select("step", "value")])
-        for found in reward_collapses(judged, key, t):
+        # (the attempt's last steps are not the log's end: the relaunch went on from them)
+        for found in reward_collapses(judged, key, replace(t, end_run=t.min_run)):
             if found.onset_step < first:
                 continue
             row = attempt.filter(pl.col("step") == found.onset_step).row(0, named=True)
@@ -357,7 +392,7 @@ def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int
         run = _run_length(flags, i)
         never_again = i <= 1 and i + run == len(flags) and run >= 2 and not live_before
         live = i - dead_before[i] >= live_before
-        warmup = i == 0 and run < len(flags) and steps[0] <= 1  # the run's first steps, live after: as a collapse's
+        warmup = i < t.min_run and i + run < len(flags) and first_steps(steps)  # the run's first steps, live after
         if flags[i] == 1.0 and live and not warmup and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             final = steps[i + run - 1]
             unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
@@ -658,19 +693,26 @@ def improbable(seen: int, history: int, run: int, chance: float) -> bool:
 
 
 def _recovery(values: list[float], start: int, value: float, history: list[float], t: Thresholds) -> int | None:
-    """Index of the first step of a full window that looks like the healthy history again."""
+    """Index of the first step of a full window that looks like the healthy history again: its
+    values other than the collapsed one back ``t.recovery_level`` of the way from zero to the healthy
+    median (from the lowest value seen, for a reward that goes below zero), the collapsed value no
+    more frequent than in the history. A lone non-finite value (a glitch in the log) does not hold it back."""
     healthy = [v for v in history if finite_value(v) and not same_value(v, value)]
+    # With no history (a log that begins collapsed), what the run scored after it is the measure.
+    healthy = healthy or [v for v in values[start:] if finite_value(v) and not same_value(v, value)]
     if not healthy:
         return None
-    level = sorted(healthy)[len(healthy) // 2] * t.recovery_level
+    median = sorted(healthy)[len(healthy) // 2]
+    floor = min(0.0, value, min(healthy))
+    level = floor + t.recovery_level * (median - floor)
     p = sum(1 for v in history if same_value(v, value)) / max(len(history), 1)
     allowed = math.floor(p * t.recovery_window + 2 * math.sqrt(max(p * (1 - p) * t.recovery_window, 0.0)))
     for j in range(start, len(values) - t.recovery_window + 1):
         window = values[j : j + t.recovery_window]
-        if same_value(window[0], value) or not all(finite_value(v) for v in window):
+        if same_value(window[0], value) or not finite_value(window[0]) or sum(not finite_value(v) for v in window) > 1:
             continue
         stuck = sum(1 for v in window if same_value(v, value))
-        others = [v for v in window if not same_value(v, value)]
+        others = [v for v in window if finite_value(v) and not same_value(v, value)]
         if stuck <= allowed and sum(others) / len(others) >= level:
             return j
     return None

@@ -582,6 +582,10 @@ class _Follower:
                 return []
             if not improbable(seen, len(self._history), streak.length, self.t.chance):
                 return []
+            # ...and under the last steps' rate: a rising reward's common value is rarer in all its history.
+            recent = [value_token(v) for v in itertools.islice(reversed(self._history), self.t.recent_steps)]
+            if not improbable(recent.count(value_token(value)), len(recent), streak.length, self.t.chance):
+                return []
         elif streak.length < self.s.warmup_steps:
             return []
         self._latched["reward_collapse"] = value

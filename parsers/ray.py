@@ -1228,11 +1228,16 @@ def _json_event(record: dict[str, Any], kind: str, patterns: list[tuple[str, re.
     return None
 
 
+#: What the memory monitor's kill says of the node, in raylet.out and in its ``events/`` record alike.
+_OOM_KILL = re.compile(r"Memory on the node \(IP: [^,]+, ID: \w+\) was [\d.]+GB used / [\d.]+GB limit \([\d.]+\)")
+
+
 def _epoch_offset(events: pl.DataFrame, json_files: list[tuple[Path, str]]) -> tuple[timedelta, str]:
     """The session's UTC offset, so epoch stamps read as the local times the text logs print.
 
-    Lines that print both (``*** SIGSEGV received at time=…`` dumps) decide first; then the same worker's failure seen in a
-    text log and in ``events/``; else this machine's own zone.
+    Lines that print both (``*** SIGSEGV received at time=…`` dumps) decide first; then the same
+    failure seen in a text log and in ``events/`` (a worker's, by its id; a memory monitor's kill, by
+    the node's memory it quotes); else this machine's own zone.
     """
     pairs: list[tuple[datetime, float]] = []
     dumps = events.filter(pl.col("message").str.contains("received at time=") & pl.col("time").is_not_null())
@@ -1240,22 +1245,29 @@ def _epoch_offset(events: pl.DataFrame, json_files: list[tuple[Path, str]]) -> t
         pairs.append((when, float(re.search(r"received at time=(\d+)", message)[1])))
     how = "from crash dumps that print both"
     if not pairs and json_files:
-        local = dict(events.filter(pl.col("worker_id").is_not_null() & pl.col("time").is_not_null()).group_by("worker_id").agg(pl.col("time").min()).iter_rows())
+        timed = events.filter(pl.col("time").is_not_null())
+        local = dict(timed.filter(pl.col("worker_id").is_not_null()).group_by("worker_id").agg(pl.col("time").min()).iter_rows())
+        kills = dict(timed.select(pl.col("message").str.extract(f"({_OOM_KILL.pattern})", 1).alias("said"), "time")
+                     .drop_nulls("said").group_by("said").agg(pl.col("time").min()).iter_rows())
         for path, kind in json_files:
             if kind != "ray_events" or path.stat().st_size == 0:
                 continue
             with path.open(encoding="utf-8", errors="replace") as lines:  # line by line: never held whole
                 for text in lines:
-                    if "worker_id" not in text:
+                    if "worker_id" not in text and "GB limit" not in text:
                         continue
                     try:
                         record = json.loads(text)
                     except ValueError:
                         continue
-                    worker = (record.get("custom_fields") or {}).get("worker_id") if isinstance(record, dict) else None
-                    if worker in local and isinstance(record.get("timestamp"), (int, float)):
-                        pairs.append((local[worker], float(record["timestamp"])))
-        how = "from worker failures seen in both text and JSON logs"
+                    if not isinstance(record, dict) or not isinstance(record.get("timestamp"), (int, float)):
+                        continue
+                    worker = (record.get("custom_fields") or {}).get("worker_id")
+                    said = _OOM_KILL.search(str(record.get("message", "")))
+                    when = local.get(worker) if worker in local else kills.get(said[0]) if said else None
+                    if when is not None:
+                        pairs.append((when, float(record["timestamp"])))
+        how = "from failures seen in both text and JSON logs"
     quarter = 15 * 60
     offsets = sorted(round((when - datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)).total_seconds() / quarter) * quarter for when, stamp in pairs)
     if offsets:

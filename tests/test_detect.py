@@ -665,6 +665,56 @@ def test_a_coarse_reward_repeating_a_common_value_somewhere_in_a_long_run_is_no_
     assert [f.onset_step for f in reward_collapses(broken, "score", Thresholds())] == [2001]
 
 
+def _judged(rewards: dict[int, float]):
+    from forensics.detect import Thresholds, reward_collapses
+
+    frame = pl.DataFrame({"step": list(rewards), "value": list(rewards.values())}, schema={"step": pl.Int64, "value": pl.Float64})
+    return [(f.onset_step, f.end_step) for f in reward_collapses(frame, "reward", Thresholds())]
+
+
+def test_a_rising_coarse_reward_repeating_its_common_value_of_late_is_no_collapse() -> None:
+    """Accuracy rising 0.2 → 0.9 over 400 steps, the mean of 32 0/1 rewards: 0.75 five times in a
+    row at step 288 is rare in all the steps before (their reward was lower), common of late."""
+    curve = {s: binomial_reward(s, 0.2 + 0.7 * min(s, 400) / 400, n=32, salt="q5") for s in range(1, 1501)}
+    assert [curve[s] for s in range(288, 293)] == [0.75] * 5
+    assert _judged(curve) == []
+    assert _judged({**curve, **dict.fromkeys(range(600, 612), 0.0)}) == [(600, 612)]
+
+
+def test_a_warm_up_is_one_however_the_steps_are_logged() -> None:
+    """Nothing earned to step 300, then learned: logged every 10th step (TRL's logging_steps), or
+    with one lucky 1/32 at step 1, it is a warm-up as when logged every step from 0."""
+    learned = {s: (0.0 if s <= 300 else binomial_reward(s, 0.5)) for s in range(1, 1001)}
+    assert _judged(learned) == []
+    assert _judged({s: v for s, v in learned.items() if s % 10 == 0}) == []
+    assert _judged({**learned, 1: 1 / 32}) == []
+    # ...but three healthy steps before the zeros are no warm-up, nor is a log starting mid-run.
+    assert _judged({**learned, 1: 0.5, 2: 0.5, 3: 0.5})[:1] == [(4, 301)]
+    assert _judged({s: v for s, v in learned.items() if s >= 100 and s % 10 == 0})[:1] == [(100, 310)]
+
+
+@pytest.mark.parametrize("scale", [lambda a: a, lambda a: a - 1.0, lambda a: 2 * a - 1])
+def test_a_recovery_is_found_on_any_reward_scale(scale) -> None:
+    """Collapsed in steps 100–129 to the scale's floor, healthy again from 130 (one NaN logged in
+    the recovery does not hold it back)."""
+    curve = {s: scale(0.0 if 100 <= s < 130 else binomial_reward(s, 0.3)) for s in range(1, 301)}
+    assert _judged(curve) == [(100, 130)]
+    assert _judged({**curve, 133: math.nan}) == [(100, 130)]
+
+
+def test_a_reward_gone_to_zero_in_the_logs_last_steps_is_a_collapse(tmp_path: Path) -> None:
+    """Zero in the last three steps of 200, never before: too few for a collapse mid-run, but no
+    more steps can follow; the checkpoint saved in the zeros is not the answer."""
+    curve = {s: (0.0 if s >= 198 else max(binomial_reward(s, 0.6), 1 / 32)) for s in range(1, 201)}
+    assert _judged(curve) == [(198, None)]
+    assert _judged({**curve, 200: 0.5}) == []
+    spec = RunSpec(last_step=200, reward=lambda s: curve[s], save_freq_steps=50)
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 198)]
+    assert "to the last step logged, where the log ends (3 steps)" in run.incidents[0].summary
+    assert run.recommendation.step == 150
+
+
 def test_a_recover_checkpoint_saved_again_without_its_step_info_is_not_used(tmp_path: Path) -> None:
     """The recover checkpoint was saved again during step 150, inside the collapse (from 120), and
     the process died before it rewrote recover_info (still step 100's): its weights are step 150's.

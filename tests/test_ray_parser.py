@@ -176,6 +176,24 @@ def test_session_specifics() -> None:
 
 
 @needs_samples
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Tokyo"])
+def test_a_memory_monitors_kill_is_dated_by_the_sessions_clock_whatever_this_machines_zone(zone: str, monkeypatch) -> None:
+    """``events/`` records carry epoch stamps: the kill raylet.out tells at 03:12:27 is dated then in
+    every zone the analysis runs in (west of UTC it fell 8 h before the run: a crash at step 1)."""
+    import time
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        events = read_ray_session(_session("e_oom")).events
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    kills = events.filter((pl.col("kind") == "host_oom_kill") & pl.col("file").str.ends_with("event_RAYLET.log"))
+    assert [str(t) for t in kills["time"]] == ["2026-11-22 03:12:27"]
+
+
+@needs_samples
 def test_session_workers_and_sources() -> None:
     session = read_ray_session(_session("a_actor_exit"))
     workers = session.workers
