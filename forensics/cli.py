@@ -11,6 +11,7 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import pickle
 import re
@@ -197,6 +198,7 @@ def analyze(
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
         barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
+        folder = _report_dir(out, paths or []) if html else None  # (refused before the analysis, not after)
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
         kept = _recall(cache, key, html)
         result = _unpickled(kept) if kept is not None else None
@@ -210,8 +212,7 @@ def analyze(
         if markdown is not None:
             _write_text(render_markdown(result), markdown)
         report = None
-        if html:
-            folder = _report_dir(out, paths or [])
+        if folder is not None:
             if kept is not None:
                 folder.mkdir(parents=True, exist_ok=True)
                 report = folder / "report.html"
@@ -417,14 +418,15 @@ def compare(
 
     def work() -> None:
         _refuse_inside([run_a, run_b], json=json_out, out=out)
+        folder = _report_dir(out, [run_a, run_b]) if html else None  # (refused before the analysis, not after)
         cache = _cache(cache_dir, no_cache, [run_a, run_b])
         result = compare_runs(_single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format))
         console = _Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:
             _write_json(result.to_dict(), json_out)
-        if html:
-            console.print(f"report: {write_compare_html(result, _report_dir(out, [run_a, run_b]))}")
+        if folder is not None:
+            console.print(f"report: {write_compare_html(result, folder)}")
 
     _guard(debug, work)
 
@@ -469,6 +471,8 @@ def watch(
 
     def work() -> int:
         _refuse_inside([path], report_dir=report_dir)
+        _usable_numbers(interval=interval, timeout=timeout, zero_steps=zero_steps, warmup_steps=warmup_steps,
+                        server_down_minutes=server_down_minutes)
         fmt = read_log_format(log_format)
         if replay:
             if sys.stdout is None:  # (the table is the answer: rich would print it nowhere, and exit 0)
@@ -596,23 +600,42 @@ def _write_json(document: dict[str, Any], target: str) -> None:
     _write_text(json.dumps(document, indent=2) + "\n", target)
 
 
+def _usable_numbers(**numbers: float | None) -> None:
+    """Each of ``watch``'s numbers finite and not negative (``zero_steps`` at least 1), or exit 2."""
+    for name, value in numbers.items():
+        least = 1 if name == "zero_steps" else 0
+        if value is not None and not (math.isfinite(value) and value >= least):
+            raise UnusableInput(f"--{name.replace('_', '-')} {value}: must be a number of at least {least}")
+
+
 def _report_dir(out: Path | None, paths: list[Path]) -> Path:
-    """Where reports go: ``--out``, else ``./grpo-forensics-report`` — never inside an analyzed tree."""
+    """Where reports go: ``--out``, else ``./grpo-forensics-report``, else this user's temp folder
+    — never inside an analyzed tree."""
+    trees = _trees(paths)
     chosen = out or Path("grpo-forensics-report")
-    for given in _trees(paths):
-        if within(chosen, given):
-            if out is not None:
-                raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
-            return _own_temp_dir()
-    return chosen
+    given = next((tree for tree in trees if within(chosen, tree)), None)
+    if given is None:
+        return chosen
+    if out is not None:
+        raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
+    # The folder tempfile would choose, found first without its search (which writes a probe file in it).
+    named = [Path(v) for v in (os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP")) if v and Path(v).is_dir()]
+    temp = named[0] if named else Path("/tmp")
+    if not any(within(temp, tree) for tree in trees):
+        temp = Path(tempfile.gettempdir())
+    if inside := next((tree for tree in trees if within(temp / "grpo-forensics-report", tree)), None):
+        # (the temp folder itself analyzed, or TMPDIR pointed into the tree)
+        raise UnusableInput(f"the default report folders ./grpo-forensics-report and {temp}/grpo-forensics-report-… are "
+                            f"inside the analyzed path {inside}; give --out a folder outside it")
+    return _own_temp_dir(temp)
 
 
-def _own_temp_dir() -> Path:
-    """This user's report folder in the temp folder, made private: one shared name would be
+def _own_temp_dir(temp: Path) -> Path:
+    """This user's report folder in the temp folder ``temp``, made private: one shared name would be
     another user's to own (the write then fails), to read, or to replace with a link. A folder of
     that name that is not this user's own is passed over for a fresh one."""
     uid = os.getuid() if hasattr(os, "getuid") else None
-    folder = Path(tempfile.gettempdir()) / f"grpo-forensics-report-{uid if uid is not None else os.getpid()}"
+    folder = temp / f"grpo-forensics-report-{uid if uid is not None else os.getpid()}"
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         info = folder.lstat()
@@ -620,7 +643,7 @@ def _own_temp_dir() -> Path:
             return folder
     except OSError:
         pass
-    return Path(tempfile.mkdtemp(prefix="grpo-forensics-report-"))
+    return Path(tempfile.mkdtemp(prefix="grpo-forensics-report-", dir=temp))
 
 
 def main() -> None:

@@ -186,6 +186,26 @@ def test_out_inside_the_analyzed_tree_is_refused(fixture_run) -> None:
     assert not (root / "metrics.csv").exists()
 
 
+def test_the_temp_report_folder_inside_the_analyzed_tree_is_refused_too(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    """From inside the tree, the default ./grpo-forensics-report is refused for this user's temp
+    folder; with TMPDIR pointed into the tree that lies inside too: exit 2 before any work, nothing written."""
+    import shutil
+    import tempfile
+
+    root = tmp_path / "outputs"
+    shutil.copytree(fixture_run("areal_healthy_sparse"), root)
+    temp = root / "logs" / "tmp"
+    temp.mkdir()
+    monkeypatch.chdir(root / "logs")
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (read again from TMPDIR)
+    before = tree_state(root)
+    for command in (["analyze", "."], ["compare", ".", "."]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2 and "give --out a folder outside it" in result.output, (command, result.output)
+    assert tree_state(root) == before
+
+
 def test_a_log_given_by_name_is_read_with_its_folder_which_gets_nothing(fixture_run, tmp_path: Path, monkeypatch) -> None:
     """``cd run && grpo-forensics analyze train.log``: the run read is the folder (its checkpoints,
     its config), so the default report goes elsewhere and outputs put there are refused."""

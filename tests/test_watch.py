@@ -360,6 +360,16 @@ def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp
     assert quiet.exit_code == 0, quiet.output
 
 
+@pytest.mark.parametrize("option", [("--interval", "-1"), ("--interval", "nan"), ("--timeout", "nan"), ("--timeout", "-5"),
+                                    ("--zero-steps", "0"), ("--server-down-minutes", "inf")])
+def test_watch_numbers_that_mean_nothing_are_bad_input(option: tuple[str, str]) -> None:
+    """A negative or NaN poll interval crashed the sleep (exit 70); a NaN timeout never ended."""
+    bounded = [] if option[0] == "--timeout" else ["--timeout", "1"]  # (a regression must not follow forever)
+    result = runner.invoke(app, ["watch", str(trial_dir("areal_healthy_sparse")), *bounded, *option, "--state-dir", "/tmp/unused-watch-state"])
+    assert result.exit_code == 2 and option[0] in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_logs_that_stop_growing_raise_a_stall_once_the_run_s_own_step_time_is_exceeded(tmp_path: Path) -> None:
     Writer(trial_dir("sglang_healthy_collapse"), tmp_path / "logs", stop_after=b"20251124-11:40:00.000", pause=0).run()
     now = [1000.0]
