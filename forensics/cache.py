@@ -38,6 +38,7 @@ import polars as pl
 
 from forensics.discover import RunLocation
 from forensics.parsed import FRAMES, Parsed, rows_where
+from parsers._walk import walk
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 
 #: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
@@ -463,7 +464,7 @@ def _folder_identity(folder: Path) -> Identity:
     listing = hashlib.sha256()
     total = 0
     seen = {os.path.realpath(folder)}
-    for root, dirs, files in os.walk(folder, followlinks=True):
+    for root, dirs, files in walk(folder, followlinks=True):
         real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
         dirs[:] = [d for d, r in real if r not in seen]  # (a link loop is walked once)
         seen.update(r for _, r in real)

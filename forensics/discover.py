@@ -17,6 +17,7 @@ from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
+from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.schema import ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
@@ -166,7 +167,7 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
     def on_error(exc: OSError) -> None:
         problems.append(f"{exc.filename}: {exc.strerror or exc}")
 
-    for folder, dirs, names in os.walk(top, onerror=on_error, followlinks=False):
+    for folder, dirs, names in walk(top, onerror=on_error):
         if Path(folder).name == "wandb" and any(_WANDB_RUN.match(d) for d in dirs):
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []

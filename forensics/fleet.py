@@ -54,6 +54,7 @@ from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import SCHEMA, TOOL_VERSION, Analysis
 from forensics.run import load_online_wandb, load_run, parse_source
+from parsers._walk import files_under
 from parsers.custom import CustomFormat
 from reports import render_html, render_markdown
 from reports.index_html import write_index_html
@@ -268,7 +269,7 @@ def largest_first(
 
 def _source_bytes(source: LogSource) -> int:
     total = 0
-    for file in source.path.rglob("*") if source.path.is_dir() else [source.path]:
+    for file in files_under(source.path) if source.path.is_dir() else [source.path]:
         try:
             total += file.stat().st_size if file.is_file() else 0
         except OSError:

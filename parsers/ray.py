@@ -44,6 +44,7 @@ import polars as pl
 
 from parsers._formats import LogFormat, load_format
 from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_blocks, only_block, sniff
+from parsers._walk import files_under, walk
 from parsers.schema import EVENT_SCHEMA, traceback_message
 
 __all__ = [
@@ -761,7 +762,7 @@ def find_ray_sessions(root: Path) -> list[Path]:
         return [root.parent]
     found: dict[str, Path] = {}
     latest: list[Path] = []
-    for folder, dirs, _files in os.walk(root):
+    for folder, dirs, _files in walk(root):
         here = Path(folder)
         if SESSION_NAME.fullmatch(here.name) or (here == root and looks_like_ray_session(here) and here.name != "logs"):
             found.setdefault(os.path.realpath(here), here)
@@ -808,7 +809,7 @@ def read_ray_session(session_dir: Path) -> RaySession:
     fmt = load_format("ray")
     text_files: list[tuple[Path, str]] = []
     json_files: list[tuple[Path, str]] = []
-    for path in sorted(p for p in logs.rglob("*") if p.is_file() and not p.is_symlink()):
+    for path in sorted(p for p in files_under(logs) if p.is_file() and not p.is_symlink()):
         kind = _file_kind(path)
         if kind in ("ray_events", "ray_export_events"):
             json_files.append((path, kind))

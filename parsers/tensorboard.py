@@ -39,6 +39,7 @@ from typing import Any
 
 import polars as pl
 
+from parsers._walk import walk
 from parsers._wire import fields, varint
 from parsers.schema import METRIC_SCHEMA, abandoned_by_later_parts, conform, empty, with_keys
 
@@ -76,7 +77,7 @@ def find_event_files(root: Path | str) -> list[Path]:
         return [root] if EVENT_FILE_MARK in root.name else []
     found = [
         Path(dirpath) / name
-        for dirpath, _, names in os.walk(root)
+        for dirpath, _, names in walk(root)
         for name in names
         if EVENT_FILE_MARK in name and not name.endswith((".tmp", ".lock"))
     ]

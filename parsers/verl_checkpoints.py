@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, why
+from parsers._walk import walk
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = [
@@ -55,7 +56,7 @@ _MAX_JSON = 10_000_000
 def find_verl_checkpoint_roots(root: Path) -> list[Path]:
     """Folders under ``root`` (``root`` included) that hold ``global_step_N/`` folders or a tracker file."""
     found = []
-    for folder, dirs, files in os.walk(Path(root)):
+    for folder, dirs, files in walk(Path(root)):
         steps = [d for d in dirs if _STEP_FOLDER.fullmatch(d)]
         if steps or TRACKER in files:
             found.append(Path(folder))

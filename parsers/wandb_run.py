@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
+from parsers._walk import walk
 from parsers._wire import fields
 from parsers.schema import METRIC_SCHEMA, abandoned_by_later_parts, conform, empty, later_lines_win, with_keys
 
@@ -104,7 +105,7 @@ def find_wandb_runs(root: Path | str) -> list[Path]:
     if RUN_DIR.match(root.name):
         return [root]
     found = []
-    for dirpath, dirnames, _ in os.walk(root):
+    for dirpath, dirnames, _ in walk(root):
         runs = [d for d in dirnames if RUN_DIR.match(d) and Path(dirpath).name == "wandb"]
         found += [Path(dirpath) / d for d in runs]
         dirnames[:] = [d for d in dirnames if d not in runs]

@@ -336,6 +336,29 @@ def test_a_named_pipe_is_named_not_opened(damaged: Path) -> None:
     assert "rollout.log: a named pipe, not a file: not read" in " ".join(lone.output.split())
 
 
+def test_a_folder_tree_thousands_deep_is_walked_not_a_recursion_error(tmp_path: Path) -> None:
+    """Python 3.11's os.walk and rglob recurse once per level: 1,500 nested folders beside the run
+    stopped the whole analysis (exit 70). The run is analyzed; the walk reaches the deepest file."""
+    outputs = tmp_path / "outputs"
+    shutil.copytree(FIXTURES / "areal_seed000" / "outputs", outputs)
+    deep = outputs / TRIAL
+    for _ in range(1500):  # (deeper than the recursion limit, within the longest path a call takes)
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "worker.log").write_text("RuntimeError: deep down\n")
+    from parsers._walk import walk
+
+    assert [name for _, _, names in walk(outputs) for name in names if name == "worker.log"] == ["worker.log"]
+    try:
+        result = invoke("analyze", str(outputs), "--no-html", "--no-cache")
+        assert result.exit_code == 0, result.output
+    finally:  # (shutil.rmtree, pytest's cleanup, recurses too)
+        (deep / "worker.log").unlink()
+        while deep != outputs / TRIAL:
+            deep.rmdir()
+            deep = deep.parent
+
+
 def _seed_trial(tmp_path: Path) -> tuple[Path, bytes]:
     outputs = tmp_path / "run" / "outputs"
     shutil.copytree(FIXTURES / "areal_seed000" / "outputs", outputs, symlinks=True)
