@@ -23,7 +23,8 @@ def main() -> None:
 
     stdout = _identity(1)
     try:
-        app()
+        # Not standalone: click would print a usage error as a boxed panel of five lines.
+        code = app(standalone_mode=False)
     except SystemExit as exc:
         # rich's and click's help end with 1 when the reader closed the pipe (``--help | head -1``),
         # stdout sent to /dev/null first: the reader had enough, which is no failure.
@@ -31,6 +32,32 @@ def main() -> None:
         if exc.code == 1 and asked_help and stdout not in (None, _identity(1)) and _identity(1) == _identity(os.devnull):
             raise SystemExit(0) from None
         raise
+    except Exception as exc:
+        if _usage_error(exc):
+            if str(exc.format_message()).strip():  # type: ignore[attr-defined]  # (no arguments at all: the help was printed)
+                print(f"grpo-forensics: {_usage(exc)}", file=sys.stderr)
+            raise SystemExit(2) from None
+        if type(exc).__name__ == "Abort":  # (Ctrl-C, as click says it)
+            print("Aborted!", file=sys.stderr)
+            raise SystemExit(1) from None
+        raise
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: Exception) -> bool:
+    """A wrong option or argument, as click raises it (its class is typer's vendored click's)."""
+    return getattr(exc, "exit_code", None) == 2 and hasattr(exc, "format_message")
+
+
+def _usage(exc: Exception) -> str:
+    """One line for a usage error: the command, what is wrong, where help is."""
+    context, names = getattr(exc, "ctx", None), []
+    while context is not None and context.parent is not None:  # (the root's name is how it was run: python -m …)
+        names.insert(0, context.info_name)
+        context = context.parent
+    command = " ".join(["grpo-forensics", *names])
+    said = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    return f"{' '.join(names) or 'usage'}: {said} (see {command} --help)"
 
 
 def _identity(file: int | str) -> tuple[int, int] | None:

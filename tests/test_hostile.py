@@ -712,3 +712,17 @@ def test_help_read_in_part_by_a_pipe_exits_0() -> None:
         finally:
             os.close(write)
         assert done.returncode == 0, (args, done.stderr)
+
+
+@pytest.mark.parametrize("args", [["analyze", ".", "--workers", "0"], ["compare", "."], ["analyze", "--bogus"],
+                                  ["best-checkpoint"], ["watch", ".", "--interval", "abc"]])
+def test_a_wrong_option_or_argument_is_one_line_on_stderr(args: list[str]) -> None:
+    """Exit 2 with a one-line reason (the contract): click's usage panel was five lines of box."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-m", "forensics", *args], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"grpo-forensics: {args[0]}: ") and f"(see grpo-forensics {args[0]} --help)" in line, line
