@@ -277,6 +277,8 @@ class _Parts:
     sample_count: int = 0
     stats_unparsed: int = 0
     stats_values: int = 0
+    dull: int = 0
+    """Lines of no known shape counted in their batch and let go (see :func:`_without_dull`)."""
 
     @staticmethod
     def merge(parts: list[_Parts]) -> _Parts:
@@ -293,7 +295,7 @@ class _Parts:
 
 
 _FRAMES = ("other", "anchors", "access", "samples", "stats_rest", "clues")
-_COUNTS = ("request_logs", "stats_lines", "sample_count", "stats_unparsed", "stats_values")
+_COUNTS = ("request_logs", "stats_lines", "sample_count", "stats_unparsed", "stats_values", "dull")
 
 
 def _copy(column: str) -> pl.Expr:
@@ -312,6 +314,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     is_stats = _matches(rest["text"], " batch", _STATS)
     stats, other = rest.filter(is_stats), rest.filter(~is_stats)
     kept, quiet, bars = _sort_other(other, rules)
+    kept, dull = _without_dull(kept, rules)
     fast, slow = _stats_samples(stats, rules)
     metrics, clues, left, unparsed = _parse_samples(fast)
     metrics = with_keys(metrics, rules.keys)
@@ -337,6 +340,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
         sample_count=fast.height + slow.height,
         stats_unparsed=unparsed,
         stats_values=values,
+        dull=dull,
     )
 
 
@@ -442,6 +446,39 @@ def _sort_other(other: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl.Da
         is_bar = is_bar.scatter(is_bar.arg_true(), ~telling)
     kept = pl.concat([records.filter(~is_quiet), rest.filter(~is_bar)])
     return kept, quiet, rest.filter(is_bar)
+
+
+#: A batch holding fewer kept lines than this keeps them all (an ordinary log has a few hundred).
+_DULL_FLOOR = 20_000
+#: Lines kept after anything a traceback may go on from (its message can run on in them), and at a
+#: batch's start (a traceback in the batch before).
+_NEAR = 64
+
+
+def _without_dull(kept: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, int]:
+    """``kept`` less the lines of no known shape nothing reads, and their count (unparsed lines).
+
+    A server at ``NCCL_DEBUG=INFO``, or junk, writes millions of them: kept to the end, each cost
+    half a kilobyte (a 480 MB log took 3.3 GB). Only a batch with many kept lines is sifted."""
+    if kept.height < _DULL_FLOOR:
+        return kept, 0
+    fmt = rules.fmt
+    rows = _classify(_fields(kept.select("line", "text"), fmt), fmt).sort("line")
+    first = int(rows["line"][0])
+    starts = rows.filter(pl.col("tb_start") | pl.col("exception") | pl.col("chain") | pl.col("indented"))["line"]
+    near = pl.col("line") < first + _NEAR
+    if starts.len():  # after the nearest start at or before each line
+        reach = rows.select("line").join_asof(pl.DataFrame({"line": starts, "start": starts}), on="line", strategy="backward")
+        rows = rows.with_columns(reach["start"])
+        near = near | (pl.col("start").is_not_null() & (pl.col("line") - pl.col("start") < _NEAR))
+    message = pl.col("message")
+    dull = rows.filter(
+        ~pl.col("record") & ~pl.col("areal") & pl.col("pytime").is_null() & pl.col("level").is_null()
+        & pl.col("kind").is_null() & ~pl.col("tb_start") & ~pl.col("chain") & ~pl.col("indented") & ~pl.col("understood")
+        & (pl.col("bare").str.strip_chars() != "") & ~near
+        & ~message.str.contains(rules.markers) & ~message.str.contains_any(rules.literals)
+    ).select("line")
+    return (kept.join(dull, on="line", how="anti") if dull.height else kept), dull.height
 
 
 def _anchors(batch: pl.DataFrame, kept: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
@@ -765,7 +802,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
     if access_unparsed:
         notes.append(f"{access_unparsed} lines looked like HTTP access lines but were not")
 
-    unparsed = _unparsed(other, members) + parts.stats_unparsed + rest_unparsed + access_unparsed
+    unparsed = _unparsed(other, members) + parts.stats_unparsed + rest_unparsed + access_unparsed + parts.dull
     return SGLangLog(
         path=file,
         metrics=metrics,

@@ -395,6 +395,51 @@ def test_chained_and_standalone_tracebacks(tmp_path: Path) -> None:
     assert log.unparsed_lines == 0
 
 
+def test_millions_of_lines_of_no_known_shape_are_counted_not_kept(tmp_path: Path, monkeypatch) -> None:
+    """A server at NCCL_DEBUG=INFO: its chatter is counted as unparsed and let go batch by batch
+    (each line held to the end cost half a kilobyte: 480 MB of it took 3.3 GB). Tracebacks among it
+    keep their message lines, and every event, time and count is what it is with nothing let go."""
+    import subprocess
+    import sys
+
+    from parsers import sglang
+
+    chatter = [f"vm:1184:{n} [{n % 8}] NCCL INFO Channel {n % 32:02d}/32 : 0[{n % 8}] -> 1[{n % 8}] via P2P/IPC" for n in range(30_000)]
+    tracebacks = [
+        "Traceback (most recent call last):",
+        '  File "/sglang/srt/managers/schedule_batch.py", line 5, in alloc',
+        "RuntimeError: Prefill out of memory. Try to lower your batch size.",
+        "Try to allocate 4096 tokens.",
+        "[2025-11-12 05:00:06 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/x.py", line 1, in <module>',
+        "KeyError: 'rid'",
+    ]
+    stats = "[2025-11-12 05:00:0{} TP0] Decode batch, #running-req: 8, #token: 900, token usage: 0.50, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0, "
+    path = write(tmp_path, [stats.format(1), *chatter, *tracebacks, *chatter, stats.format(9), "Killed", *chatter[:100]])
+    sifted = read_sglang_log(path)
+    monkeypatch.setattr(sglang, "_DULL_FLOOR", 10**9)
+    whole = read_sglang_log(path)
+    assert kinds(sifted) == kinds(whole) == [(30_002, "kv_cache_oom"), (30_006, "scheduler_exception"), (60_010, "process_killed")]
+    assert sifted.events.drop("line").equals(whole.events.drop("line"))
+    # (held whole, the chatter after the last traceback read as its message lines, all 30,000 of them)
+    assert 60_100 - sglang._NEAR <= sifted.unparsed_lines <= 60_100 and whole.unparsed_lines == 30_100
+    assert sifted.metrics.equals(whole.metrics)
+    # The bound, in a process of its own: 2 M lines of chatter (190 MB) held whole took over 1 GB.
+    big = tmp_path / "big" / "llm_server.log"
+    big.parent.mkdir()
+    with big.open("w") as out:
+        out.write(stats.format(1) + "\n")
+        for _ in range(66):
+            out.write("\n".join(chatter) + "\n")
+        out.write(stats.format(9) + "\n")
+    code = ("import resource, sys; from parsers import read_sglang_log; log = read_sglang_log(sys.argv[1]); "
+            "print(log.unparsed_lines, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    unparsed, peak_kb = map(int, done.stdout.split())
+    assert unparsed == 66 * 30_000 and peak_kb < 800 * 1024, peak_kb  # (about 570 MB here; 1.2 GB held whole)
+
+
 def test_failure_lines_of_all_kinds(tmp_path: Path) -> None:
     lines = {
         "[2026-01-05 10:00:00] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)": "watchdog_timeout",
