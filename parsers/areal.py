@@ -499,9 +499,10 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         .filter(~pl.col("told").fill_null(False))
         .with_columns(
             pl.lit("error").alias("severity"),
-            # (an untyped one is told by the error line, with what it raised)
+            # (an untyped one is told by the error line, with what it raised, and cited there)
             traceback_message(pl.when(pl.col("kind") == "traceback").then(pl.coalesce("said", "text")).otherwise("text"),
                               pl.col("first_exc"), pl.col("exc_text")).alias("message"),
+            pl.when((pl.col("kind") == "traceback") & pl.col("said").is_not_null()).then(pl.col("line") - 1).otherwise("line").alias("cited"),
         )
     )
     named = named.filter((pl.col("kind") != "log_error") | ~(pl.col("line") + 1).is_in(tracebacks["line"].implode()))
@@ -517,7 +518,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
-            tracebacks.select("time", "kind", "severity", "line", "message"),
+            tracebacks.select("time", "kind", "severity", pl.col("cited").alias("line"), "message"),
             bare.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
         ]
     ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))

@@ -188,8 +188,9 @@ def test_traceback_is_one_event_with_the_kind_of_its_last_exception(tmp_path: Pa
         # The line says it (a kind of its own): the line.
         ("HTTP request to 10.0.0.5:17243/generate timed out after 3600.00s (attempt 3/3)", "torch.OutOfMemoryError: CUDA out of memory.",
          "request_timeout", "ERROR"),
-        # Neither does: a traceback, told by the line and what it raised (a run that died of it crashed).
-        ("Error cleaning up worker actor/0: 'psutil'", "KeyError: 'psutil'", "traceback", "Traceback (most recent call last):"),
+        # Neither does: a traceback, told by the line and what it raised (a run that died of it
+        # crashed), cited at that line, as its message begins with it.
+        ("Error cleaning up worker actor/0: 'psutil'", "KeyError: 'psutil'", "traceback", "ERROR"),
     ],
 )
 def test_an_error_line_and_its_traceback_are_one_event(tmp_path: Path, said: str, raised: str, kind: str, at: str) -> None:
