@@ -148,7 +148,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         ]
     split = (
         lines.filter(pl.col("text").str.starts_with("│"))
-        .with_columns(pl.col("text").str.strip_chars_end().str.ends_with("│").alias("complete"))
+        # (a row with bytes that are not UTF-8 in it is damaged: a key read through them would be a new one)
+        .with_columns((pl.col("text").str.strip_chars_end().str.ends_with("│") & ~pl.col("text").str.contains("\ufffd", literal=True)).alias("complete"))
         .select("line", "complete", fields.alias("f"))
         .unnest("f")
         .select("line", "complete", *columns, (pl.col(f"field_{2 * pairs + 1}").str.strip_chars() != "").fill_null(False).alias("overflow"))

@@ -363,3 +363,18 @@ def test_a_worker_log_is_not_read_twice_for_areals_own_lines(tmp_path: Path) -> 
         return sorted(run.events.select("line", "kind").iter_rows())
 
     assert counted(worker) == counted(alone) and worker.events.height > 1000
+
+
+def test_a_table_row_with_bytes_that_are_not_utf8_is_unparsed_not_a_new_key(tmp_path: Path) -> None:
+    """``\\xff\\xfe`` before a key's name: the cell was filed under a key no run has
+    (``grpo_actor/��task_reward/avg``) and nothing said so. The row is damaged: counted unparsed."""
+    text = stats_block(1, [{"grpo_actor/task_reward/avg": 0.5, "grpo_actor/grad_norm": 0.3}]) + stats_block(
+        2, [{"grpo_actor/task_reward/avg": 0.625, "grpo_actor/grad_norm": 0.2}], time="20251111-11:38:11.251")
+    raw = text.encode()
+    at = raw.rindex(b"task_reward/avg")
+    path = tmp_path / "trainer.log"
+    path.write_bytes(raw[:at] + b"\xff\xfe" + raw[at:])
+    log = read_areal_log(path)
+    assert sorted(set(log.metrics["key"].cast(pl.String))) == ["grpo_actor/grad_norm", "grpo_actor/task_reward/avg"]
+    assert values(log, "grpo_actor/task_reward/avg") == {1: 0.5}
+    assert log.unparsed_lines == 1
