@@ -43,6 +43,7 @@ from forensics.detect import (
     series,
     servers_down,
     stall,
+    warm_up,
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
 from forensics.errors import UnusableInput
@@ -164,7 +165,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     unread = unread_steps(run)
     values = series(run.metrics, primary) if primary else None
     held = ceilings(values, t) if values is not None else []
-    findings = _findings(run, primary, values, held, events, t, unread)
+    early = warm_up(values, t) if values is not None else None
+    findings = _findings(run, primary, values, held + ([(*early, 0.0)] if early else []), events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
@@ -225,7 +227,8 @@ def framework_of(run: RunData) -> str:
 def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, held: list[tuple[int, int, float]],
               events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
     """Every incident's finding. ``values``: the ``primary`` reward's series; ``held``: its stretches
-    at its ceiling (:func:`ceilings`), where batches all scoring alike are a solved task's."""
+    at its ceiling (:func:`ceilings`) or in its warm-up (:func:`warm_up`), where batches all scoring
+    alike are a solved task's, or one that has earned nothing yet."""
     found: list[Finding] = []
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     if primary and values is not None:

@@ -168,7 +168,7 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         value = values[start]
         # Constant from the first step to the last: never healthy, nothing to compare with.
         never_varied = start == 0 and length == len(values)
-        if not never_varied and (_warm_up(steps, values, start, length, t) or saturated(value, counts.between(value, 0, start), values[:start])):
+        if not never_varied and (_warm_up(steps, values, start, length, t) or saturated(value, values[:start], t.recovery_window)):
             continue
         recent = max(healthy_from, start - t.recent_steps)
         if not (never_varied or (improbable(counts.between(value, healthy_from, start), start - healthy_from, length, t.chance)
@@ -208,16 +208,34 @@ def first_steps(steps: list[int]) -> bool:
     return bool(steps) and (steps[0] <= 1 or (len(steps) > 1 and steps[0] <= steps[1] - steps[0]))
 
 
+#: Before a warm-up's first long run, the run scored under this share of what it scored after it.
+_NEXT_TO_NOTHING = 0.1
+
+
 def _warm_up(steps: list[int], values: list[float], start: int, length: int, t: Thresholds) -> bool:
     """Is the run of one value at ``start`` the run's first steps, before the task earned anything:
-    from its first logged step (the first a log written every N steps has is N), or after fewer than
-    ``t.min_run`` that scored under ``t.recovery_level`` of what the run scored after it (a lucky
-    1/32 at step 1)?"""
+    from the log's first step where that is the run's (the first a log written every N steps has
+    is N), or after fewer than ``t.min_run`` that scored next to nothing against what the run scored
+    after it (a lucky 1/32 at step 1)? A log that begins later (a resumed run) has no warm-up."""
+    if not first_steps(steps):
+        return False
     if start == 0:
-        return first_steps(steps)
+        return True
     after = sorted(v for v in values[start + length:] if finite_value(v) and not same_value(v, values[start]))
     before = [v for v in values[:start] if finite_value(v)]
-    return start < t.min_run and bool(after and before) and max(before) < t.recovery_level * after[len(after) // 2]
+    return start < t.min_run and bool(after and before) and max(before) < _NEXT_TO_NOTHING * after[len(after) // 2]
+
+
+def warm_up(frame: pl.DataFrame, t: Thresholds) -> tuple[int, int] | None:
+    """``(first step, last step)`` of the reward's warm-up (:func:`_warm_up`), if it had one: its
+    batches had nothing to learn from, which is no incident either."""
+    steps, values = frame["step"].to_list(), frame["value"].to_list()
+    for start, length in _long_runs(frame["value"] + 0.0, t.min_run):
+        if start >= t.min_run:
+            return None
+        if start + length < len(values) and _warm_up(steps, values, start, length, t):
+            return steps[start], steps[start + length - 1]
+    return None
 
 
 def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]:
@@ -225,10 +243,8 @@ def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]
     reward held at the best it had reached (:func:`saturated`): a task solved on its data, whose
     batches have nothing left to learn from, not a collapse."""
     steps, values = frame["step"].to_list(), frame["value"].to_list()
-    exact = frame["value"] + 0.0
-    counts = _Occurrences(exact)
-    return [(steps[start], steps[start + length - 1], values[start]) for start, length in _long_runs(exact, t.min_run)
-            if start and saturated(values[start], counts.between(values[start], 0, start), values[:start])]
+    return [(steps[start], steps[start + length - 1], values[start]) for start, length in _long_runs(frame["value"] + 0.0, t.min_run)
+            if start and saturated(values[start], values[:start], t.recovery_window)]
 
 
 def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
@@ -392,7 +408,7 @@ def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int
         run = _run_length(flags, i)
         never_again = i <= 1 and i + run == len(flags) and run >= 2 and not live_before
         live = i - dead_before[i] >= live_before
-        warmup = i < t.min_run and i + run < len(flags) and first_steps(steps)  # the run's first steps, live after
+        warmup = i == 0 and run < len(flags) and first_steps(steps)  # the run's first steps, live after: as a collapse's
         if flags[i] == 1.0 and live and not warmup and (never_again or (run >= t.min_run and improbable(dead_before[i], i, run, t.chance))):
             final = steps[i + run - 1]
             unfinished = f" (the last, step {final}, unfinished when the log ends)" if last_step is not None and final > last_step else ""
@@ -669,14 +685,21 @@ def finite_value(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def saturated(value: float, seen: int, history: Sequence[float]) -> bool:
+#: A reward climbed to 1.0 when the median of its last steps before it (a window) was this high.
+_CLIMBED = 0.75
+
+
+def saturated(value: float, history: Sequence[float], window: int = 10) -> bool:
     """Is a reward held at ``value`` at its ceiling rather than collapsed: 1.0, every rollout right
-    (the ceiling of the mean of 0/1 scores), never beaten, and climbed to — reached before (``seen``
-    times in ``history``) or 0.9 or more the step before? A jump to it from far below stays suspect
-    (a reward function returning 1 whatever), and so does any other value held: where another
-    reward's ceiling lies is not known."""
+    (the ceiling of the mean of 0/1 scores), never beaten, and climbed to — the median of the last
+    ``window`` steps before it ``_CLIMBED`` or more? A jump to it from far below stays suspect (a
+    reward function returning 1 whatever), though a coarse reward touched 1.0 by chance before, and
+    so does any other value held: where another reward's ceiling lies is not known."""
     finite = [v for v in history if finite_value(v)]
-    return value == 1.0 and bool(finite) and value >= max(finite) and (seen > 0 or finite[-1] >= 0.9)
+    if value != 1.0 or not finite or value < max(finite):
+        return False
+    last = sorted(finite[-window:])
+    return last[len(last) // 2] >= _CLIMBED
 
 
 def improbable(seen: int, history: int, run: int, chance: float) -> bool:

@@ -603,7 +603,7 @@ class _Follower:
         """The reward held at the best it had reached (every rollout right): a solved task, whose
         batches all scoring alike are no collapse and no dead batches."""
         value = self._reward.value
-        return self._varied and finite_value(value) and saturated(value, self._history_counts[value_token(value)], list(self._history))
+        return self._varied and finite_value(value) and saturated(value, list(self._history), self.t.recovery_window)
 
     def _remember(self, value: Any) -> None:
         if len(self._history) == self._history.maxlen:

@@ -77,6 +77,9 @@ def test_a_reward_climbing_to_every_rollout_right_and_staying_there_is_saturated
     assert result.alarms == []
     smooth = replace(climb, reward=lambda s: round(min(0.5 + s / 100, 1.0), 2))  # never 1.0 before it stays there
     assert only_run(write_run(tmp_path / "smooth", smooth).fileroot).incidents == []
+    # (a coarse reward, the mean of 4, touches 1.0 by chance now and then: a jump from 0.5 is one still)
+    coarse = {s: (1.0 if s >= 200 else binomial_reward(s, 0.5, n=4, salt="a")) for s in range(1, 351)}
+    assert 1.0 in [coarse[s] for s in range(1, 200)] and _judged(coarse)[:1] == [(200, None)]
     jump = replace(climb, reward=lambda s: healthy_reward(s) if s < 80 else 1.0)
     [incident] = only_run(write_run(tmp_path / "jump", jump).fileroot).incidents
     assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 80, "reward_pipeline")
@@ -688,9 +691,22 @@ def test_a_warm_up_is_one_however_the_steps_are_logged() -> None:
     assert _judged(learned) == []
     assert _judged({s: v for s, v in learned.items() if s % 10 == 0}) == []
     assert _judged({**learned, 1: 1 / 32}) == []
-    # ...but three healthy steps before the zeros are no warm-up, nor is a log starting mid-run.
+    # ...but steps that scored before the zeros are no warm-up, nor is a log starting mid-run
+    # (a resumed run), from its first step or after a couple.
     assert _judged({**learned, 1: 0.5, 2: 0.5, 3: 0.5})[:1] == [(4, 301)]
+    assert _judged({**learned, 1: 0.19, 2: 0.19, 3: 0.19})[:1] == [(4, 301)]
     assert _judged({s: v for s, v in learned.items() if s >= 100 and s % 10 == 0})[:1] == [(100, 310)]
+    resumed = {s: (0.34 if s < 502 else 0.0 if s < 560 else v) for s, v in learned.items() if s >= 500}
+    assert _judged(resumed)[:1] == [(502, 560)]
+
+
+def test_dead_batches_after_a_live_first_step_with_the_reward_earned_are_an_incident(tmp_path: Path) -> None:
+    """Loss, gradient and advantages all 0 in steps 2–80 while the reward was earned all along: no
+    warm-up (that is a reward earning nothing yet), dead batches."""
+    keys = ("actor_loss/avg", "grad_norm", "advantages/avg", "advantages/min", "advantages/max")
+    spec = RunSpec(last_step=200, reward=healthy_reward, save_freq_steps=25, stats_tweak=zero_learning(range(2, 81), keys))
+    [incident] = only_run(write_run(tmp_path / "outputs", spec).fileroot).incidents
+    assert (incident.kind, incident.onset_step, incident.end_step) == ("zero_variance", 2, 81)
 
 
 @pytest.mark.parametrize("scale", [lambda a: a, lambda a: a - 1.0, lambda a: 2 * a - 1])
