@@ -168,7 +168,10 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         value = values[start]
         # Constant from the first step to the last: never healthy, nothing to compare with.
         never_varied = start == 0 and length == len(values)
-        if not never_varied and (_warm_up(steps, values, start, length, t) or saturated(value, values[:start], t.recovery_window)):
+        if not never_varied and _warm_up(steps, values, start, length, t):
+            healthy_from = start + length  # (its value, common in it, is no healthy one)
+            continue
+        if not never_varied and saturated(value, values[:start], t.recovery_window):
             continue
         recent = max(healthy_from, start - t.recent_steps)
         if not (never_varied or (improbable(counts.between(value, healthy_from, start), start - healthy_from, length, t.chance)

@@ -55,6 +55,8 @@ def _usage(exc: Exception) -> str:
     while context is not None and context.parent is not None:  # (the root's name is how it was run: python -m …)
         names.insert(0, context.info_name)
         context = context.parent
+    if not names and len(sys.argv) > 1 and not sys.argv[1].startswith("-"):  # (some errors carry no context)
+        names = [sys.argv[1]]
     command = " ".join(["grpo-forensics", *names])
     said = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
     return f"{' '.join(names) or 'usage'}: {said} (see {command} --help)"

@@ -700,6 +700,15 @@ def test_a_warm_up_is_one_however_the_steps_are_logged() -> None:
     assert _judged(resumed)[:1] == [(502, 560)]
 
 
+def test_a_warm_ups_zeros_are_no_healthy_history() -> None:
+    """Zero in steps 1–100 (a warm-up), then learned: ten zeros mid-run or at the log's end were
+    judged against a history where zero was common, and passed."""
+    learned = {s: (0.0 if s <= 100 else max(binomial_reward(s, 0.7), 1 / 32)) for s in range(1, 401)}
+    assert _judged(learned) == []
+    assert _judged({**learned, **dict.fromkeys(range(391, 401), 0.0)}) == [(391, None)]
+    assert _judged({**learned, **dict.fromkeys(range(300, 310), 0.0)}) == [(300, 310)]
+
+
 def test_dead_batches_after_a_live_first_step_with_the_reward_earned_are_an_incident(tmp_path: Path) -> None:
     """Loss, gradient and advantages all 0 in steps 2–80 while the reward was earned all along: no
     warm-up (that is a reward earning nothing yet), dead batches."""

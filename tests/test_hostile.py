@@ -714,7 +714,7 @@ def test_help_read_in_part_by_a_pipe_exits_0() -> None:
         assert done.returncode == 0, (args, done.stderr)
 
 
-@pytest.mark.parametrize("args", [["analyze", ".", "--workers", "0"], ["compare", "."], ["analyze", "--bogus"],
+@pytest.mark.parametrize("args", [["analyze", ".", "--workers", "0"], ["compare", "."], ["analyze", "--bogus"], ["analyze", "--json"],
                                   ["best-checkpoint"], ["watch", ".", "--interval", "abc"]])
 def test_a_wrong_option_or_argument_is_one_line_on_stderr(args: list[str]) -> None:
     """Exit 2 with a one-line reason (the contract): click's usage panel was five lines of box."""
