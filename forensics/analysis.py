@@ -176,8 +176,10 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
                                read_to=int(run.steps["step"].max()) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
     notes = [f"primary metric: {why_primary}", *run.notes]
+    # (said where it lasted to the end: a coarse reward sits at 1.0 for a few steps now and then)
     notes += [f"{primary} held at its best value, {value:.4g}, in steps {first}–{last}: saturated (every batch scored "
-              "alike, nothing left to learn from), not a collapse; dead batches there are no incident" for first, last, value in held[:3]]
+              "alike, nothing left to learn from), not a collapse; dead batches there are no incident"
+              for first, last, value in held[-1:] if values is not None and last == values["step"].max()]
     if run.series_sources:
         taken = sorted(set(run.series_sources.values()))
         notes.append(f"{len(run.series_sources)} series were found in several copies; taken from: {', '.join(taken)}")

@@ -158,6 +158,7 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
     healthy_from = resumed = 0
     runs = _long_runs(exact, t.min_run)
     last = _last_run(values, t)
+    before = _Before(values)
     for start, length in [*runs, *last]:
         if start + length <= resumed:  # passed over while recovering from the finding before
             continue
@@ -171,7 +172,7 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
         if not never_varied and _warm_up(steps, values, start, length, t):
             healthy_from = start + length  # (its value, common in it, is no healthy one)
             continue
-        if not never_varied and saturated(value, values[:start], t.recovery_window):
+        if not never_varied and before.saturated(start, t.recovery_window):
             continue
         recent = max(healthy_from, start - t.recent_steps)
         if not (never_varied or (improbable(counts.between(value, healthy_from, start), start - healthy_from, length, t.chance)
@@ -220,13 +221,13 @@ def _warm_up(steps: list[int], values: list[float], start: int, length: int, t: 
     from the log's first step where that is the run's (the first a log written every N steps has
     is N), or after fewer than ``t.min_run`` that scored next to nothing against what the run scored
     after it (a lucky 1/32 at step 1)? A log that begins later (a resumed run) has no warm-up."""
-    if not first_steps(steps):
+    if not first_steps(steps) or start >= t.min_run:
         return False
     if start == 0:
         return True
     after = sorted(v for v in values[start + length:] if finite_value(v) and not same_value(v, values[start]))
     before = [v for v in values[:start] if finite_value(v)]
-    return start < t.min_run and bool(after and before) and max(before) < _NEXT_TO_NOTHING * after[len(after) // 2]
+    return bool(after and before) and max(before) < _NEXT_TO_NOTHING * after[len(after) // 2]
 
 
 def warm_up(frame: pl.DataFrame, t: Thresholds) -> tuple[int, int] | None:
@@ -246,8 +247,9 @@ def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]
     reward held at the best it had reached (:func:`saturated`): a task solved on its data, whose
     batches have nothing left to learn from, not a collapse."""
     steps, values = frame["step"].to_list(), frame["value"].to_list()
+    before = _Before(values)
     return [(steps[start], steps[start + length - 1], values[start]) for start, length in _long_runs(frame["value"] + 0.0, t.min_run)
-            if start and saturated(values[start], values[:start], t.recovery_window)]
+            if start and before.saturated(start, t.recovery_window)]
 
 
 def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
@@ -692,17 +694,44 @@ def finite_value(value: float | None) -> bool:
 _CLIMBED = 0.75
 
 
-def saturated(value: float, history: Sequence[float], window: int = 10) -> bool:
+def saturated(value: float, best: float, recent: Sequence[float]) -> bool:
     """Is a reward held at ``value`` at its ceiling rather than collapsed: 1.0, every rollout right
-    (the ceiling of the mean of 0/1 scores), never beaten, and climbed to — the median of the last
-    ``window`` steps before it ``_CLIMBED`` or more? A jump to it from far below stays suspect (a
-    reward function returning 1 whatever), though a coarse reward touched 1.0 by chance before, and
-    so does any other value held: where another reward's ceiling lies is not known."""
-    finite = [v for v in history if finite_value(v)]
-    if value != 1.0 or not finite or value < max(finite):
+    (the ceiling of the mean of 0/1 scores), never beaten (``best``: the highest finite value before
+    it), and climbed to — the median of ``recent`` (the last values before it) ``_CLIMBED`` or more?
+    A jump to it from far below stays suspect (a reward function returning 1 whatever), though a
+    coarse reward touched 1.0 by chance before, and so does any other value held: where another
+    reward's ceiling lies is not known."""
+    if value != 1.0 or not recent or value < best:
         return False
-    last = sorted(finite[-window:])
+    last = sorted(recent)
     return last[len(last) // 2] >= _CLIMBED
+
+
+class _Before:
+    """What came before each position of a series: its best finite value, and its last finite values."""
+
+    def __init__(self, values: list[float]) -> None:
+        self._values = values
+        self.best: list[float] = []
+        running = -math.inf
+        for v in values:
+            self.best.append(running)
+            if finite_value(v):
+                running = max(running, v)
+
+    def recent(self, at: int, window: int) -> list[float]:
+        found: list[float] = []
+        for v in reversed(self._values[max(0, at - 4 * window) : at]):  # (a few non-finite ones may be skipped)
+            if finite_value(v):
+                found.append(v)
+                if len(found) == window:
+                    break
+        return found
+
+    def saturated(self, at: int, window: int) -> bool:
+        """Is the run of one value starting at ``at`` a reward at its ceiling (:func:`saturated`)?"""
+        value = self._values[at]
+        return value == 1.0 and saturated(value, self.best[at], self.recent(at, window))
 
 
 def improbable(seen: int, history: int, run: int, chance: float) -> bool:

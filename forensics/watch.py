@@ -380,6 +380,8 @@ class _Follower:
         self._roles = _Roles(None, None, (), None)
         self._reward = _Streak()
         self._history: deque[Any] = deque(maxlen=settings.history_steps)
+        self._best_of: tuple[Any, int] | None = None  # (the streak, the history's length) _best was judged for
+        self._best = False
         self._history_counts: Counter[Any] = Counter()
         self._varied = False
         self._since_collapse = 0
@@ -601,9 +603,16 @@ class _Follower:
 
     def _at_best(self) -> bool:
         """The reward held at the best it had reached (every rollout right): a solved task, whose
-        batches all scoring alike are no collapse and no dead batches."""
-        value = self._reward.value
-        return self._varied and finite_value(value) and saturated(value, list(self._history), self.t.recovery_window)
+        batches all scoring alike are no collapse and no dead batches. Judged once a streak: the
+        history does not change while it lasts."""
+        streak = self._reward
+        if streak.value != 1.0 or not self._varied:
+            return False
+        if self._best_of != (streak.first, len(self._history)):
+            recent = [v for v in itertools.islice(reversed(self._history), 4 * self.t.recovery_window) if finite_value(v)]
+            best = max((v for v in self._history if finite_value(v)), default=math.inf)
+            self._best_of, self._best = (streak.first, len(self._history)), saturated(1.0, best, recent[: self.t.recovery_window])
+        return self._best
 
     def _remember(self, value: Any) -> None:
         if len(self._history) == self._history.maxlen:
