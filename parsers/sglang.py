@@ -473,10 +473,7 @@ def _without_dull(kept: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, int]
         near = near | (pl.col("start").is_not_null() & (pl.col("line") - pl.col("start") < _NEAR))
     message = pl.col("message")
     dull = rows.filter(
-        ~pl.col("record") & ~pl.col("areal") & pl.col("pytime").is_null() & pl.col("level").is_null()
-        & pl.col("kind").is_null() & ~pl.col("tb_start") & ~pl.col("chain") & ~pl.col("indented") & ~pl.col("understood")
-        & (pl.col("bare").str.strip_chars() != "") & ~near
-        & ~message.str.contains(rules.markers) & ~message.str.contains_any(rules.literals)
+        _shapeless() & ~near & ~message.str.contains(rules.markers) & ~message.str.contains_any(rules.literals)
     ).select("line")
     return (kept.join(dull, on="line", how="anti") if dull.height else kept), dull.height
 
@@ -1207,22 +1204,20 @@ def _killed_when_told(events: pl.DataFrame, timeline: pl.DataFrame) -> pl.DataFr
     return after.with_columns(pl.when(bare & pl.col("_next").is_not_null()).then("_next").otherwise("time").alias("time")).drop("_next")
 
 
+def _shapeless() -> pl.Expr:
+    """A classified row (:func:`_classify`) of no known shape: not blank, a record, wrapper or
+    logging line, traceback part, event, or known output."""
+    return (
+        ~pl.col("record") & ~pl.col("areal") & pl.col("pytime").is_null() & pl.col("level").is_null()
+        & pl.col("kind").is_null() & ~pl.col("tb_start") & ~pl.col("chain") & ~pl.col("indented")
+        & ~pl.col("understood") & (pl.col("bare").str.strip_chars() != "")
+    )
+
+
 def _unparsed(other: pl.DataFrame, members: set[int]) -> int:
-    """Rows of no known shape: not a record, wrapper line, traceback part, event, or known output."""
+    """Rows of no known shape (:func:`_shapeless`) that are no traceback's message lines."""
     member_list = pl.Series(sorted(members), dtype=pl.Int64)
-    return other.select(
-        ~pl.col("record")
-        & ~pl.col("areal")
-        & pl.col("pytime").is_null()
-        & pl.col("level").is_null()
-        & pl.col("kind").is_null()
-        & ~pl.col("tb_start")
-        & ~pl.col("chain")
-        & ~pl.col("indented")
-        & ~pl.col("understood")
-        & ~pl.col("line").is_in(member_list.implode())
-        & (pl.col("bare").str.strip_chars() != "")
-    ).sum().item()  # counted, not copied
+    return other.select(_shapeless() & ~pl.col("line").is_in(member_list.implode())).sum().item()  # counted, not copied
 
 
 
