@@ -187,12 +187,6 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
-    if not found and (sessions := [s.path for s in sources if s.kind == "ray_session" and s.path != top]):
-        # Nothing but Ray sessions: their logs/ are read as when a session is given (a TaskRunner's
-        # output is verl's console, with the steps), or the run's steps would depend on the folder given.
-        logs = [Path(session, "logs", name) for session in sessions if os.path.isdir(Path(session, "logs"))
-                for name in sorted(_names(str(Path(session, "logs"))))]
-        found, more = _classify(logs, custom_format)
     return _newest_trainer_state(sources + found), problems + more
 
 

@@ -744,21 +744,3 @@ def test_a_session_given_as_its_own_path_beside_one_run_is_that_runs(tmp_path: P
     assert any(str(tmp_path / "r_1") in e.file for e in crash.evidence)
     assert ({Path(e.file).name for e in crash.evidence} - {"train.log"}
             == {Path(e.file).name for e in expected.evidence} - {"driver.log"})  # (the console, by another name)
-
-
-def test_a_session_alone_reads_alike_given_or_through_its_parent_folder(tmp_path: Path) -> None:
-    """Only a Ray session in the folder: its logs/ hold the run's console (the TaskRunner's
-    output), read as when the session itself is given. Through the parent it was "no steps, no
-    incident", exit 0 under --fail-on-incident; given, a worker's crash."""
-    import tarfile
-
-    from forensics import analyze
-
-    with tarfile.open(Path(__file__).resolve().parents[1] / "benchmarks" / "ray_session.tar.gz") as packed:
-        packed.extractall(tmp_path / "parent", filter="data")
-    [session] = (tmp_path / "parent").glob("session_*")
-    told = []
-    for given in (tmp_path / "parent", session):
-        [run] = analyze([given]).runs
-        told.append((run.framework, run.steps.height, [(i.kind, i.onset_step, i.cause) for i in run.incidents]))
-    assert told[0] == told[1] and told[0][2], told
