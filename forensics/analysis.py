@@ -166,7 +166,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     values = series(run.metrics, primary) if primary else None
     held = ceilings(values, t) if values is not None else []
     early = warm_up(values, t) if values is not None else None
-    findings = _findings(run, primary, values, held + ([(*early, 0.0)] if early else []), events, t, unread)
+    findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread)
     incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
@@ -226,11 +226,11 @@ def framework_of(run: RunData) -> str:
     return "unknown"
 
 
-def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, held: list[tuple[int, int, float]],
+def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, alike: list[tuple[int, int]],
               events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
-    """Every incident's finding. ``values``: the ``primary`` reward's series; ``held``: its stretches
-    at its ceiling (:func:`ceilings`) or in its warm-up (:func:`warm_up`), where batches all scoring
-    alike are a solved task's, or one that has earned nothing yet."""
+    """Every incident's finding. ``values``: the ``primary`` reward's series; ``alike``: its stretches
+    (first and last step) at its ceiling (:func:`ceilings`) or in its warm-up (:func:`warm_up`), where
+    batches all scoring alike are a solved task's, or one that has earned nothing yet."""
     found: list[Finding] = []
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     if primary and values is not None:
@@ -246,7 +246,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, he
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    solved = [(a, b + 1) for a, b, _ in held]
+    solved = [(a, b + 1) for a, b in alike]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
     found += [d for d in dead_learning(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans + (solved if d.kind == "zero_variance" else []))]

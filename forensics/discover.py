@@ -198,11 +198,13 @@ def _newest_trainer_state(sources: list[LogSource]) -> list[LogSource]:
     rest = [s for s in sources if s.kind != "trl_state"]
     if not states or rest:
         return rest
+    def step(state: LogSource) -> int:  # (its ``checkpoint-N`` folder's N)
+        return int(state.path.parent.name.split("-")[1])
+
     newest: dict[Path, LogSource] = {}
     for state in states:
-        output_dir, step = state.path.parent.parent, int(state.path.parent.name.split("-")[1])
-        if output_dir not in newest or step > int(newest[output_dir].path.parent.name.split("-")[1]):
-            newest[output_dir] = state
+        output_dir = state.path.parent.parent
+        newest[output_dir] = max(state, newest.get(output_dir, state), key=step)
     return list(newest.values())
 
 
@@ -474,7 +476,6 @@ def _checkpoint_dir(root: Path) -> Path | None:
         if len(parts) >= 4 and parts[-4] == "logs":
             candidate = Path(*parts[:-4], "checkpoints", *parts[-3:])
             return candidate if _is_dir_or_hidden(candidate) else None
-    return None
     return None
 
 
