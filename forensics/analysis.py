@@ -40,6 +40,7 @@ from forensics.detect import (
     non_finite,
     raised,
     reward_collapses,
+    reward_drops,
     series,
     servers_down,
     stall,
@@ -245,6 +246,8 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
             # run's, which tells the attempt that collapsed first.
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
+        collapses = [f for f in found if f.redone is None]
+        found += [_read_to(f, last, unread) for f in reward_drops(values, primary, t, collapses)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     solved = [(a, b + 1) for a, b in alike]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
@@ -497,7 +500,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
 def _unseen(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
     """Why no log could have shown a failure at the onset, when none could: the text logs ended
     before it (the steps after are known only from a W&B or TensorBoard copy), or there are none."""
-    if finding.kind not in ("reward_collapse", "zero_variance"):
+    if finding.kind not in ("reward_collapse", "reward_drop", "zero_variance"):
         return None
     texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
     steps = run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))

@@ -487,6 +487,19 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
             ),
             seen,
         )
+    if finding.kind == "reward_drop":
+        usual = scores.filter(pl.col("cause").is_not_null())
+        found = (f"No infrastructure failure was logged in {step_span(*spans.window)}" if usual.is_empty() else
+                 f"The only failures around the onset were of kinds the run had logged all along ({_explain_rates(usual, spans)})")
+        return Verdict(
+            "unknown",
+            0.4,
+            server.evidence,
+            " ".join([f"{found}: nothing says its rollouts failed. A reward that falls while they are served is the policy's "
+                      "or the data's: a policy that degraded (entropy or KL running away, a learning rate too high), harder "
+                      "data, or a changed reward function; the logs do not tell these apart.", *server.sentences]),
+            seen,
+        )
     if finding.kind == "crash":
         tracebacks = in_window.filter(pl.col("kind") == "traceback")
         if not tracebacks.is_empty():

@@ -455,7 +455,7 @@ def watch(
 ) -> None:
     """Follow a live run and raise an alarm when an incident starts.
 
-    Alarms: reward_collapse, zero_variance, nan_inf, server_errors, server_down, stall, crash.
+    Alarms: reward_collapse, reward_drop, zero_variance, dead_loss, nan_inf, server_errors, server_down, stall, crash.
     Exit codes: 0 done (an alarm raised or not), 2 unusable input; with --fail-on-alarm, 5 when an
     alarm fired (with --replay: when one would have).
 

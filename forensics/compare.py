@@ -24,6 +24,7 @@ SCHEMA = "grpo-forensics/compare/v1"
 FINAL_STEPS = 20
 _VERB = {
     "reward_collapse": "collapsed",
+    "reward_drop": "dropped",
     "zero_variance": "had zero-variance batches",
     "dead_loss": "had a dead loss",
     "stall": "stalled",

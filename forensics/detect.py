@@ -53,6 +53,18 @@ class Thresholds:
     reward's common value is rarer in its whole history than of late)."""
     end_run: int = 3
     """At the end of the log, where no more steps can follow, this many steps in a row can be a collapse."""
+    drop_window: int = 20
+    """A reward's level is the mean of this many logged values around each step (fewer, down to 8,
+    for a series of under 80 values), its best the highest mean of three times as many..."""
+    drop_level: float = 0.6
+    """...and it dropped where that level fell under this share of its best so far (from zero, or
+    from the lowest value for a reward that goes below zero)..."""
+    decline_level: float = 0.4
+    """...or this share, for a slow slide (more than a window of steps from its best to there)..."""
+    drop_noise: float = 6.0
+    """...by this many standard errors of the level or more (a coarse or low reward's noise is no drop)..."""
+    drop_recovery: float = 0.8
+    """...and stayed under this share of its best for a whole window; back over it, it recovered."""
     stall_factor: float = 5.0
     """Silence after the last step longer than this many median step times is a stall..."""
     stall_min_seconds: float = 600.0
@@ -196,6 +208,152 @@ def reward_collapses(frame: pl.DataFrame, key: str, t: Thresholds) -> list[Findi
             break
         resumed = healthy_from = end
     return findings
+
+
+def reward_drops(frame: pl.DataFrame, key: str, t: Thresholds, collapses: Sequence[Finding] = ()) -> list[Finding]:
+    """Sustained falls of the reward's level (a running mean) well under its best so far: a
+    reward that halves and stays there (one of several servers hung, its rollouts failing), or one
+    that declines to nothing. A run of one value is a collapse (``collapses``, found already): a
+    drop beginning with one is that collapse, though a reward that came back from it only part of
+    the way dropped from where the collapse ended."""
+    values = frame.filter(pl.col("value").is_finite())
+    w = min(t.drop_window, values.height // 4)
+    if w < 8:
+        return []
+    levels = _Levels(values, w, collapses)
+    findings: list[Finding] = []
+    resumed = 0
+    for i in levels.lost(t.drop_level):
+        if i < resumed:
+            continue
+        drop = levels.drop_at(i, resumed, t)
+        if drop is None:
+            continue
+        if drop.told:  # (by a collapse, all of it)
+            resumed = drop.end
+            continue
+        n, steps, best = levels.n, levels.steps, levels.peak[i]
+        how = (f"came back only to {drop.level:.4g} after the collapse that ended at step {steps[drop.onset]}" if drop.after_collapse
+               else f"dropped to {drop.level:.4g} at step {steps[drop.onset]}" if drop.sudden
+               else f"declined from step {steps[drop.onset]}, under {t.decline_level:.0%} of its best by step {steps[i]} ({drop.level:.4g})")
+        span = f"until step {steps[drop.end]}" if drop.end < n else "and never recovered"
+        findings.append(Finding("reward_drop", key, steps[drop.onset], steps[drop.end] if drop.end < n else None,
+                                f"{key} {how}, from a best of {best:.4g} (the highest mean of {3 * levels.w} logged steps), {span}", drop.level))
+        if drop.end >= n:
+            break
+        resumed = drop.end
+    return findings
+
+
+@dataclass(frozen=True)
+class _Drop:
+    onset: int
+    end: int
+    """Where the level was back (the series' length if never)."""
+    level: float
+    """The mean of what the reward scored once it had fallen."""
+    sudden: bool = False
+    after_collapse: bool = False
+    told: bool = False
+    """A collapse tells all of it."""
+
+
+class _Levels:
+    """One reward series (finite values, by index) with what judging a drop reads: its level (the
+    mean of ``w`` values about each), a wide level (of ``3 w``), its best so far, the noise of a level."""
+
+    def __init__(self, values: pl.DataFrame, w: int, collapses: Sequence[Finding]) -> None:
+        x = values["value"]
+        self.w, self.n, self.steps, self.values = w, values.height, values["step"].to_list(), x.to_list()
+        self._level = x.rolling_mean(w, center=True, min_samples=w)
+        wide = x.rolling_mean(3 * w, center=True, min_samples=3 * w)
+        self.level, self.wide = self._level.to_list(), wide.to_list()
+        self.floor = min(0.0, float(x.min()))  # type: ignore[arg-type]
+        self._sums = list(itertools.accumulate(self.values, initial=0.0))
+        # How much a window's mean before each index exceeds the window's after it: a step down is where it peaks.
+        self._fall = [self.mean(s - w, s) - self.mean(s, s + w) if 0 < s < self.n else -math.inf for s in range(self.n)]
+        self.spans = [(bisect.bisect_left(self.steps, c.onset_step),
+                       self.n if c.end_step is None else bisect.bisect_left(self.steps, c.end_step)) for c in collapses]
+        inside = [False] * self.n
+        for a, b in self.spans:
+            inside[a:b] = [True] * (b - a)
+        off = [(v - m) ** 2 for v, m, gone in zip(self.values, self.level, inside, strict=True) if m is not None and not gone]
+        self.error = math.sqrt(sum(off) / len(off) / w) if off else math.inf
+        """The standard error of a level, from how far values stray from theirs (outside collapses)."""
+        # The best so far is a wider window's (the highest of many short means is their noise as much as
+        # the reward's), and even that is above the reward's best by about two of its standard errors:
+        # how far it fell is measured from under it, where it began from it (``peak``).
+        peak = wide.cum_max().forward_fill()
+        self._best = peak - 2 * self.error / math.sqrt(3) if off else peak
+        self.peak, self.best = peak.to_list(), self._best.to_list()
+        self._began: tuple[float, int, int] | None = None  # (near, scanned to, last index near the best)
+
+    def lost(self, share: float) -> list[int]:
+        """Where the level is under ``share`` of the best so far."""
+        return (self._level - self.floor < share * (self._best - self.floor)).fill_null(False).arg_true().to_list()
+
+    def mean(self, a: int, b: int) -> float:
+        a, b = max(a, 0), min(b, self.n)
+        return (self._sums[b] - self._sums[a]) / (b - a)
+
+    def drop_at(self, i: int, resumed: int, t: Thresholds) -> _Drop | None:
+        """The drop the level's fall at ``i`` is part of, judged from ``resumed`` on; None for a dip or noise."""
+        w, floor = self.w, self.floor
+        for a, b in self.spans:
+            if a <= i < b:  # (a collapse: the level after it is judged from its end)
+                return _Drop(i, b, 0.0, told=True)
+        top = self.best[i] - floor
+        back = self._back(i, min(i + 2 * w, self.n), t.drop_recovery * top)
+        fallen = self.mean(i, back)
+        if back - i < w or self.best[i] - fallen < t.drop_noise * self.error:  # (a dip, or a fall no deeper than noise)
+            return None
+        # Where it began: after the last wide level still near the best (within noise, or a tenth of it)...
+        near = self.peak[i] - max(3 * self.error, 0.1 * top)
+        onset = self._began_after(i, near, resumed)
+        # ...or, where it fell in one step (the window before it still near the best, the window after
+        # it as low as the stretch after), at that step: where the means of a window either side differ most.
+        at = max(range(max(onset - 2 * w, i - 8 * w, resumed, 1), min(i + w, self.n - 1) + 1), key=self._fall.__getitem__)
+        margin = self.peak[i] - near
+        sudden = self.mean(at - w, at) >= self.best[i] - margin and self.mean(at, at + w) <= fallen + margin
+        onset = at if sudden else onset
+        # A slow slide must go deeper: a reward swings slowly with its data (an epoch ordered by difficulty).
+        if fallen - floor >= (t.drop_level if sudden else t.decline_level) * top:
+            return None
+        end = self._back(back, self.n, t.drop_recovery * top) if back == i + 2 * w else back
+        # It went to one value as it fell: a collapse tells it, as far as it lasted (one that began
+        # later, after steps of a fallen reward, is told after the drop).
+        told = [b for a, b in self.spans if onset - w <= a <= onset + 2]
+        if not told:
+            return _Drop(onset, end, fallen, sudden=sudden)
+        onset = max(told)
+        if end - onset < w or self.mean(onset, min(end, onset + 2 * w)) - floor >= t.drop_level * top:
+            return _Drop(onset, end, 0.0, told=True)
+        return _Drop(onset, end, self.mean(onset, min(end, onset + 2 * w)), after_collapse=True)
+
+    def _back(self, i: int, until: int, bar: float) -> int:
+        """The first index from ``i`` (before ``until``) where the level is back over ``bar``, else ``until``."""
+        for j in range(i, until):
+            if self.level[j] is not None and self.level[j] - self.floor >= bar:
+                return j
+        return until
+
+    def _began_after(self, i: int, near: float, resumed: int) -> int:
+        """The index after the last wide level ``near`` the best before ``i`` (not before ``resumed``).
+        The fall's later indices ask again: what was scanned for the same ``near`` is not scanned again."""
+        if self._began is not None and self._began[0] == near and self._began[1] <= i:
+            _, start, last = self._began
+        else:
+            start, last = resumed, resumed - 1
+            for k in range(i - 1, resumed - 1, -1):
+                if self.wide[k] is not None and self.wide[k] >= near:
+                    last = k
+                    break
+            start = i
+        for k in range(start, i):
+            if self.wide[k] is not None and self.wide[k] >= near:
+                last = k
+        self._began = (near, i, last)
+        return max(last + 1, resumed)
 
 
 def _last_run(values: list[float], t: Thresholds) -> list[tuple[int, int]]:

@@ -23,9 +23,9 @@ _LOST = re.compile(r"^not read|cannot read|corrupt|torn |cut off|incomplete|the 
                    r"|not a W&B transaction log|\bno records$|no time parsed with|failed their data checksum")
 
 Framework = Literal["areal", "verl", "trl", "custom", "unknown"]
-IncidentKind = Literal["reward_collapse", "zero_variance", "dead_loss", "stall", "crash", "nan_inf", "server_down"]
+IncidentKind = Literal["reward_collapse", "reward_drop", "zero_variance", "dead_loss", "stall", "crash", "nan_inf", "server_down"]
 #: The incidents the training numbers themselves show (beside a process's or a server's failure).
-FROM_THE_NUMBERS: tuple[IncidentKind, ...] = ("reward_collapse", "zero_variance", "dead_loss", "nan_inf")
+FROM_THE_NUMBERS: tuple[IncidentKind, ...] = ("reward_collapse", "reward_drop", "zero_variance", "dead_loss", "nan_inf")
 _KIND_WORDS = {"zero_variance": "dead batches (zero variance)", "nan_inf": "non-finite values (NaN/Inf)",
                "server_down": "inference server down",
                "dead_loss": "dead loss (exactly 0, rewards live)"}

@@ -60,6 +60,7 @@ from forensics.detect import (
     improbable,
     learning_signals,
     metric_keys,
+    reward_drops,
     same_value,
     saturated,
     server_in,
@@ -74,7 +75,7 @@ from forensics.run import RunData, load_run, other_logs
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
-ALARM_KINDS = ("reward_collapse", "zero_variance", "dead_loss", "nan_inf", "server_errors", "server_down", "stall", "crash")
+ALARM_KINDS = ("reward_collapse", "reward_drop", "zero_variance", "dead_loss", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
 _TIMEOUTS = frozenset({"request_timeout"})
 _SERVER_UP = frozenset({"server_launch", "server_ready"})
@@ -352,6 +353,71 @@ class _Streak:
             self.value, self.length, self.first = value, 1, row
 
 
+class _Level:
+    """The primary reward's last values in the attempt being followed (``kept`` of them: memory
+    stays flat), where each was logged, and what the drop rule's quick look needs: the best mean of
+    three windows, the spread of one value from the next."""
+
+    _WIDE = 60
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.rows: deque[_Step] = deque(maxlen=kept)
+        self._last: deque[float] = deque(maxlen=self._WIDE)
+        self._best = -math.inf
+        self._squares = 0.0
+        self._seen = 0
+        self._judged_at = 0
+
+    def add(self, row: _Step, key: str) -> None:
+        value = row.values[key]
+        if self._last:
+            self._squares += (value - self._last[-1]) ** 2
+        # (only what the evidence needs of the step: its values of other keys would weigh on memory)
+        self.rows.append(_Step(row.step, row.time, row.file, row.line, {key: value}, {key: row.where[key]} if key in row.where else {}))
+        self._last.append(value)
+        self._seen += 1
+        if len(self._last) == self._WIDE:
+            self._best = max(self._best, sum(self._last) / self._WIDE)
+
+    def forget_from(self, step: int, key: str) -> None:
+        kept = [r for r in self.rows if r.step < step]
+        self.__init__(self.kept)  # type: ignore[misc]
+        for r in kept:
+            self.add(r, key)
+
+    def frame(self, key: str) -> pl.DataFrame:
+        return pl.DataFrame({"step": [r.step for r in self.rows], "value": [r.values[key] for r in self.rows]},
+                            schema={"step": pl.Int64, "value": pl.Float64})
+
+    def _mean(self, last: int) -> float:
+        return statistics.fmean(itertools.islice(reversed(self._last), last))
+
+    def _fallen(self, t: Thresholds, share: float) -> bool:
+        floor = min(0.0, min(self._last))
+        return self._mean(t.drop_window) - floor < share * (self._best - floor)
+
+    def worth_judging(self, t: Thresholds) -> bool:
+        """Could the detector find a drop under way: the last window's mean under the drop's share of
+        the best, by about as much noise as a drop needs? A short series is always judged; a long
+        one at most every fifth step."""
+        n = self._seen
+        if n < 4 * 8:
+            return False
+        if n >= self._WIDE:
+            noise = math.sqrt(self._squares / (n - 1) / 2 / t.drop_window)
+            if not self._fallen(t, t.drop_level) or self._best - self._mean(t.drop_window) < 0.5 * t.drop_noise * noise:
+                return False
+            if n - self._judged_at < 5:
+                return False
+        self._judged_at = n
+        return True
+
+    def back(self, t: Thresholds) -> bool:
+        """The last window's mean is back over the share of the best a drop recovers at."""
+        return self._seen >= self._WIDE and not self._fallen(t, t.drop_recovery)
+
+
 class _Follower:
     """The online rules for one run, fed records in the order the run wrote them."""
 
@@ -387,6 +453,9 @@ class _Follower:
         self._since_collapse = 0
         self._collapse_onset: int | None = None
         """The step the latched reward collapse began at."""
+        self._level = _Level(settings.history_steps)
+        self._collapses: list[Finding] = []
+        """This attempt's reward collapses, as the drop rule passes over them (offline's, as alarmed)."""
         self._dead = _Flags(deque(maxlen=settings.history_steps))
         self._dead_loss = _Flags(deque(maxlen=settings.history_steps))
         self._bad = _Streak()
@@ -554,6 +623,7 @@ class _Follower:
         primary = self._roles.primary
         if primary is not None and primary in row.values:
             fired += self._reward_rule(row, primary)
+            fired += self._drop_rule(row, primary)
         fired += self._dead_rule(row)
         fired += self._dead_loss_rule(row)
         fired += self._nan_rule(row)
@@ -573,6 +643,8 @@ class _Follower:
             self._since_collapse = 0 if same_value(value, collapsed) else self._since_collapse + 1
             if self._since_collapse >= self.t.recovery_window:
                 del self._latched["reward_collapse"]
+                if self._collapses and row.step is not None:
+                    self._collapses[-1] = replace(self._collapses[-1], end_step=row.step - self.t.recovery_window + 1)
                 self._history.clear()
                 self._history_counts.clear()
             return []
@@ -594,12 +666,45 @@ class _Follower:
         self._since_collapse = 0
         first = streak.first or row
         self._collapse_onset = first.step
+        if first.step is not None:
+            self._collapses.append(Finding("reward_collapse", key, first.step, None, ""))
         described = "exactly zero" if value == 0 else f"stuck at {value:.4g}"
         summary = f"{key} {described} for {streak.length} steps in a row (steps {first.step}–{row.step})"
         if not self._varied:
             summary += ", and it has not varied since the run's first step"
         evidence = (_metric_evidence(first, key), _metric_evidence(row, key)) if first is not row else (_metric_evidence(row, key),)
         return [_Trigger("reward_collapse", row.step, row.time, first.step, summary, evidence, key)]
+
+    def _drop_rule(self, row: _Step, key: str) -> list[_Trigger]:
+        """The reward's level fell well under its best and has stayed there to this step: judged as
+        offline (:func:`reward_drops`) on this attempt's values, whenever a cheap look at its last
+        values allows one. A collapse going on tells it already; a relaunch going back forgets the steps it logs again."""
+        value = row.values[key]
+        if row.step is None or not finite_value(value):
+            return []
+        level = self._level
+        if level.rows and row.step <= level.rows[-1].step:
+            level.forget_from(row.step, key)
+            self._collapses = [c for c in self._collapses if c.onset_step < row.step]
+            if self._latched.get("reward_drop", -1) >= row.step:
+                del self._latched["reward_drop"]
+        level.add(row, key)
+        dropped = self._latched.get("reward_drop")
+        if dropped is not None:
+            if level.back(self.t):
+                del self._latched["reward_drop"]
+            return []
+        if "reward_collapse" in self._latched or not level.worth_judging(self.t):
+            return []
+        found = [f for f in reward_drops(level.frame(key), key, self.t, self._collapses) if f.end_step is None]
+        if not found:
+            return []
+        drop = found[-1]
+        self._latched["reward_drop"] = drop.onset_step
+        first = next((r for r in level.rows if r.step == drop.onset_step), None)
+        evidence = (_metric_evidence(first, key), _metric_evidence(row, key)) if first is not None else (_metric_evidence(row, key),)
+        summary = drop.summary.replace(", and never recovered", f", and is still there at step {row.step}")
+        return [_Trigger("reward_drop", row.step, row.time, drop.onset_step, summary, evidence, key)]
 
     def _at_best(self) -> bool:
         """The reward held at the best it had reached (every rollout right): a solved task, whose
@@ -844,7 +949,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
             horizon = replace(trigger, time=trigger.time + timedelta(seconds=TOGETHER_SECONDS))
         events, metrics = _up_to(events, horizon, borrow=True), _up_to(metrics, trigger)
     onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
-    finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf", "dead_loss") else "reward_collapse"
+    finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf", "dead_loss", "reward_drop") else "reward_collapse"
     if onset is None:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
                      trigger.evidence)

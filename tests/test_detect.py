@@ -755,3 +755,72 @@ def test_a_recover_checkpoint_saved_again_without_its_step_info_is_not_used(tmp_
     [warning] = [w for w in run.recommendation.warnings if "recover_checkpoint" in w]
     save = int(warning.split("trainer.log:")[1].split(")")[0])
     assert "saved again during step 150 (trainer.log:" in warning and "Saved recover checkpoint" in paths.trainer_log.read_text().splitlines()[save - 1]
+
+
+def _drops(rewards: dict[int, float]):
+    from forensics.detect import Thresholds, reward_collapses, reward_drops
+
+    frame = pl.DataFrame({"step": list(rewards), "value": list(rewards.values())}, schema={"step": pl.Int64, "value": pl.Float64})
+    t = Thresholds()
+    return [(f.onset_step, f.end_step) for f in reward_drops(frame, "reward", t, reward_collapses(frame, "reward", t))]
+
+
+def test_a_reward_that_halves_and_stays_there_is_a_drop(tmp_path: Path) -> None:
+    """The mean of 32 rewards climbs to ~0.6 by step 150, then falls in one step to ~0.3 and stays
+    there (no one value repeated: no collapse). Resuming from step 300's weights would resume a run
+    whose reward halved: a reward_drop at the step it fell, the checkpoint before it. No failure was
+    logged, so the cause is unknown — said as what can lower a reward while rollouts are served."""
+    def curve(s: int) -> float:
+        return binomial_reward(s, 0.2 + 0.4 * min(s, 150) / 150 if s < 150 else 0.3, salt="half")
+
+    spec = RunSpec(last_step=300, reward=curve, save_freq_steps=10)
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    [incident] = run.incidents
+    assert incident.kind == "reward_drop" and 147 <= incident.onset_step <= 150 and not incident.recovered
+    assert "dropped to 0.29" in incident.summary and "never recovered" in incident.summary
+    assert incident.cause == "unknown" and "No infrastructure failure was logged" in incident.summary
+    assert run.recommendation.step == 140
+    # Live, once the level has stayed down for a window or so: one alarm, told from where it fell.
+    [alarm] = replay([tmp_path / "outputs"])[0].alarms
+    assert (alarm.kind, alarm.cause) == ("reward_drop", "unknown") and 147 <= alarm.onset_step <= 152 and alarm.step <= 190
+    # Back at its level after 60 steps: recovered there. Kept by a hung server: its timeouts say so.
+    back = only_run(write_run(tmp_path / "back", replace(spec, reward=lambda s: binomial_reward(s, 0.6) if s >= 210 else curve(s))).fileroot)
+    assert [(i.kind, i.recovered) for i in back.incidents] == [("reward_drop", True)]
+    assert 208 <= back.incidents[0].end_step <= 215
+    t = schedule(spec)
+    hung = replace(spec, request_timeout=300, outages=(Outage(t[148].time, t[-1].time, kind="timeout", burst_every=(30.0, 60.0)),))
+    [incident] = only_run(write_run(tmp_path / "hung", hung).fileroot).incidents
+    assert (incident.kind, incident.cause) == ("reward_drop", "inference_server_unresponsive")
+
+
+def test_a_reward_declining_to_nothing_is_a_drop_from_where_it_began(tmp_path: Path) -> None:
+    """From its best, ~0.45 at step 150, the reward slides to 0 by step 350: the drop began where the
+    slide did, not where the noise first touched 0, and the checkpoint at the best is the answer."""
+    def curve(s: int) -> float:
+        p = 0.15 + 0.3 * s / 150 if s <= 150 else max(0.45 * (350 - s) / 200, 0.0)
+        return binomial_reward(s, p, salt="slide")
+
+    spec = RunSpec(last_step=400, reward=curve, save_freq_steps=10)
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    assert run.incidents[0].kind == "reward_drop" and 150 <= run.incidents[0].onset_step <= 190
+    assert "declined from step" in run.incidents[0].summary
+    assert run.recommendation.step is not None and 150 <= run.recommendation.step < run.incidents[0].onset_step
+
+
+def test_healthy_rewards_coarse_or_fine_rising_or_flat_drop_nothing() -> None:
+    """Noise is no drop, however coarse (the mean of 4 rewards) or low (a sparse task), nor is a
+    slow swing with the data (±0.1 about 0.5), nor a climb; a jump to zero is a collapse, told once."""
+    curves = {
+        **{f"flat {n} {p}": (lambda s, n=n, p=p: binomial_reward(s, p, n=n, salt=f"f{n}{p}"))
+           for n in (4, 16, 64) for p in (0.03, 0.1, 0.5, 0.9)},
+        **{f"rise {n}": (lambda s, n=n: binomial_reward(s, 0.1 + 0.8 * min(s, 600) / 600, n=n, salt=f"r{n}")) for n in (4, 16, 64)},
+        **{f"swing {n}": (lambda s, n=n: binomial_reward(s, 0.5 + 0.1 * math.sin(s / 40), n=n, salt=f"w{n}")) for n in (8, 32)},
+    }
+    for name, f in curves.items():
+        for steps in (range(1, 1201), range(10, 1201, 10)):
+            assert _drops({s: f(s) for s in steps}) == [], name
+    collapse = {s: (0.0 if s >= 600 else curves["rise 16"](s)) for s in range(1, 1201)}
+    assert _drops(collapse) == [] and _judged(collapse) == [(600, None)]
+    # Back from the zeros only half way: the drop is told from where the collapse ended.
+    partial = {**collapse, **{s: binomial_reward(s, 0.35, n=16, salt="p") for s in range(700, 1201)}}
+    assert _judged(partial) == [(600, 700)] and _drops(partial) == [(700, None)]
