@@ -21,7 +21,7 @@ import polars as pl
 from forensics.advice import suggest
 from forensics.align import relaunch_gaps, step_clock, step_durations
 from forensics.cache import ParseCache
-from forensics.causes import explain
+from forensics.causes import attribute, explain
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
@@ -162,13 +162,15 @@ def _caveat(run: RunData, primary: str | None) -> str | None:
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     """Detect, explain and recommend for one loaded run."""
     primary, why_primary = choose_primary(run.metrics)
-    events = _with_metric_events(run.events, run.metrics, primary).sort("time", "file", "line", nulls_last=True)
+    events = _with_metric_events(run.events, run.metrics, primary)
     unread = unread_steps(run)
     values = series(run.metrics, primary) if primary else None
     held = ceilings(values, t) if values is not None else []
     early = warm_up(values, t) if values is not None else None
     findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread)
-    incidents = [_incident(i, f, run, events, t) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
+    clock = step_clock(run.steps)
+    attributed = attribute(events, clock) if findings else None  # (once for all the incidents: a log may hold millions of events)
+    incidents = [_incident(i, f, run, events, t, attributed, clock) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
@@ -452,14 +454,15 @@ def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:
         " and never recovered", f" and had not recovered by step {last}, the last step that could be read"))
 
 
-def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds) -> Incident:
+def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds,
+              attributed: pl.DataFrame | None, clock: pl.DataFrame) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
     onset_time = (finding.onset_row["time"] if finding.onset_row else finding.failed_at if finding.redone
                   else onset_row["time"][0] if onset_row.height
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
-                      unseen=_unseen(run, finding, onset_time, events), clock=step_clock(run.steps))
+                      unseen=_unseen(run, finding, onset_time, events), clock=clock, attributed=attributed)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     # The steps run after the onset while it lasted, logged or not (a copy may hold every tenth: the
@@ -677,9 +680,9 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
 
 
 def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
-    """``events`` and those the numbers themselves show: non-finite values of the numbers watched
-    (the loss, gradient norm, reward; a reader that quoted the row keeps its event, the others
-    are told from the value), skipped optimizer steps."""
+    """``events`` (in time order) and those the numbers themselves show, in time order: non-finite
+    values of the numbers watched (the loss, gradient norm, reward; a reader that quoted the row
+    keeps its event, the others are told from the value), skipped optimizer steps."""
     watched = pl.col("key").is_in(keys_matching(metrics, NUMERIC_HEALTH))
     if primary:
         watched = watched | (pl.col("key") == primary)
@@ -694,7 +697,10 @@ def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: st
     cited = bad.select(*at).unique()
     kept = quoted.join(cited, on=["file", "line"], how="semi", nulls_equal=False)
     bad = bad.with_columns(*at).join(quoted.select("file", "line").unique(), on=["file", "line"], how="anti")
-    return pl.concat([conform(events.filter(~is_row), EVENT_SCHEMA), conform(kept, EVENT_SCHEMA), _metric_events(bad, metrics)])
+    told = _metric_events(bad, metrics)
+    if quoted.is_empty() and told.is_empty():  # (nothing to add: a log of millions of events is not copied and sorted again)
+        return events
+    return pl.concat([conform(events.filter(~is_row), EVENT_SCHEMA), conform(kept, EVENT_SCHEMA), told]).sort("time", "file", "line", nulls_last=True)
 
 
 def _metric_events(bad: pl.DataFrame, metrics: pl.DataFrame) -> pl.DataFrame:

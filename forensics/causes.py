@@ -89,6 +89,7 @@ def explain(
     has_server_log: bool = True,
     unseen: str | None = None,
     clock: pl.DataFrame | None = None,
+    attributed: pl.DataFrame | None = None,
     window_before: int = 3,
     window_after: int = 2,
     baseline: int = 50,
@@ -96,14 +97,15 @@ def explain(
     """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned).
     ``unseen`` says why no log could show a failure at the onset: then finding none is no finding.
     With the run's step ``clock`` (``time, step``), a timeout logged when it ran out counts at every
-    step its request was waiting in: one sent at the onset and logged an hour later is the onset's."""
+    step its request was waiting in: one sent at the onset and logged an hour later is the onset's.
+    ``attributed``: :func:`attribute` of ``events`` and ``clock``, made once for a run's incidents."""
     onset = finding.onset_step
     if finding.kind == "stall":
         spans = _Windows((onset, onset), (max(onset - baseline, 0), onset - 1))
     else:
         first = max(onset - window_before, 0)
         spans = _Windows((first, onset + window_after), (max(first - baseline, 0), first - 1))
-    attributed = _waiting_since(_attribute(events), clock)
+    attributed = attributed if attributed is not None else attribute(events, clock)
     in_window = attributed.filter(_during(spans.window))
     in_baseline = attributed.filter(_during(spans.baseline) & ~_during(spans.window))
     scores = _rate_test(in_window, in_baseline, spans)
@@ -142,8 +144,8 @@ def explain(
     if deciding.is_empty():
         return _no_fault(finding, in_window, spans, seen, server, scores, _undated(events))
 
-    cause = _root_cause(deciding.sort("time", "line", nulls_last=True))
-    first = in_window.filter(pl.col("cause") == cause).sort("time", "line", nulls_last=True).row(0, named=True)
+    cause = _root_cause(deciding)
+    first = _by_time(in_window.filter(pl.col("cause") == cause), 1).row(0, named=True)
     if cause == "inference_server_crash" and _memory_first(in_window, first):
         cause = "inference_server_oom"
     kinds = scores.filter(pl.col("cause") == cause)
@@ -181,15 +183,22 @@ _BRINGS_ABOUT: dict[str, tuple[str, ...]] = {
 
 def _root_cause(deciding: pl.DataFrame) -> Cause:
     """The earliest failure's cause, unless a root cause landed within seconds of it."""
-    first = deciding.row(0, named=True)
+    first = _by_time(deciding, 1).row(0, named=True)
     if first["time"] is not None:
         near = deciding.filter(
             (pl.col("time") - first["time"]).dt.total_milliseconds().abs() <= TOGETHER_SECONDS * 1000
-        )["cause"].to_list()
+        )["cause"].unique().to_list()
         for cause in _ROOT_FIRST:
             if cause in near:
                 return cause
     return first["cause"]
+
+
+def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``events`` with a step, each with the cause it points to (``cause``, null for bookkeeping),
+    the step it began in (``since``: a timed-out request's, when it was sent; see :func:`explain`)
+    and the server it names (``at``)."""
+    return _waiting_since(_attribute(events), clock).with_columns(server_named(pl.col("message")).alias("at"))
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
@@ -238,7 +247,7 @@ def _logged_later(window: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     late = window.filter((pl.col("cause") == cause) & (pl.col("step") > spans.window[1]))
     if late.is_empty():
         return ""
-    first = late.sort("time", "line", nulls_last=True).row(0, named=True)
+    first = _by_time(late, 1).row(0, named=True)
     waited = re.search(_TIMED_OUT_AFTER, first["message"] or "")
     how_long = f" {float(waited.group(1)):g} s" if waited else ""
     n, of = late.height, window.filter(pl.col("kind") == first["kind"]).height
@@ -368,20 +377,20 @@ def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, ca
     named = named.implode()
     peers = (_server_logs(events).group_by("log").agg(pl.col("at").is_in(named).any().alias("ours"))
              .filter(~pl.col("ours"))["log"].implode())
-    at = server_named(pl.col("message"))
+    at = pl.col("at")
     return later.filter((at.is_null() & ~stream_of(pl.col("file")).is_in(peers)) | at.is_in(named))
 
 
 def _servers_named(events: pl.DataFrame) -> pl.Series:
-    """The servers (``host:port``) ``events``' lines name, each once."""
-    return events.select(server_named(pl.col("message")).alias("at"))["at"].drop_nulls().unique()
+    """The servers (``host:port``) ``events``' lines name (their ``at``), each once."""
+    return events["at"].drop_nulls().unique()
 
 
 def _server_logs(events: pl.DataFrame) -> pl.DataFrame:
     """``log`` (a log's stream: its rotated pieces one), ``at``: the server each launch line in it
     names — one server's own log, not the launcher's line listing them all."""
-    launches = events.filter(pl.col("kind").is_in(["server_launch", "server_ready"])
-                             & ~pl.col("message").str.contains("AREAL_LLM_SERVER_ADDRS=", literal=True))
+    launches = events.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).filter(
+        ~pl.col("message").str.contains("AREAL_LLM_SERVER_ADDRS=", literal=True))
     return launches.select(stream_of(pl.col("file")).alias("log"), server_named(pl.col("message")).alias("at")).drop_nulls()
 
 
@@ -413,27 +422,41 @@ def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     crash = _same_servers(crash, events, spans, cause)
     if crash.is_empty():
         return "No refused connection or server exit followed: the server stayed up but stopped answering."
-    row = crash.sort("time", nulls_last=True).row(0, named=True)
+    row = _by_time(crash, 1).row(0, named=True)
     return f"The server was seen down only later: {row['kind']} at {_when(row['time'])} (step {row['step']})."
+
+
+def _by_time(frame: pl.DataFrame, head: int) -> pl.DataFrame:
+    """The first ``head`` rows of ``frame`` by time, then line (no time last), found without
+    sorting it all: a window of a flooded log holds millions of lines."""
+    return frame.lazy().sort("time", "line", nulls_last=True).head(head).collect()
+
+
+#: What ranking a window's lines for evidence reads of them (their text is gathered for the chosen few only).
+_RANKED = ("time", "line", "kind", "cause", "severity")
 
 
 def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
     """The deciding lines first (earliest of each kind, then more of them), then the rest."""
-    ordered = window.sort("time", "line", nulls_last=True).with_columns(
-        (pl.col("cause") == cause).fill_null(False).alias("deciding"),
-        pl.col("kind").cum_count().over("kind").alias("nth"),
+    ranked = (
+        window.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+        .sort("time", "line", nulls_last=True)
+        .with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("kind").cum_count().over("kind").alias("nth"))
+        # (bookkeeping, a checkpoint saved or a server ready, after every failure)
+        .sort(pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", "line",
+              nulls_last=True)
+        .head(16)
+        .collect()
     )
-    ranked = ordered.sort(  # (bookkeeping, a checkpoint saved or a server ready, after every failure)
-        pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", nulls_last=True
-    )
-    return tuple(_to_evidence(r) for r in ranked.head(16).iter_rows(named=True))
+    return tuple(_to_evidence(r) for r in window[ranked["row"]].iter_rows(named=True))
 
 
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
     later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
     later = _same_servers(later, events, spans, cause)
-    firsts = later.sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True)
-    return tuple(_to_evidence(r) for r in firsts.head(4).iter_rows(named=True))
+    firsts = (later.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+              .sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True).head(4).collect())
+    return tuple(_to_evidence(r) for r in later[firsts["row"]].iter_rows(named=True))
 
 
 def _undated(events: pl.DataFrame) -> pl.DataFrame:
@@ -452,15 +475,15 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
         # Errors naming no infrastructure fault (a reward function's AttributeError in a failed
         # workflow): the pipeline's own, cited.
         own = in_window.filter(pl.col("cause").is_null() & pl.col("kind").is_in(list(_AMBIGUOUS))
-                               & pl.col("severity").is_in(["error", "fatal"])).sort("time", "line", nulls_last=True)
+                               & pl.col("severity").is_in(["error", "fatal"]))
         cited: tuple[Evidence, ...] = ()
         if usual.is_empty() and own.height:
-            first = own.row(0, named=True)
+            first = _by_time(own, 1).row(0, named=True)
             exception = re.sub(r"^.*?\b(?:ERROR|CRITICAL): ", "", raised(first["message"]))[:160]
             found = (f"No infrastructure fault was logged in {step_span(*spans.window)}, but {own.height} "
                      f"error{'s' if own.height > 1 else ''} naming none {'were' if own.height > 1 else 'was'} "
                      f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
-            cited = tuple(_to_evidence(r) for r in own.head(8).iter_rows(named=True))
+            cited = tuple(_to_evidence(r) for r in _by_time(own, 8).iter_rows(named=True))
         elif usual.is_empty() and undated.height:  # (not "no failure of any kind": these may be the onset's)
             first = undated.row(0, named=True)
             found = (f"No dated failure was logged in {step_span(*spans.window)}, but {undated.height} error"
