@@ -15,8 +15,8 @@ _ROLLOUT_DUMPS = {
 }
 
 
-def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framework: str = "areal") -> tuple[str, ...]:
-    """Suggestions for ``cause`` in a run of ``framework``; ``seen`` counts event kinds around the onset."""
+def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framework: str = "areal", kind: str = "") -> tuple[str, ...]:
+    """Suggestions for ``cause`` of an incident of ``kind`` in a run of ``framework``; ``seen`` counts event kinds around the onset."""
 
     def setting(key: str) -> str:
         return f"{key}={config[key]}" if key in config else key
@@ -64,4 +64,8 @@ def suggest(cause: Cause, config: dict[str, Any], seen: dict[str, int], framewor
         return (oom_killer,)
     if cause == "training_worker_crash":
         return ("A training worker died: its exit detail (signal, OOM kill, traceback) is in the evidence lines.",)
+    if kind == "reward_drop":
+        return ("Nothing failed around the fall: compare the policy's entropy, KL and gradient norm before and after the "
+                "onset (a policy that degraded), and what the run read then — its data shard and order, the reward "
+                f"function's version ({_ROLLOUT_DUMPS.get(framework, 'dump a batch of rollouts with their rewards')}).",)
     return ()

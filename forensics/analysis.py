@@ -250,6 +250,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
         collapses = [f for f in found if f.redone is None]
         found += [_read_to(f, last, unread) for f in reward_drops(values, primary, t, collapses)]
+        found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, events, t, found)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     solved = [(a, b + 1) for a, b in alike]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
@@ -275,6 +276,30 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in servers_down(events, t, run.steps, planned) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
     return found
+
+
+def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, events: pl.DataFrame, t: Thresholds,
+                   found: list[Finding]) -> list[Finding]:
+    """Smaller falls of the reward (under ``t.failing_drop_level`` of its best) that infrastructure
+    failures standing out around their onset explain: one of several servers hung, its share of the
+    rollouts failing. Not where an incident already tells of the reward."""
+    level = t.failing_drop_level
+    loose = replace(t, drop_level=level, decline_level=level, drop_recovery=max(t.drop_recovery, (1 + level) / 2))
+    last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
+    told = [(f.onset_step, f.end_step or last + 1) for f in found if f.kind in ("reward_collapse", "reward_drop") and f.redone is None]
+    candidates = [f for f in reward_drops(values, primary, loose, [f for f in found if f.kind == "reward_collapse"])
+                  if not any(a <= f.onset_step < b or f.onset_step <= a < (f.end_step or last + 1) for a, b in told)]
+    if not candidates:
+        return []
+    clock = step_clock(run.steps)
+    attributed = attribute(events, clock)
+    kept = []
+    for f in candidates:
+        onset = run.steps.filter(pl.col("step") == f.onset_step)["time"]
+        verdict = explain(f, events, run.metrics, onset[0] if len(onset) else None, clock=clock, attributed=attributed)
+        if verdict.cause not in ("unknown", "reward_pipeline", "loss_computation") and verdict.confidence >= 0.75:
+            kept.append(replace(f, summary=f"{f.summary} (a fall this small counts where the infrastructure failed around it)"))
+    return kept
 
 
 def planned_steps(facts: dict[str, str], last: int) -> int | None:
@@ -494,7 +519,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         summary=" ".join(p for p in (f"{finding.summary}.", _what_it_raised(finding, events), _brief_returns(finding, run, events, t.min_run),
                                      _relaunches(finding, events), _step_in_progress(finding, run, events), verdict.explanation) if p),
         onset_evidence=_onset_evidence(finding, run),
-        suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run)),
+        suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run), finding.kind),
         redone=finding.redone is not None,
         began_after=finding.began_after,
     )

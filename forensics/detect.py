@@ -60,7 +60,12 @@ class Thresholds:
     """...and it dropped where that level fell under this share of its best so far (from zero, or
     from the lowest value for a reward that goes below zero)..."""
     decline_level: float = 0.4
-    """...or this share, for a slow slide (more than a window of steps from its best to there)..."""
+    """...or this share, for a slow slide (more than a window of steps from its best to there), unless
+    it stays under ``drop_level`` for ``decline_lasting`` logged values..."""
+    decline_lasting: int = 200
+    failing_drop_level: float = 0.9
+    """Where infrastructure failures stand out around it (one of several servers hung: its share of
+    the rollouts failing), a fall under this share of the best is a drop, sudden or slow."""
     drop_noise: float = 6.0
     """...by this many standard errors of the level or more (a coarse or low reward's noise is no drop)..."""
     drop_recovery: float = 0.8
@@ -235,10 +240,11 @@ def reward_drops(frame: pl.DataFrame, key: str, t: Thresholds, collapses: Sequen
         n, steps, best = levels.n, levels.steps, levels.peak[i]
         how = (f"came back only to {drop.level:.4g} after the collapse that ended at step {steps[drop.onset]}" if drop.after_collapse
                else f"dropped to {drop.level:.4g} at step {steps[drop.onset]}" if drop.sudden
-               else f"declined from step {steps[drop.onset]}, under {t.decline_level:.0%} of its best by step {steps[i]} ({drop.level:.4g})")
+               else f"declined from step {steps[drop.onset]} to {drop.level:.4g} by step {steps[i]}"
+                    f" ({(drop.level - levels.floor) / (levels.best[i] - levels.floor):.0%} of its best)")
         span = f"until step {steps[drop.end]}" if drop.end < n else "and never recovered"
         findings.append(Finding("reward_drop", key, steps[drop.onset], steps[drop.end] if drop.end < n else None,
-                                f"{key} {how}, from a best of {best:.4g} (the highest mean of {3 * levels.w} logged steps), {span}", drop.level))
+                                f"{key} {how}, from a best of {best:.4g} (the highest mean of {levels.wide_w} logged steps), {span}", drop.level))
         if drop.end >= n:
             break
         resumed = drop.end
@@ -266,7 +272,10 @@ class _Levels:
         x = values["value"]
         self.w, self.n, self.steps, self.values = w, values.height, values["step"].to_list(), x.to_list()
         self._level = x.rolling_mean(w, center=True, min_samples=w)
-        wide = x.rolling_mean(3 * w, center=True, min_samples=3 * w)
+        # (three windows, as a short or sparsely logged series allows: a window as wide as a sixth of
+        # it, at least one; wider, every wide mean would take in a fall in it)
+        self.wide_w = max(w, min(3 * w, self.n // 6))
+        wide = x.rolling_mean(self.wide_w, center=True, min_samples=self.wide_w)
         self.level, self.wide = self._level.to_list(), wide.to_list()
         self.floor = min(0.0, float(x.min()))  # type: ignore[arg-type]
         self._sums = list(itertools.accumulate(self.values, initial=0.0))
@@ -284,7 +293,7 @@ class _Levels:
         # the reward's), and even that is above the reward's best by about two of its standard errors:
         # how far it fell is measured from under it, where it began from it (``peak``).
         peak = wide.cum_max().forward_fill()
-        self._best = peak - 2 * self.error / math.sqrt(3) if off else peak
+        self._best = peak - 2 * self.error * math.sqrt(w / self.wide_w) if off else peak
         self.peak, self.best = peak.to_list(), self._best.to_list()
         self._began: tuple[float, int, int] | None = None  # (near, scanned to, last index near the best)
 
@@ -304,31 +313,43 @@ class _Levels:
                 return _Drop(i, b, 0.0, told=True)
         top = self.best[i] - floor
         back = self._back(i, min(i + 2 * w, self.n), t.drop_recovery * top)
-        fallen = self.mean(i, back)
-        if back - i < w or self.best[i] - fallen < t.drop_noise * self.error:  # (a dip, or a fall no deeper than noise)
+        if back - i < w:  # (a dip)
             return None
+        fallen = self.mean(i, back)
+        if self.best[i] - fallen < t.drop_noise * self.error:  # (a fall no deeper than noise)
+            return None
+        end = self._back(back, self.n, t.drop_recovery * top) if back == i + 2 * w else back
+        # Just after a collapse, or where it went to one value as it fell: the collapse tells the fall,
+        # as far as it lasted, and what the reward came back to after it is judged as a fall of its own.
+        ended = [b for a, b in self.spans if b <= i <= b + w]
+        if ended:
+            return self._after_collapse(max(ended), end, top, t)
         # Where it began: after the last wide level still near the best (within noise, or a tenth of it)...
         near = self.peak[i] - max(3 * self.error, 0.1 * top)
         onset = self._began_after(i, near, resumed)
-        # ...or, where it fell in one step (the window before it still near the best, the window after
-        # it as low as the stretch after), at that step: where the means of a window either side differ most.
+        # ...or, where it fell in one step, at that step: where the means of a window either side differ
+        # most, the two windows' means before it still at the best and after it already as low as it
+        # fell, within their noise, and most of the fall between them (a slide's, even a noisy one's,
+        # are part of the way down).
         at = max(range(max(onset - 2 * w, i - 8 * w, resumed, 1), min(i + w, self.n - 1) + 1), key=self._fall.__getitem__)
-        margin = self.peak[i] - near
-        sudden = self.mean(at - w, at) >= self.best[i] - margin and self.mean(at, at + w) <= fallen + margin
+        before, after = self.mean(max(at - w, resumed), at), self.mean(at, min(at + 2 * w, end))
+        sudden = (before >= self.best[i] - 3 * self.error and after <= fallen + 2.5 * self.error / math.sqrt(2)
+                  and before - after >= 0.75 * (self.best[i] - fallen))
         onset = at if sudden else onset
-        # A slow slide must go deeper: a reward swings slowly with its data (an epoch ordered by difficulty).
-        if fallen - floor >= (t.drop_level if sudden else t.decline_level) * top:
-            return None
-        end = self._back(back, self.n, t.drop_recovery * top) if back == i + 2 * w else back
-        # It went to one value as it fell: a collapse tells it, as far as it lasted (one that began
-        # later, after steps of a fallen reward, is told after the drop).
         told = [b for a, b in self.spans if onset - w <= a <= onset + 2]
-        if not told:
-            return _Drop(onset, end, fallen, sudden=sudden)
-        onset = max(told)
-        if end - onset < w or self.mean(onset, min(end, onset + 2 * w)) - floor >= t.drop_level * top:
+        if told:
+            return self._after_collapse(max(told), end, top, t)
+        # A slow slide must go deeper, or stay down long: a reward swings slowly with its data (an epoch ordered by difficulty).
+        deep = t.drop_level if sudden or end - i >= t.decline_lasting else t.decline_level
+        if fallen - floor >= deep * top:
+            return None
+        return _Drop(onset, end, fallen, sudden=sudden)
+
+    def _after_collapse(self, onset: int, end: int, top: float, t: Thresholds) -> _Drop:
+        """What the reward came back to after a collapse ending at ``onset``: a drop, or all the collapse's (``told``)."""
+        if end - onset < self.w or self.mean(onset, min(end, onset + 2 * self.w)) - self.floor >= t.drop_level * top:
             return _Drop(onset, end, 0.0, told=True)
-        return _Drop(onset, end, self.mean(onset, min(end, onset + 2 * w)), after_collapse=True)
+        return _Drop(onset, end, self.mean(onset, min(end, onset + 2 * self.w)), after_collapse=True)
 
     def _back(self, i: int, until: int, bar: float) -> int:
         """The first index from ``i`` (before ``until``) where the level is back over ``bar``, else ``until``."""

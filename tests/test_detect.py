@@ -793,6 +793,25 @@ def test_a_reward_that_halves_and_stays_there_is_a_drop(tmp_path: Path) -> None:
     assert (incident.kind, incident.cause) == ("reward_drop", "inference_server_unresponsive")
 
 
+def test_one_hung_server_of_four_is_a_drop_its_timeouts_explain(tmp_path: Path) -> None:
+    """One of four servers hangs at step 150: its quarter of the rollouts time out, the mean of 64
+    rewards falls from 0.8 to 0.6 — not under 60 % of its best, but the timeouts standing out around
+    it make the smaller fall an incident, named for them; the checkpoint before it is the answer.
+    The same fall with nothing failing is no incident."""
+    def curve(s: int) -> float:
+        return binomial_reward(s, 0.8 * (0.75 if s >= 150 else 1), n=64, salt="quarter")
+
+    spec = RunSpec(last_step=350, reward=curve, save_freq_steps=10, request_timeout=300)
+    t = schedule(spec)
+    hung = replace(spec, outages=(Outage(t[149].time, t[-1].time, kind="timeout", burst_every=(30.0, 60.0)),))
+    run = only_run(write_run(tmp_path / "hung", hung).fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.cause) == ("reward_drop", "inference_server_unresponsive") and 148 <= incident.onset_step <= 150
+    assert "a fall this small counts where the infrastructure failed around it" in incident.summary
+    assert run.recommendation.step == 140
+    assert only_run(write_run(tmp_path / "quiet", spec).fileroot).incidents == []
+
+
 def test_a_reward_declining_to_nothing_is_a_drop_from_where_it_began(tmp_path: Path) -> None:
     """From its best, ~0.45 at step 150, the reward slides to 0 by step 350: the drop began where the
     slide did, not where the noise first touched 0, and the checkpoint at the best is the answer."""
@@ -824,3 +843,21 @@ def test_healthy_rewards_coarse_or_fine_rising_or_flat_drop_nothing() -> None:
     # Back from the zeros only half way: the drop is told from where the collapse ended.
     partial = {**collapse, **{s: binomial_reward(s, 0.35, n=16, salt="p") for s in range(700, 1201)}}
     assert _judged(partial) == [(600, 700)] and _drops(partial) == [(700, None)]
+    sparse = {s: v for s, v in partial.items() if s % 5 == 0}
+    assert _judged(sparse) == [(600, 700)] and _drops(sparse) == [(700, None)]
+
+
+def test_a_slide_must_go_deep_or_stay_down_and_a_short_series_is_judged_too() -> None:
+    """An epoch ordered by difficulty slides the mean of 8 rewards from 0.75 to 0.35 and jumps back:
+    noise makes no step of the slide (no drop). A slide to half that stays there for a thousand
+    steps is one, from where it began; so is a clean halving in a series of 50 or of 70 values (a
+    verl run of 50 steps, a copy logged every 10th step)."""
+    epochs = {s: binomial_reward(s, 0.75 - 0.4 * ((s % 250) / 250), n=8, salt="d08") for s in range(1, 1001)}
+    assert _drops(epochs) == []
+    slide = {s: binomial_reward(s, 0.7 - 0.35 * min(max(s - 300, 0), 200) / 200, salt="slide") for s in range(1, 1501)}
+    [(onset, end)] = _drops(slide)
+    assert 300 <= onset <= 360 and end is None
+    # (the mean of 4,096 rewards: next to no noise, yet no value held, which would be a collapse)
+    assert _drops({s: binomial_reward(s, 0.6 if s < 25 else 0.3, n=4096) for s in range(1, 51)}) == [(25, None)]
+    clean = {s: binomial_reward(s, (0.2 + 0.4 * min(s, 200) / 200) * (0.5 if s >= 400 else 1), n=4096) for s in range(10, 701, 10)}
+    assert _drops(clean) == [(400, None)]
