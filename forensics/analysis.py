@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -167,10 +168,9 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     values = series(run.metrics, primary) if primary else None
     held = ceilings(values, t) if values is not None else []
     early = warm_up(values, t) if values is not None else None
-    findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread)
-    clock = step_clock(run.steps)
-    attributed = attribute(events, clock) if findings else None  # (once for all the incidents: a log may hold millions of events)
-    incidents = [_incident(i, f, run, events, t, attributed, clock) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
+    attribution = _Attribution(events, step_clock(run.steps))
+    findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread, attribution)
+    incidents = [_incident(i, f, run, events, t, attribution) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
@@ -229,8 +229,20 @@ def framework_of(run: RunData) -> str:
     return "unknown"
 
 
+class _Attribution:
+    """A run's events attributed to causes (:func:`forensics.causes.attribute`), made once, when
+    first asked for, for all its incidents: a log may hold millions of events."""
+
+    def __init__(self, events: pl.DataFrame, clock: pl.DataFrame) -> None:
+        self.events, self.clock = events, clock
+
+    @functools.cached_property
+    def frame(self) -> pl.DataFrame:
+        return attribute(self.events, self.clock)
+
+
 def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, alike: list[tuple[int, int]],
-              events: pl.DataFrame, t: Thresholds, unread: str | None) -> list[Finding]:
+              events: pl.DataFrame, t: Thresholds, unread: str | None, attribution: _Attribution) -> list[Finding]:
     """Every incident's finding. ``values``: the ``primary`` reward's series; ``alike``: its stretches
     (first and last step) at its ceiling (:func:`ceilings`) or in its warm-up (:func:`warm_up`), where
     batches all scoring alike are a solved task's, or one that has earned nothing yet."""
@@ -250,7 +262,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
         collapses = [f for f in found if f.redone is None]
         found += [_read_to(f, last, unread) for f in reward_drops(values, primary, t, collapses)]
-        found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, events, t, found)]
+        found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, t, found, attribution)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     solved = [(a, b + 1) for a, b in alike]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
@@ -278,8 +290,8 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     return found
 
 
-def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, events: pl.DataFrame, t: Thresholds,
-                   found: list[Finding]) -> list[Finding]:
+def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding],
+                   attribution: _Attribution) -> list[Finding]:
     """Smaller falls of the reward (under ``t.failing_drop_level`` of its best) that infrastructure
     failures standing out around their onset explain: one of several servers hung, its share of the
     rollouts failing. Not where an incident already tells of the reward."""
@@ -287,16 +299,13 @@ def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, events: pl.
     loose = replace(t, drop_level=level, decline_level=level, drop_recovery=max(t.drop_recovery, (1 + level) / 2))
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     told = [(f.onset_step, f.end_step or last + 1) for f in found if f.kind in ("reward_collapse", "reward_drop") and f.redone is None]
-    candidates = [f for f in reward_drops(values, primary, loose, [f for f in found if f.kind == "reward_collapse"])
+    candidates = [f for f in reward_drops(values, primary, loose, [f for f in found if f.kind == "reward_collapse" and f.redone is None])
                   if not any(a <= f.onset_step < b or f.onset_step <= a < (f.end_step or last + 1) for a, b in told)]
-    if not candidates:
-        return []
-    clock = step_clock(run.steps)
-    attributed = attribute(events, clock)
     kept = []
     for f in candidates:
         onset = run.steps.filter(pl.col("step") == f.onset_step)["time"]
-        verdict = explain(f, events, run.metrics, onset[0] if len(onset) else None, clock=clock, attributed=attributed)
+        verdict = explain(f, attribution.events, run.metrics, onset[0] if len(onset) else None, clock=attribution.clock,
+                          attributed=attribution.frame)
         if verdict.cause not in ("unknown", "reward_pipeline", "loss_computation") and verdict.confidence >= 0.75:
             kept.append(replace(f, summary=f"{f.summary} (a fall this small counts where the infrastructure failed around it)"))
     return kept
@@ -480,14 +489,14 @@ def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:
 
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds,
-              attributed: pl.DataFrame | None, clock: pl.DataFrame) -> Incident:
+              attribution: _Attribution) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
     onset_time = (finding.onset_row["time"] if finding.onset_row else finding.failed_at if finding.redone
                   else onset_row["time"][0] if onset_row.height
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
-                      unseen=_unseen(run, finding, onset_time, events), clock=clock, attributed=attributed)
+                      unseen=_unseen(run, finding, onset_time, events), clock=attribution.clock, attributed=attribution.frame)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     # The steps run after the onset while it lasted, logged or not (a copy may hold every tenth: the
@@ -705,7 +714,7 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
 
 
 def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:
-    """``events`` (in time order) and those the numbers themselves show, in time order: non-finite
+    """``events`` (in time order) with those the numbers themselves show, still in time order: non-finite
     values of the numbers watched (the loss, gradient norm, reward; a reader that quoted the row
     keeps its event, the others are told from the value), skipped optimizer steps."""
     watched = pl.col("key").is_in(keys_matching(metrics, NUMERIC_HEALTH))

@@ -54,22 +54,23 @@ class Thresholds:
     end_run: int = 3
     """At the end of the log, where no more steps can follow, this many steps in a row can be a collapse."""
     drop_window: int = 20
-    """A reward's level is the mean of this many logged values around each step (fewer, down to 8,
-    for a series of under 80 values), its best the highest mean of three times as many..."""
+    """A reward's level is the mean of this many logged values around each step (a quarter of a
+    shorter series, down to 8), its best so far the highest mean of three times as many (or of a
+    sixth of the series, if fewer, but one window at least)..."""
     drop_level: float = 0.6
-    """...and it dropped where that level fell under this share of its best so far (from zero, or
-    from the lowest value for a reward that goes below zero)..."""
+    """...and it dropped where that level fell under this share of its best (from zero, or from the
+    lowest value for a reward that goes below zero)..."""
     decline_level: float = 0.4
-    """...or this share, for a slow slide (more than a window of steps from its best to there), unless
-    it stays under ``drop_level`` for ``decline_lasting`` logged values..."""
+    """...or this share, for a slow slide (no one step explains most of the fall), unless it stays
+    under ``drop_level`` for ``decline_lasting`` logged values..."""
     decline_lasting: int = 200
-    failing_drop_level: float = 0.9
-    """Where infrastructure failures stand out around it (one of several servers hung: its share of
-    the rollouts failing), a fall under this share of the best is a drop, sudden or slow."""
     drop_noise: float = 6.0
     """...by this many standard errors of the level or more (a coarse or low reward's noise is no drop)..."""
     drop_recovery: float = 0.8
     """...and stayed under this share of its best for a whole window; back over it, it recovered."""
+    failing_drop_level: float = 0.9
+    """Where infrastructure failures stand out around it (one of several servers hung: its share of
+    the rollouts failing), a fall under this share of the best is a drop, sudden or slow."""
     stall_factor: float = 5.0
     """Silence after the last step longer than this many median step times is a stall..."""
     stall_min_seconds: float = 600.0
@@ -266,7 +267,7 @@ class _Drop:
 
 class _Levels:
     """One reward series (finite values, by index) with what judging a drop reads: its level (the
-    mean of ``w`` values about each), a wide level (of ``3 w``), its best so far, the noise of a level."""
+    mean of ``w`` values about each), a wide level (of ``wide_w``), its best so far, the noise of a level."""
 
     def __init__(self, values: pl.DataFrame, w: int, collapses: Sequence[Finding]) -> None:
         x = values["value"]
@@ -331,7 +332,7 @@ class _Levels:
         # most, the two windows' means before it still at the best and after it already as low as it
         # fell, within their noise, and most of the fall between them (a slide's, even a noisy one's,
         # are part of the way down).
-        at = max(range(max(onset - 2 * w, i - 8 * w, resumed, 1), min(i + w, self.n - 1) + 1), key=self._fall.__getitem__)
+        at = max(range(max(onset - 2 * w, i - 8 * w, resumed + 1), min(i + w, end - 1) + 1), key=self._fall.__getitem__)
         before, after = self.mean(max(at - w, resumed), at), self.mean(at, min(at + 2 * w, end))
         sudden = (before >= self.best[i] - 3 * self.error and after <= fallen + 2.5 * self.error / math.sqrt(2)
                   and before - after >= 0.75 * (self.best[i] - fallen))
@@ -364,7 +365,7 @@ class _Levels:
         if self._began is not None and self._began[0] == near and self._began[1] <= i:
             _, start, last = self._began
         else:
-            start, last = resumed, resumed - 1
+            last = resumed - 1
             for k in range(i - 1, resumed - 1, -1):
                 if self.wide[k] is not None and self.wide[k] >= near:
                     last = k
