@@ -433,8 +433,8 @@ def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]
 
 
 def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, key: str, t: Thresholds) -> list[Finding]:
-    """Collapses in attempts the run abandoned: a relaunch from an earlier checkpoint went back to
-    steps they had logged, so ``values`` (``series`` of the run) holds the run's own copies only.
+    """Collapses and drops in attempts the run abandoned: a relaunch from an earlier checkpoint went
+    back to steps they had logged, so ``values`` (``series`` of the run) holds the run's own copies only.
     ``earlier``: the abandoned copies' metric rows; ``copies``: every step row (``step``, ``time``,
     ``file``, ``line``), the run's and the abandoned ones, which tell the attempts apart.
 
@@ -466,7 +466,8 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
         relaunch = int(after[0]) - 1 if len(after) else first - 1
         judged = pl.concat([values.filter(pl.col("step") < first).select("step", "value"), attempt.select("step", "value")])
         # (the attempt's last steps are not the log's end: the relaunch went on from them)
-        for found in reward_collapses(judged, key, replace(t, end_run=t.min_run)):
+        collapses = reward_collapses(judged, key, replace(t, end_run=t.min_run))
+        for found in [*collapses, *reward_drops(judged, key, t, collapses)]:
             if found.onset_step < first:
                 continue
             row = attempt.filter(pl.col("step") == found.onset_step).row(0, named=True)
@@ -474,8 +475,10 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
             span = f"until step {found.end_step}" if ended == found.end_step else f"to step {last}, the attempt's last,"
             taken = (f"a relaunch from step {relaunch} took the run on from step {relaunch + 1}" if relaunch > 0
                      else "the run was started again from its first step")
-            summary = (f"{key} {_stuck(found.value or 0.0)} from step {found.onset_step} {span} in an attempt the run "
-                       f"abandoned at step {last}: {taken}")
+            # (a drop's own words, to where it says how long it lasted)
+            what = (f"{_stuck(found.value or 0.0)} from step {found.onset_step}" if found.kind == "reward_collapse"
+                    else found.summary[len(key) + 1 : found.summary.rfind(", ")])
+            summary = f"{key} {what} {span} in an attempt the run abandoned at step {last}: {taken}"
             until = attempt.filter(pl.col("step") == ended - 1)["time"]
             findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,
                                     until=until[0] if len(until) else None))

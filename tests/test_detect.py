@@ -812,6 +812,19 @@ def test_one_hung_server_of_four_is_a_drop_its_timeouts_explain(tmp_path: Path) 
     assert only_run(write_run(tmp_path / "quiet", spec).fileroot).incidents == []
 
 
+def test_a_drop_in_an_attempt_a_relaunch_abandoned_is_told(tmp_path: Path) -> None:
+    """The first attempt's reward halves from step 250; stopped at 330, the run is relaunched from
+    step 200 and the relaunch is healthy: the attempt's drop is an incident, told at its own lines
+    and recovered (its steps were run again), and the newest checkpoint is still the answer."""
+    spec = RunSpec(last_step=500, reward=lambda s: binomial_reward(s, 0.6, salt="rl"), save_freq_steps=50, recover_mode="auto",
+                   relaunch=Relaunch(stop_after=330, resume_from=200, first_reward=lambda s: binomial_reward(s, 0.3 if s >= 250 else 0.6, salt="rl1")))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    [incident] = run.incidents
+    assert (incident.kind, incident.redone, incident.recovered) == ("reward_drop", True, True) and 245 <= incident.onset_step <= 252
+    assert "in an attempt the run abandoned at step 330: a relaunch from step 200 took the run on from step 201" in incident.summary
+    assert run.recommendation.step == 500
+
+
 def test_a_reward_declining_to_nothing_is_a_drop_from_where_it_began(tmp_path: Path) -> None:
     """From its best, ~0.45 at step 150, the reward slides to 0 by step 350: the drop began where the
     slide did, not where the noise first touched 0, and the checkpoint at the best is the answer."""
