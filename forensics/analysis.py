@@ -293,8 +293,9 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
 def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding],
                    attribution: _Attribution) -> list[Finding]:
     """Smaller falls of the reward (under ``t.failing_drop_level`` of its best) that infrastructure
-    failures standing out around their onset explain: one of several servers hung, its share of the
-    rollouts failing. Not where an incident already tells of the reward."""
+    failures standing out around their onset, and still logged in the last third of the fall,
+    explain: one of several servers hung, its share of the rollouts failing. Not where an incident
+    already tells of the reward."""
     level = t.failing_drop_level
     loose = replace(t, drop_level=level, decline_level=level, drop_recovery=max(t.drop_recovery, (1 + level) / 2))
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
@@ -306,8 +307,13 @@ def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Threshol
         onset = run.steps.filter(pl.col("step") == f.onset_step)["time"]
         verdict = explain(f, attribution.events, run.metrics, onset[0] if len(onset) else None, clock=attribution.clock,
                           attributed=attribution.frame)
-        if verdict.cause not in ("unknown", "reward_pipeline", "loss_computation") and verdict.confidence >= 0.75:
-            kept.append(replace(f, summary=f"{f.summary} (a fall this small counts where the infrastructure failed around it)"))
+        if verdict.cause in ("unknown", "reward_pipeline", "loss_computation") or verdict.confidence < 0.75:
+            continue
+        # ...and went on failing while the reward stayed down: a burst at an ordinary dip explains no fall.
+        end = f.end_step if f.end_step is not None else last + 1
+        late = attribution.frame.filter((pl.col("cause") == verdict.cause) & pl.col("step").is_between(f.onset_step + (end - f.onset_step) * 2 // 3, end - 1))
+        if late.height:
+            kept.append(replace(f, summary=f"{f.summary} (a fall this small counts where the infrastructure failed around it and on)"))
     return kept
 
 

@@ -427,9 +427,10 @@ def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
 
 
 def _by_time(frame: pl.DataFrame, head: int) -> pl.DataFrame:
-    """The first ``head`` rows of ``frame`` by time, then line (no time last), found without
-    sorting it all: a window of a flooded log holds millions of lines."""
-    return frame.lazy().sort("time", "line", nulls_last=True).head(head).collect()
+    """The first ``head`` rows of ``frame`` by time, then line (no time last; ties in ``frame``'s
+    order: the file order of lines logged at once, by ranks), found without sorting it all: a
+    window of a flooded log holds millions of lines."""
+    return frame.lazy().sort("time", "line", nulls_last=True, maintain_order=True).head(head).collect()
 
 
 #: What ranking a window's lines for evidence reads of them (their text is gathered for the chosen few only).
@@ -440,11 +441,11 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
     """The deciding lines first (earliest of each kind, then more of them), then the rest."""
     ranked = (
         window.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
-        .sort("time", "line", nulls_last=True)
+        .sort("time", "line", nulls_last=True, maintain_order=True)
         .with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("kind").cum_count().over("kind").alias("nth"))
         # (bookkeeping, a checkpoint saved or a server ready, after every failure)
         .sort(pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", "line",
-              nulls_last=True)
+              nulls_last=True, maintain_order=True)
         .head(16)
         .collect()
     )
@@ -455,7 +456,7 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
     later = _same_servers(later, events, spans, cause)
     firsts = (later.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
-              .sort("time", "line", nulls_last=True).unique("kind", keep="first", maintain_order=True).head(4).collect())
+              .sort("time", "line", nulls_last=True, maintain_order=True).unique("kind", keep="first", maintain_order=True).head(4).collect())
     return tuple(_to_evidence(r) for r in later[firsts["row"]].iter_rows(named=True))
 
 

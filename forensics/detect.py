@@ -59,7 +59,7 @@ class Thresholds:
     sixth of the series, if fewer, but one window at least)..."""
     drop_level: float = 0.6
     """...and it dropped where that level fell under this share of its best (from zero, or from the
-    lowest value for a reward that goes below zero)..."""
+    lowest level for a reward that goes below zero)..."""
     decline_level: float = 0.4
     """...or this share, for a slow slide (no one step explains most of the fall), unless it stays
     under ``drop_level`` for ``decline_lasting`` logged values..."""
@@ -278,7 +278,8 @@ class _Levels:
         self.wide_w = max(w, min(3 * w, self.n // 6))
         wide = x.rolling_mean(self.wide_w, center=True, min_samples=self.wide_w)
         self.level, self.wide = self._level.to_list(), wide.to_list()
-        self.floor = min(0.0, float(x.min()))  # type: ignore[arg-type]
+        # (from the lowest level, not the lowest value: one stray -1 in a reward of 0 to 1 is no scale)
+        self.floor = min(0.0, self._level.min() or 0.0)  # type: ignore[operator]
         self._sums = list(itertools.accumulate(self.values, initial=0.0))
         # How much a window's mean before each index exceeds the window's after it: a step down is where it peaks.
         self._fall = [self.mean(s - w, s) - self.mean(s, s + w) if 0 < s < self.n else -math.inf for s in range(self.n)]

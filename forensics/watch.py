@@ -360,11 +360,12 @@ class _Level:
 
     _WIDE = 60
 
-    def __init__(self, kept: int) -> None:
-        self.kept = kept
+    def __init__(self, kept: int, window: int) -> None:
+        self.kept, self.window = kept, window
         self.rows: deque[_Step] = deque(maxlen=kept)
         self._last: deque[float] = deque(maxlen=self._WIDE)
         self._best = -math.inf
+        self._low = 0.0  # the lowest level seen, as far as it is under zero: a reward's scale
         self._squares = 0.0
         self._seen = 0
         self._judged_at = 0
@@ -379,10 +380,12 @@ class _Level:
         self._seen += 1
         if len(self._last) == self._WIDE:
             self._best = max(self._best, sum(self._last) / self._WIDE)
+        if len(self._last) >= self.window:
+            self._low = min(self._low, self._mean(self.window))
 
     def forget_from(self, step: int, key: str) -> None:
         kept = [r for r in self.rows if r.step < step]
-        self.__init__(self.kept)  # type: ignore[misc]
+        self.__init__(self.kept, self.window)  # type: ignore[misc]
         for r in kept:
             self.add(r, key)
 
@@ -394,8 +397,7 @@ class _Level:
         return statistics.fmean(itertools.islice(reversed(self._last), last))
 
     def _fallen(self, t: Thresholds, share: float) -> bool:
-        floor = min(0.0, min(self._last))
-        return self._mean(t.drop_window) - floor < share * (self._best - floor)
+        return self._mean(t.drop_window) - self._low < share * (self._best - self._low)
 
     def worth_judging(self, t: Thresholds) -> bool:
         """Could the detector find a drop under way: the last window's mean under the drop's share of
@@ -453,7 +455,7 @@ class _Follower:
         self._since_collapse = 0
         self._collapse_onset: int | None = None
         """The step the latched reward collapse began at."""
-        self._level = _Level(settings.history_steps)
+        self._level = _Level(settings.history_steps, settings.thresholds.drop_window)
         self._collapses: list[Finding] = []
         """This attempt's reward collapses, as the drop rule passes over them (offline's, as alarmed)."""
         self._dead = _Flags(deque(maxlen=settings.history_steps))

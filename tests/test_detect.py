@@ -807,9 +807,16 @@ def test_one_hung_server_of_four_is_a_drop_its_timeouts_explain(tmp_path: Path) 
     run = only_run(write_run(tmp_path / "hung", hung).fileroot)
     [incident] = run.incidents
     assert (incident.kind, incident.cause) == ("reward_drop", "inference_server_unresponsive") and 148 <= incident.onset_step <= 150
-    assert "a fall this small counts where the infrastructure failed around it" in incident.summary
+    assert "a fall this small counts where the infrastructure failed around it and on" in incident.summary
     assert run.recommendation.step == 140
     assert only_run(write_run(tmp_path / "quiet", spec).fileroot).incidents == []
+    # A reward swinging slowly (±8 %) with a burst of timeouts on its way down, the server fine after
+    # them: the failures do not last through the fall, so no incident.
+    swing = RunSpec(last_step=600, reward=lambda s: binomial_reward(s, 0.6 + 0.08 * math.sin(2 * math.pi * (s - 100) / 300), n=1024, salt="sw"),
+                    save_freq_steps=10, request_timeout=60)
+    t = schedule(swing)
+    burst = replace(swing, outages=(Outage(t[239].time, t[243].time, kind="timeout", burst_every=(20, 40)),))
+    assert [i.kind for i in only_run(write_run(tmp_path / "burst", burst).fileroot).incidents] == []
 
 
 def test_a_drop_in_an_attempt_a_relaunch_abandoned_is_told(tmp_path: Path) -> None:

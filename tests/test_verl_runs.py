@@ -45,6 +45,25 @@ def test_nccl_hang_then_death_is_a_collective_hang(tmp_path: Path) -> None:
     assert result.exit_code == 0 and result.stdout.strip().endswith("global_step_4")
 
 
+def test_ranks_failing_at_the_same_moment_are_cited_in_file_order_every_time(tmp_path: Path) -> None:
+    """Sixteen ranks log the NCCL watchdog at the same millisecond, each on line 3 of its own
+    worker log: the evidence cites them in the order of their files, the same on every run (the
+    evidence is picked without sorting every line: a tie must not fall to chance)."""
+    paths = nccl_hang_run(tmp_path / "run", world_size=8, steps=30, fail_at=20)
+    source = next(p for p in paths.root.rglob("worker-*.err") if "Watchdog caught" in p.read_text())
+    text, (worker, job, _) = source.read_text(), source.stem.split("-")[1:]
+    for k in range(1, 16):
+        (source.parent / f"worker-{worker[:-2]}{k:02x}-{job}-{40000 + k}.err").write_text(
+            text.replace("[rank0]", f"[rank{k}]").replace("Rank 0]", f"Rank {k}]"))
+
+    def cited() -> list[str]:
+        [incident] = only(tmp_path / "run").incidents
+        return [Path(e.file).name for e in incident.evidence if e.file.endswith(".err")]
+
+    first = cited()
+    assert len(first) > 2 and first == sorted(first) and cited() == first
+
+
 def test_score_zero_from_the_first_step_is_reward_wiring(tmp_path: Path) -> None:
     zero_score_run(tmp_path / "run")
     run = only(tmp_path / "run")
