@@ -358,12 +358,11 @@ class _Level:
     stays flat), where each was logged, and what the drop rule's quick look needs: the best mean of
     three windows, the spread of one value from the next."""
 
-    _WIDE = 60
-
     def __init__(self, kept: int, window: int) -> None:
         self.kept, self.window = kept, window
+        self.wide = 3 * window  # (the detector's widest window, as :class:`forensics.detect._Levels` takes it)
         self.rows: deque[_Step] = deque(maxlen=kept)
-        self._last: deque[float] = deque(maxlen=self._WIDE)
+        self._last: deque[float] = deque(maxlen=self.wide)
         self._best = -math.inf
         self._low = 0.0  # the lowest level seen, as far as it is under zero: a reward's scale
         self._squares = 0.0
@@ -378,8 +377,8 @@ class _Level:
         self.rows.append(_Step(row.step, row.time, row.file, row.line, {key: value}, {key: row.where[key]} if key in row.where else {}))
         self._last.append(value)
         self._seen += 1
-        if len(self._last) == self._WIDE:
-            self._best = max(self._best, sum(self._last) / self._WIDE)
+        if len(self._last) == self.wide:
+            self._best = max(self._best, sum(self._last) / self.wide)
         if len(self._last) >= self.window:
             self._low = min(self._low, self._mean(self.window))
 
@@ -396,8 +395,8 @@ class _Level:
     def _mean(self, last: int) -> float:
         return statistics.fmean(itertools.islice(reversed(self._last), last))
 
-    def _fallen(self, t: Thresholds, share: float) -> bool:
-        return self._mean(t.drop_window) - self._low < share * (self._best - self._low)
+    def _fallen(self, share: float) -> bool:
+        return self._mean(self.window) - self._low < share * (self._best - self._low)
 
     def worth_judging(self, t: Thresholds) -> bool:
         """Could the detector find a drop under way: the last window's mean under the drop's share of
@@ -406,9 +405,9 @@ class _Level:
         n = self._seen
         if n < 4 * 8:
             return False
-        if n >= self._WIDE:
-            noise = math.sqrt(self._squares / (n - 1) / 2 / t.drop_window)
-            if not self._fallen(t, t.drop_level) or self._best - self._mean(t.drop_window) < 0.5 * t.drop_noise * noise:
+        if n >= self.wide:
+            noise = math.sqrt(self._squares / (n - 1) / 2 / self.window)
+            if not self._fallen(t.drop_level) or self._best - self._mean(self.window) < 0.5 * t.drop_noise * noise:
                 return False
             if n - self._judged_at < 5:
                 return False
@@ -417,7 +416,7 @@ class _Level:
 
     def back(self, t: Thresholds) -> bool:
         """The last window's mean is back over the share of the best a drop recovers at."""
-        return self._seen >= self._WIDE and not self._fallen(t, t.drop_recovery)
+        return self._seen >= self.wide and not self._fallen(t.drop_recovery)
 
 
 class _Follower:
