@@ -3,7 +3,8 @@
 One command (not part of the tests)::
 
     python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3] [--worker-scaling 0.3,1,3]
-                               [--fleet-scaling 25,100,400] [--files-scaling 250,1000,4000] [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
+                               [--fleet-scaling 25,100,400] [--files-scaling 250,1000,4000] [--flood-scaling 0.3,1,3]
+                               [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
                                [--report FILE] [--repeat N] [--loop-mb 300]
 
 It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
@@ -56,7 +57,9 @@ real incident, 0.5 MB), on local processes with the HTML reports: the calling pr
 (``VmHWM``, polled) and its largest worker's. And how a Ray session grows with its number of files
 (``--files-scaling``): the real session in ``a_actor_exit`` with N more worker logs, copies of its
 own under new worker ids (a long session leaves one ``.out``, ``.err`` and core log per worker
-process).
+process). And how it grows with the events a log holds (``--flood-scaling``, in millions): the
+repository's ``areal_seed000`` run, its trainer.log given that many more copies of its first request
+timeout, logged at once (a dead server's retries).
 The tables are printed as Markdown (and written to ``--report``).
 """
 
@@ -65,6 +68,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import functools
+import gzip
 import json
 import os
 import platform
@@ -877,6 +881,29 @@ def session_with_files(base: Path, count: int) -> Path:
     return root
 
 
+def flood_run(base: Path, events: int) -> Path:
+    """The ``areal_seed000`` fixture run with ``events`` more copies of its trainer.log's first
+    request timeout, logged at once right after it: a dead server's retries, as in a flood of
+    millions (kept for ``--reuse``)."""
+    root = base / f"flood-{events}"
+    if (root / "done").exists():
+        return root / "outputs"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(FIXTURES / "areal_seed000" / "outputs", root / "outputs")
+    [packed] = (root / "outputs").rglob("trainer.log.gz")
+    with gzip.open(packed, "rb") as fh:
+        lines = fh.read().splitlines(keepends=True)
+    packed.unlink()
+    first = next(i for i, line in enumerate(lines) if b"timed out after" in line)
+    with open(packed.with_suffix(""), "wb") as out:
+        out.writelines(lines[: first + 1])
+        for done in range(0, events, 100_000):
+            out.write(lines[first] * min(100_000, events - done))
+        out.writelines(lines[first + 1 :])
+    (root / "done").touch()
+    return root / "outputs"
+
+
 def timed_fleet(command: list[str], env: dict) -> tuple[float, float, float]:
     """Wall seconds, the calling process's peak RSS and its largest worker's (MB), from ``VmHWM``
     polled every 20 ms (a fleet's workers are its children)."""
@@ -980,6 +1007,8 @@ def main() -> None:
                         help="numbers of runs for the growth of a fleet (copies of a small fixture run; '' to skip)")
     parser.add_argument("--files-scaling", default="250,1000,4000",
                         help="numbers of added worker logs for the growth of a Ray session's files ('' to skip)")
+    parser.add_argument("--flood-scaling", default="0.3,1,3",
+                        help="millions of events for the growth with the events a log holds (a flooded fixture run; '' to skip)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/grpo-forensics-bench"))
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
@@ -1254,6 +1283,29 @@ def main() -> None:
                 f"{'at most linear' if spread <= 1.35 else 'NOT linear'}. Peak RSS ×{r1 / r0:.2f} for ×{n1 / n0:.1f} "
                 f"the files, {(r1 - r0) * 1024 / (n1 - n0):,.1f} KB more a file — "
                 f"{flat(r1 / r0, [r for *_, r in points])}.")
+
+    counts = numbers(args.flood_scaling, float)
+    if counts:
+        table("Growth with the events a log holds (cold `analyze --no-html` of `areal_seed000`, its trainer.log "
+              "flooded with one request timeout repeated)", ["events", "trainer.log MB", "seconds", "peak RSS", "bytes an event"])
+        points = []
+        for millions in counts:
+            events = round(millions * 1e6)
+            outputs = flood_run(args.dir, events)
+            size = sum(p.stat().st_size for p in outputs.rglob("*.log")) / 1e6
+            seconds, rss = best(lambda i, outputs=outputs, events=events: timed(
+                [sys.executable, "-m", "forensics", "analyze", str(outputs), "--no-html", "--json", str(work / f"flood-{events}.json")],
+                env={"GRPO_FORENSICS_CACHE": str(work / f"cache-flood-{events}-{i}")}))
+            points.append((events, rss))
+            per = "" if len(points) < 2 else f"{(rss - points[0][1]) * 2**20 / (events - points[0][0]):,.0f}"
+            say(f"| {events:,} | {size:,.0f} | {seconds:.2f} | {fmt_rss(rss)} | {per} |")
+            if not args.keep:
+                shutil.rmtree(outputs.parent, ignore_errors=True)
+        if len(points) >= 2:
+            (n0, r0), (n1, r1) = points[0], points[-1]
+            say()
+            say(f"Peak RSS ×{r1 / r0:.2f} for ×{n1 / n0:.0f} the events, {(r1 - r0) * 2**20 / (n1 - n0):,.0f} bytes more an event "
+                f"(every event is held, with its line's text: `events` lists each one) — {flat(r1 / r0, [r for _, r in points])}.")
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")

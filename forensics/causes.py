@@ -197,23 +197,26 @@ def _root_cause(deciding: pl.DataFrame) -> Cause:
 def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None) -> pl.DataFrame:
     """``events`` with a step, each with the cause it points to (``cause``, null for bookkeeping),
     the step it began in (``since``: a timed-out request's, when it was sent; see :func:`explain`)
-    and the server it names (``at``)."""
-    return _waiting_since(_attribute(events), clock).with_columns(server_named(pl.col("message")).alias("at"))
+    and the server a failure names (``at``; null for bookkeeping)."""
+    failure = pl.when(pl.col("cause").is_not_null()).then(pl.col("message"))  # (a regex is not run over the rest)
+    return _waiting_since(_attribute(events), clock).with_columns(server_named(failure).alias("at"))
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
     """Events with the cause each points to (null for bookkeeping)."""
     by_kind = pl.col("kind").replace_strict(CAUSE_OF_KIND, default=None, return_dtype=pl.String)
     by_text: pl.Expr = pl.lit(None, dtype=pl.String)
+    ambiguous = pl.col("kind").is_in(list(_AMBIGUOUS))
+    text = pl.when(ambiguous).then(pl.col("message"))  # (only these lines' text is read: the regexes skip nulls)
     for regex, cause in reversed(_CAUSE_IN_MESSAGE):
-        by_text = pl.when(pl.col("message").str.contains(regex)).then(pl.lit(cause)).otherwise(by_text)
+        by_text = pl.when(text.str.contains(regex)).then(pl.lit(cause)).otherwise(by_text)
     from_server = FROM_SERVER
     cause = (
         pl.when((pl.col("kind") == "cuda_oom") & from_server)
         .then(pl.lit("inference_server_oom"))
         .when(pl.col("kind").is_in(["process_killed", "host_oom_kill", "segfault", "fatal_check"]) & from_server)
         .then(pl.lit("inference_server_crash"))
-        .when(pl.col("kind").is_in(list(_AMBIGUOUS)))
+        .when(ambiguous)
         .then(by_text)
         .otherwise(by_kind)
     )
@@ -230,8 +233,8 @@ def _waiting_since(events: pl.DataFrame, clock: pl.DataFrame | None) -> pl.DataF
     since = pl.col("step").alias("since")
     if clock is None or clock.is_empty() or events.is_empty():
         return events.with_columns(since)
-    seconds = (pl.when(pl.col("kind") == "request_timeout")
-               .then(pl.col("message").str.extract(_TIMED_OUT_AFTER, 1).cast(pl.Float64, strict=False)))
+    seconds = (pl.when(pl.col("kind") == "request_timeout").then(pl.col("message"))
+               .str.extract(_TIMED_OUT_AFTER, 1).cast(pl.Float64, strict=False))
     sent = pl.col("time") - pl.duration(milliseconds=(seconds * 1000).round().cast(pl.Int64))
     waited = events.select(sent.alias("time"), pl.lit(None, dtype=pl.Int64).alias("step"))
     sent_step = assign_steps(waited, clock.select("time", pl.col("step").cast(pl.Int64)))["step"]
@@ -281,10 +284,11 @@ def _failures(events: pl.DataFrame, *by: str) -> pl.DataFrame:
     """
     stream = stream_of(pl.col("file"))
     told_twice = pl.col("source").is_in(["ray", "torch"]).fill_null(False)
+    rows = events.lazy()  # (only the columns counted are read: a flooded window's rows are not copied)
     counts = pl.concat([
-        events.filter(told_twice).group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
-        events.filter(~told_twice).group_by(*by).len(),
-    ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32))
+        rows.filter(told_twice).group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
+        rows.filter(~told_twice).group_by(*by).len(),
+    ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32)).collect()
     order = events.select(*by).unique(maintain_order=True)
     return order.join(counts, on=list(by), how="left", maintain_order="left", nulls_equal=True)
 
@@ -439,17 +443,29 @@ _RANKED = ("time", "line", "kind", "cause", "severity")
 
 def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
     """The deciding lines first (earliest of each kind, then more of them), then the rest."""
+    rows = window.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+    firsts = rows.group_by("kind").agg(_earliest()).collect()["row"]
     ranked = (
-        window.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
-        .sort("time", "line", nulls_last=True, maintain_order=True)
-        .with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("kind").cum_count().over("kind").alias("nth"))
+        rows.with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("row").is_in(firsts.implode()).alias("first"))
         # (bookkeeping, a checkpoint saved or a server ready, after every failure)
-        .sort(pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", "line",
+        .sort(pl.col("deciding").not_(), pl.col("first").not_(), pl.col("cause").is_null(), pl.col("severity") == "info", "time", "line",
               nulls_last=True, maintain_order=True)
         .head(16)
         .collect()
     )
     return tuple(_to_evidence(r) for r in window[ranked["row"]].iter_rows(named=True))
+
+
+_NEVER = datetime(9999, 12, 31)
+
+
+def _earliest() -> pl.Expr:
+    """In a group of ranked rows, the ``row`` that sorts first by time (none last), then line, then
+    ``row``: found in one pass, where a sort of a flooded window costs hundreds of megabytes."""
+    time = pl.col("time").fill_null(_NEVER)  # (no time sorts last)
+    at_first = time == time.min()
+    first_line = pl.col("line") == pl.col("line").filter(at_first).min()
+    return pl.coalesce(pl.col("row").filter(at_first & first_line).min(), pl.col("row").filter(at_first).min())
 
 
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:

@@ -703,14 +703,16 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
     servers the reward falls only part of the way, or not at all: no number shows it, the logs do.
     One finding per exit; it ends at the step the server came back in, if it did. Once the run
     logged all ``planned`` steps (its ``steps``), an exit after the last is its teardown."""
-    dated = events.filter(pl.col("time").is_not_null()).with_columns(server_named(pl.col("message")).alias("at"))
-    exits = dated.filter((pl.col("kind") == "server_exit") & pl.col("step").is_not_null()).sort("time")
+    at = server_named(pl.col("message")).alias("at")
+    dated = events.lazy().filter(pl.col("time").is_not_null())
+    exits = dated.filter((pl.col("kind") == "server_exit") & pl.col("step").is_not_null()).sort("time").with_columns(at).collect()
     if steps is not None and steps.height and planned is not None and int(steps["step"].max()) >= planned:
         exits = exits.filter(~_after(_logged_last(steps)))
     if exits.is_empty():
         return []
-    up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"]))
-    calls = dated.filter(pl.col("kind").is_in(_CALLING))
+    up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).with_columns(at).collect()
+    # (only calls after an exit are read for the server they name: a flood before it can be millions)
+    calls = dated.filter(pl.col("kind").is_in(_CALLING) & (pl.col("time") > exits["time"].min())).with_columns(at).collect()
     found: list[Finding] = []
     for death in exits.iter_rows(named=True):
         same = pl.lit(True) if death["at"] is None else pl.col("at").is_null() | (pl.col("at") == death["at"])

@@ -127,7 +127,8 @@ def load_run(
             if p.source == "ray":
                 started = p.facts.get("ray_session_started")
                 sessions[len(events)] = datetime.fromisoformat(started) if started else None
-        events.append(pl.concat([p.events for p in reversed(parsed)]).unique(["file", "line"], keep="first"))
+        events.append(_one_event_a_line([p.events for p in reversed(parsed)]))
+    parsed = p = None  # (the last source's frames, let go: the events' sort frees each column as it replaces it)
     for problem in location.skipped:
         sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
     for twin in location.twins:
@@ -176,6 +177,7 @@ def load_run(
     clock = step_clock(all_steps)
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
+    del events  # (the frame holds their rows now: each column is let go as the sort below replaces it)
     events_frame, metrics_frame, zoned = _servers_on_the_runs_clock(events_frame, metrics_frame, all_steps["time"])
     notes += zoned
     if location.checkpoint_dir is None:
@@ -187,6 +189,8 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
+    events_frame = into_dying_attempts(assign_steps(events_frame, clock), relaunch_gaps(all_steps))
+    _sort_by_time(events_frame)
     metrics_frame, earlier = _copied_from_abandoned_steps(metrics_frame, earlier, all_steps, latest_steps)
     if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time
         copy_time = all_steps.select(pl.col("file").cast(pl.String), "line", pl.col("time").alias("copy_time"))
@@ -197,7 +201,7 @@ def load_run(
         location=location,
         steps=latest_steps,
         metrics=assign_steps(metrics_frame, clock),
-        events=into_dying_attempts(assign_steps(events_frame, clock), relaunch_gaps(all_steps)).sort("time", "file", "line", nulls_last=True),
+        events=events_frame,
         checkpoints=checkpoints,
         sources=sources,
         facts=facts,
@@ -209,6 +213,54 @@ def load_run(
         superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
                                     abandoned_steps]),
     )
+
+
+def _one_event_a_line(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The events of one source's parses, one a line: where two parses cite one line, the first
+    frame's. One parse whose lines rise within each file has none twice, and is not copied (a
+    flooded log's millions of events would be, twice: to find duplicates and to drop them)."""
+    events = pl.concat(frames)
+    if len(frames) == 1 and events.select(_lines_rise()).item():
+        return events
+    return events.unique(["file", "line"], keep="first", maintain_order=True)
+
+
+def _lines_rise() -> pl.Expr:
+    """Whether each file's rows are together and their lines rise (nulls never do)."""
+    file, line = pl.col("file"), pl.col("line")
+    rising = ((file != file.shift()) | (line > line.shift())).fill_null(False) | (pl.int_range(pl.len()) == 0)
+    together = file.rle_id().max() + 1 == file.n_unique()
+    return (rising.all() & line.is_not_null().all() & together).fill_null(True)
+
+
+def _sort_by_time(events: pl.DataFrame) -> None:
+    """Sort ``events`` in place by time (untimed last), file and line, a column at a time: a sorted
+    copy of a flooded log's millions of events would hold them twice. One already so is left."""
+    time, before = pl.col("time"), pl.col("time").shift()
+    file, line = pl.col("file"), pl.col("line")
+    later_line = (file > file.shift()) | ((file == file.shift()) & (line > line.shift()))
+    after = (
+        pl.when(time.is_null() & before.is_null()).then(later_line)
+        .when(before.is_null()).then(False)
+        .when(time.is_null()).then(True)
+        .otherwise((time > before) | ((time == before) & later_line))
+    )
+    if events.select((after.fill_null(False) | (pl.int_range(pl.len()) == 0)).all()).item():
+        return
+    # One key at a time, least telling first, each sort stable: a sort by all three at once encodes
+    # every row's path in its keys (hundreds of megabytes for a flood).
+    files = events["file"].drop_nulls().unique().sort()
+    rank = files.search_sorted(events["file"]).alias("file")  # (each row's path found among the few: none copied)
+    keys = events.select("time", pl.when(pl.col("file").is_not_null()).then(rank), "line")
+    order = None
+    for key in ("line", "file", "time"):
+        column = keys[key] if order is None else keys[key].gather(order)
+        step = column.to_frame().select(pl.arg_sort_by(key, nulls_last=True, maintain_order=True)).to_series()
+        order = step if order is None else order.gather(step)
+    del keys
+    for i, name in enumerate(events.columns):
+        # (a gather from several chunks copies each text; from one, only their views)
+        events.replace_column(i, events[name].rechunk().gather(order))
 
 
 #: How far from the rest of a run's logs a Ray session may lie and still be the run's (Ray starts

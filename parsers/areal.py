@@ -31,6 +31,7 @@ from parsers.schema import (
     STEP_SCHEMA,
     abandoned,
     conform,
+    in_order,
     keys_kept,
     step_number,
     traceback_message,
@@ -274,7 +275,7 @@ def _assemble(
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
-    events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)]).sort("line")
+    events = in_order(pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)]), "line")
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
     notes = [
@@ -523,7 +524,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
             bare.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
         ]
     ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
-    return conform(events.sort("line"), EVENT_SCHEMA)
+    return conform(in_order(events, "line"), EVENT_SCHEMA)
 
 
 #: glog's prefix, as torch's C++ logs it: ``[E1201 11:36:35.394775308 …`` (month, day, time; no year).

@@ -189,8 +189,9 @@ def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
 
 def in_order(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     """``frame`` sorted by ``column``, ties in their order; frames kept in file or time order
-    usually are already, and are then neither sorted nor copied."""
-    return frame if frame[column].is_sorted() else frame.sort(column, maintain_order=True)
+    usually are already, and are then neither sorted nor copied. (Rechunked first: a text column
+    gathered from several chunks has every text copied; from one, only its views.)"""
+    return frame if frame[column].is_sorted() else frame.rechunk().sort(column, maintain_order=True)
 
 
 def cut_alike(frame: pl.DataFrame) -> pl.DataFrame:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.1", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
-               "--worker-scaling", "0.1,0.2", "--fleet-scaling", "2,4", "--files-scaling", "20,40",
+               "--worker-scaling", "0.1,0.2", "--fleet-scaling", "2,4", "--files-scaling", "20,40", "--flood-scaling", "0.01,0.02",
                "--dir", str(tmp_path / "sets"), "--skip-lnav", "--loop-mb", "5", "--report", str(report)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -42,4 +42,5 @@ def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None
     # And a fleet's: the calling process's peak at each number of runs, and its verdict.
     assert "### Growth with a fleet's number of runs" in text and "| 4 | " in text and "Calling process: ×" in text
     assert "### Growth with a Ray session's number of files" in text and text.count("ms a file at") == 1
+    assert "### Growth with the events a log holds" in text and "| 20,000 | " in text and "bytes more an event" in text
     assert not (tmp_path / "sets").exists() or not any((tmp_path / "sets").iterdir())  # no --keep: the sets are gone

@@ -1,0 +1,102 @@
+"""Logs flooded with events (a dead server's timeouts, millions of them): what is kept of them,
+in what order, and what is cited."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
+
+from forensics import analyze
+from forensics.causes import _evidence
+from forensics.run import _one_event_a_line, _sort_by_time
+from parsers.schema import EVENT_SCHEMA
+
+FLOOD = 200_000
+
+
+def test_a_flood_of_timeouts_is_counted_whole_and_cited_from_its_first_line(tmp_path: Path) -> None:
+    """A server hangs at step 30 and the trainer logs the same timeout two hundred thousand times
+    in one millisecond: every one is an event, the cause is the hang, and the evidence cites the
+    flood's first lines, in file order."""
+    start = schedule(RunSpec(last_step=60))[28].time
+    spec = RunSpec(last_step=60, request_timeout=120, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "timed out after" in line)
+    paths.trainer_log.write_text("".join(lines[: first + 1] + [lines[first]] * FLOOD + lines[first + 1 :]))
+
+    [run] = analyze([paths.fileroot]).runs
+    [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert incident.cause == "inference_server_unresponsive"
+    timeouts = run.events.filter(pl.col("kind") == "request_timeout")
+    assert timeouts.height > FLOOD
+    cited = [e.line for e in incident.evidence if e.kind == "request_timeout" and e.file.endswith("trainer.log")]
+    assert cited[:3] == [first + 1, first + 2, first + 3]
+    # The events stay in time, file and line order, the flood in the file's.
+    assert run.events.equals(run.events.sort("time", "file", "line", nulls_last=True, maintain_order=True))
+
+
+def _events(n: int, seed: int) -> pl.DataFrame:
+    """Events from three files, many at one moment, some with no time, in no order."""
+    rng = random.Random(seed)
+    t0 = datetime(2025, 11, 11, 11, 35)
+    rows = []
+    for i in range(n):
+        time = None if rng.random() < 0.1 else t0 + timedelta(milliseconds=rng.choice([0, 0, 0, 1, 2, 50, 900]))
+        rows.append({"time": time, "step": rng.choice([None, 3, 4]), "source": "areal",
+                     "kind": rng.choice(["request_timeout", "connection_refused", "server_exit", "checkpoint_saved"]),
+                     "severity": rng.choice(["warning", "error", "info"]), "file": rng.choice(["/r/b.log", "/r/a.log", "/r/c.log"]),
+                     "line": i + 1, "message": f"line {i}"})
+    frame = pl.DataFrame(rows, schema=EVENT_SCHEMA)
+    return pl.concat([frame.slice(0, n // 3), frame.slice(n // 3)], rechunk=False)  # (in two chunks, as concatenated sources are)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_events_sorted_in_place_match_a_sort_by_all_three_keys(seed: int) -> None:
+    events = _events(3000, seed)
+    expected = events.sort("time", "file", "line", nulls_last=True, maintain_order=True)
+    _sort_by_time(events)
+    assert events.equals(expected)
+    _sort_by_time(events)  # (sorted already: left as it is)
+    assert events.equals(expected)
+
+
+def test_one_parse_of_a_file_is_kept_as_read_and_two_keep_the_first_parses_line() -> None:
+    events = _events(300, 0).sort("file", "line")
+    assert _one_event_a_line([events]).equals(events)
+    twice = pl.concat([events, events.slice(5, 1)])  # (one line told twice by one parse)
+    assert _one_event_a_line([twice]).equals(events)
+    other = events.head(10).with_columns(pl.lit("workflow_failed").alias("kind"))
+    kept = _one_event_a_line([other, events])
+    assert kept.height == events.height and kept.head(10)["kind"].to_list() == ["workflow_failed"] * 10
+
+
+def _old_evidence_rows(window: pl.DataFrame, cause: str) -> list[int]:
+    """The ranking :func:`forensics.causes._evidence` made by sorting the whole window."""
+    ranked = (
+        window.with_row_index("row").sort("time", "line", nulls_last=True, maintain_order=True)
+        .with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("kind").cum_count().over("kind").alias("nth"))
+        .sort(pl.col("deciding").not_(), pl.col("nth") > 1, pl.col("cause").is_null(), pl.col("severity") == "info", "time", "line",
+              nulls_last=True, maintain_order=True)
+        .head(16)
+    )
+    return ranked["row"].to_list()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_evidence_is_ranked_as_a_full_sort_would_rank_it(seed: int) -> None:
+    """Each kind's earliest line is found without sorting the window: ties in time and line, and
+    lines with no time, rank as the full sort ranked them."""
+    events = _events(2000, seed)
+    rng = random.Random(seed)
+    causes = ["inference_server_unresponsive", "inference_server_crash", None]
+    window = events.with_columns(pl.Series("cause", [rng.choice(causes) for _ in range(events.height)]),
+                                 pl.Series("line", [rng.randint(1, 40) for _ in range(events.height)]))
+    expected = [window.row(i, named=True)["message"] for i in _old_evidence_rows(window, "inference_server_unresponsive")]
+    assert [e.text for e in _evidence(window, "inference_server_unresponsive")] == expected
