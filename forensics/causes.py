@@ -282,14 +282,18 @@ def _failures(events: pl.DataFrame, *by: str) -> pl.DataFrame:
     console): such a group counts as many as the one file (rotated parts together) that saw the
     most of it. Any other source's lines count one each.
     """
-    stream = stream_of(pl.col("file"))
-    told_twice = pl.col("source").is_in(["ray", "torch"]).fill_null(False)
-    rows = events.lazy()  # (only the columns counted are read: a flooded window's rows are not copied)
+    told_twice = pl.col("source").is_in(["ray", "torch"]).fill_null(False).alias("twice")
+    # Each group's lines per file first, their keys as categories: grouping millions of lines by
+    # several text columns encodes every line's texts; the few files are then read for their streams.
+    keys = [pl.col(key).cast(pl.Categorical) for key in (*by, "file")]
+    per_file = (events.lazy().group_by(*keys, told_twice, maintain_order=True).len()
+                .with_columns(pl.col(key).cast(pl.String) for key in (*by, "file")).collect())
+    per_stream = per_file.group_by(*by, "twice", stream_of(pl.col("file")).alias("stream")).agg(pl.col("len").sum())
     counts = pl.concat([
-        rows.filter(told_twice).group_by(*by, stream.alias("stream")).len().group_by(*by).agg(pl.col("len").max()),
-        rows.filter(~told_twice).group_by(*by).len(),
-    ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32)).collect()
-    order = events.select(*by).unique(maintain_order=True)
+        per_stream.filter("twice").group_by(*by).agg(pl.col("len").max()),
+        per_stream.filter(~pl.col("twice")).group_by(*by).agg(pl.col("len").sum()),
+    ]).group_by(*by).agg(pl.col("len").sum().cast(pl.UInt32))
+    order = per_file.select(*by).unique(maintain_order=True)  # (in order of first appearance)
     return order.join(counts, on=list(by), how="left", maintain_order="left", nulls_equal=True)
 
 

@@ -44,6 +44,7 @@ from parsers.schema import (
     conform,
     cut_alike,
     empty,
+    gather_in_place,
     relaunches,
     stream_of,
     with_keys,
@@ -258,9 +259,7 @@ def _sort_by_time(events: pl.DataFrame) -> None:
         step = column.to_frame().select(pl.arg_sort_by(key, nulls_last=True, maintain_order=True)).to_series()
         order = step if order is None else order.gather(step)
     del keys
-    for i, name in enumerate(events.columns):
-        # (a gather from several chunks copies each text; from one, only their views)
-        events.replace_column(i, events[name].rechunk().gather(order))
+    gather_in_place(events, order)
 
 
 #: How far from the rest of a run's logs a Ray session may lie and still be the run's (Ray starts

@@ -31,8 +31,8 @@ from parsers.schema import (
     STEP_SCHEMA,
     abandoned,
     conform,
-    in_order,
     keys_kept,
+    sort_in_place,
     step_number,
     traceback_message,
     with_keys,
@@ -104,6 +104,10 @@ def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
     cells = pieces.pop("cells")
     lined = [pieces.pop(f"metric{i}") for i in range(len(fmt.metrics))]
     log = _assemble(str(path), {name: pl.concat(frames) for name, frames in pieces.items()}, cells, lined, fmt, pairs)
+    # The events share the batches' columns until those are let go: sorted after, in place, a flood
+    # of millions is never held twice.
+    del pieces, cells, lined
+    sort_in_place(log.events, "line")
     return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys))
 
 
@@ -275,7 +279,7 @@ def _assemble(
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
     memory = _line_metrics(path, lined, fmt)
-    events = in_order(pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)]), "line")
+    events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
     notes = [
@@ -464,7 +468,8 @@ def _aligned(piece: pl.DataFrame) -> pl.DataFrame:
 
 
 def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
-    """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks."""
+    """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks (the logger
+    lines first, then the others: see :func:`read_areal_log`)."""
     # One pass of all patterns at once picks the few candidate lines; only they are classified.
     candidates = logged.filter(pl.col("text").str.contains(fmt.any_event) | pl.col("level").is_in(["ERROR", "CRITICAL"]))
     classified = candidates.with_columns(fmt.classify(pl.col("text")).alias("kind"))
@@ -524,7 +529,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
             bare.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
         ]
     ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
-    return conform(in_order(events, "line"), EVENT_SCHEMA)
+    return conform(events, EVENT_SCHEMA)
 
 
 #: glog's prefix, as torch's C++ logs it: ``[E1201 11:36:35.394775308 …`` (month, day, time; no year).

@@ -189,9 +189,23 @@ def later_lines_win(values: pl.DataFrame, repeated: pl.Series) -> pl.DataFrame:
 
 def in_order(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     """``frame`` sorted by ``column``, ties in their order; frames kept in file or time order
-    usually are already, and are then neither sorted nor copied. (Rechunked first: a text column
-    gathered from several chunks has every text copied; from one, only its views.)"""
-    return frame if frame[column].is_sorted() else frame.rechunk().sort(column, maintain_order=True)
+    usually are already, and are then neither sorted nor copied."""
+    return frame if frame[column].is_sorted() else frame.sort(column, maintain_order=True)
+
+
+def sort_in_place(frame: pl.DataFrame, column: str) -> None:
+    """:func:`in_order`, in place: a frame of millions of events that nothing else holds is never
+    held twice (see :func:`gather_in_place`)."""
+    if not frame[column].is_sorted():
+        gather_in_place(frame, frame.select(pl.arg_sort_by(column, maintain_order=True)).to_series())
+
+
+def gather_in_place(frame: pl.DataFrame, order: pl.Series) -> None:
+    """Put ``frame``'s rows in ``order`` (row indices), a column at a time: each old column is let
+    go as its reordered copy replaces it, unless something else holds it. Each is put in one chunk
+    first: a text column gathered from several chunks has every text copied; from one, only its views."""
+    for i, name in enumerate(frame.columns):
+        frame.replace_column(i, frame[name].rechunk().gather(order))
 
 
 def cut_alike(frame: pl.DataFrame) -> pl.DataFrame:
