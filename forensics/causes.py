@@ -460,14 +460,12 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
     return tuple(_to_evidence(r) for r in window[ranked["row"]].iter_rows(named=True))
 
 
-_NEVER = datetime(9999, 12, 31)
-
-
 def _earliest() -> pl.Expr:
     """In a group of ranked rows, the ``row`` that sorts first by time (none last), then line, then
     ``row``: found in one pass, where a sort of a flooded window costs hundreds of megabytes."""
-    time = pl.col("time").fill_null(_NEVER)  # (no time sorts last)
-    at_first = time == time.min()
+    time = pl.col("time")
+    # (no time sorts last: the group's untimed rows come first only when it has no timed one)
+    at_first = (time == time.min()).fill_null(False) | (time.is_null() & ~time.is_not_null().any())
     first_line = pl.col("line") == pl.col("line").filter(at_first).min()
     return pl.coalesce(pl.col("row").filter(at_first & first_line).min(), pl.col("row").filter(at_first).min())
 

@@ -100,3 +100,16 @@ def test_evidence_is_ranked_as_a_full_sort_would_rank_it(seed: int) -> None:
                                  pl.Series("line", [rng.randint(1, 40) for _ in range(events.height)]))
     expected = [window.row(i, named=True)["message"] for i in _old_evidence_rows(window, "inference_server_unresponsive")]
     assert [e.text for e in _evidence(window, "inference_server_unresponsive")] == expected
+
+
+def test_a_kind_with_no_time_but_one_far_off_cites_the_dated_line_first() -> None:
+    """Undated lines rank after every dated one, however late (no stand-in date for "no time")."""
+    base = {"step": 1, "source": "areal", "severity": "error", "file": "/r/trainer.log", "cause": None}
+    rows = [base | {"time": datetime(9999, 12, 31, 12), "kind": "log_error", "line": 5, "message": "dated"},
+            base | {"time": None, "kind": "log_error", "line": 9, "message": "undated"}]
+    rows += [base | {"time": datetime(2025, 1, 1), "kind": "connection_refused", "line": i, "message": f"refused {i}",
+                     "cause": "inference_server_crash"} for i in range(20, 34)]
+    window = pl.DataFrame(rows, schema=EVENT_SCHEMA | {"cause": pl.String})
+    expected = [window.row(i, named=True)["message"] for i in _old_evidence_rows(window, "inference_server_crash")]
+    cited = [e.text for e in _evidence(window, "inference_server_crash")]
+    assert cited == expected and cited.index("dated") < cited.index("undated")
