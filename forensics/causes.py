@@ -445,9 +445,14 @@ def _by_time(frame: pl.DataFrame, head: int) -> pl.DataFrame:
 _RANKED = ("time", "line", "kind", "cause", "severity")
 
 
+def _ranked(frame: pl.DataFrame) -> pl.LazyFrame:
+    """What ranking ``frame``'s lines reads of them, with each one's ``row`` in ``frame``."""
+    return frame.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+
+
 def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
     """The deciding lines first (earliest of each kind, then more of them), then the rest."""
-    rows = window.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
+    rows = _ranked(window)
     firsts = rows.group_by("kind").agg(_earliest()).collect()["row"]
     ranked = (
         rows.with_columns((pl.col("cause") == cause).fill_null(False).alias("deciding"), pl.col("row").is_in(firsts.implode()).alias("first"))
@@ -473,9 +478,11 @@ def _earliest() -> pl.Expr:
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
     later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
     later = _same_servers(later, events, spans, cause)
-    firsts = (later.lazy().select(*_RANKED, pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"))
-              .sort("time", "line", nulls_last=True, maintain_order=True).unique("kind", keep="first", maintain_order=True).head(4).collect())
-    return tuple(_to_evidence(r) for r in later[firsts["row"]].iter_rows(named=True))
+    # Each kind's earliest line, then the four earliest of those: a flood after the window is not
+    # sorted whole (the rows kept in frame order, so that ties stay in it).
+    earliest = _ranked(later).group_by("kind").agg(_earliest()).collect()["row"].sort()
+    firsts = later[earliest]
+    return tuple(_to_evidence(r) for r in _by_time(firsts, 4).iter_rows(named=True))
 
 
 def _undated(events: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ import pytest
 from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
 
 from forensics import analyze
-from forensics.causes import _evidence
+from forensics.causes import _evidence, _later_evidence, _Windows
 from forensics.run import _one_event_a_line, _sort_by_time
 from parsers.schema import EVENT_SCHEMA
 
@@ -113,3 +113,19 @@ def test_a_kind_with_no_time_but_one_far_off_cites_the_dated_line_first() -> Non
     expected = [window.row(i, named=True)["message"] for i in _old_evidence_rows(window, "inference_server_crash")]
     cited = [e.text for e in _evidence(window, "inference_server_crash")]
     assert cited == expected and cited.index("dated") < cited.index("undated")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_later_evidence_cites_each_kinds_earliest_line_as_a_full_sort_would(seed: int) -> None:
+    """What followed the window: the earliest line of each kind, the four earliest of them, ties
+    (one time, one line number, several files) in the events' order."""
+    events = _events(2000, seed).with_columns(pl.lit(5, dtype=pl.Int64).alias("step"))
+    rng = random.Random(seed)
+    later = events.with_columns(pl.lit("inference_server_crash").alias("cause"), pl.col("step").alias("since"),
+                                pl.lit(None, dtype=pl.String).alias("at"),
+                                pl.Series("line", [rng.randint(1, 40) for _ in range(events.height)]))
+    old = (later.with_row_index("row").sort("time", "line", nulls_last=True, maintain_order=True)
+           .unique("kind", keep="first", maintain_order=True).head(4))
+    expected = [later.row(i, named=True)["message"] for i in old["row"]]
+    cited = _later_evidence(later, _Windows((0, 1), (0, 0)), "inference_server_unresponsive")
+    assert [e.text for e in cited] == expected
