@@ -262,7 +262,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
         collapses = [f for f in found if f.redone is None]
         found += [_read_to(f, last, unread) for f in reward_drops(values, primary, t, collapses)]
-        found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, t, found, attribution)]
+        found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, t, found, attribution, last)]
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     solved = [(a, b + 1) for a, b in alike]
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
@@ -291,14 +291,13 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
 
 
 def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding],
-                   attribution: _Attribution) -> list[Finding]:
+                   attribution: _Attribution, last: int) -> list[Finding]:
     """Smaller falls of the reward (under ``t.failing_drop_level`` of its best) that infrastructure
     failures standing out around their onset, and still logged in the last third of the fall,
     explain: one of several servers hung, its share of the rollouts failing. Not where an incident
-    already tells of the reward."""
+    already tells of the reward. ``last``: the run's last logged step."""
     level = t.failing_drop_level
     loose = replace(t, drop_level=level, decline_level=level, drop_recovery=max(t.drop_recovery, (1 + level) / 2))
-    last = int(run.steps["step"].max()) if not run.steps.is_empty() else 0
     told = [(f.onset_step, f.end_step or last + 1) for f in found if f.kind in ("reward_collapse", "reward_drop") and f.redone is None]
     candidates = [f for f in reward_drops(values, primary, loose, [f for f in found if f.kind == "reward_collapse" and f.redone is None])
                   if not any(a <= f.onset_step < b or f.onset_step <= a < (f.end_step or last + 1) for a, b in told)]
