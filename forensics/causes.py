@@ -16,10 +16,10 @@ from pathlib import Path
 import polars as pl
 
 from forensics.align import assign_steps
-from forensics.detect import FROM_SERVER, Finding, raised, server_named
+from forensics.detect import Finding, from_server, raised, server_named
 from forensics.model import Cause, Evidence, step_span
 from forensics.server_context import ServerContext, server_context
-from parsers.schema import stream_of
+from parsers.schema import rows_where, stream_of
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
 CAUSE_OF_KIND: dict[str, Cause] = {
@@ -197,30 +197,34 @@ def _root_cause(deciding: pl.DataFrame) -> Cause:
 def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None) -> pl.DataFrame:
     """``events`` with a step, each with the cause it points to (``cause``, null for bookkeeping),
     the step it began in (``since``: a timed-out request's, when it was sent; see :func:`explain`)
-    and the server a failure names (``at``; null for bookkeeping)."""
+    and the server a failure names (``at``; null for bookkeeping). ``cause`` and ``at`` are
+    categorical: a flood's millions of rows name a few causes and servers."""
     failure = pl.when(pl.col("cause").is_not_null()).then(pl.col("message"))  # (a regex is not run over the rest)
-    return _waiting_since(_attribute(events), clock).with_columns(server_named(failure).alias("at"))
+    return _waiting_since(_attribute(events), clock).with_columns(server_named(failure).cast(pl.Categorical).alias("at"))
 
 
 def _attribute(events: pl.DataFrame) -> pl.DataFrame:
-    """Events with the cause each points to (null for bookkeeping)."""
-    by_kind = pl.col("kind").replace_strict(CAUSE_OF_KIND, default=None, return_dtype=pl.String)
-    by_text: pl.Expr = pl.lit(None, dtype=pl.String)
+    """Events with the cause each points to (null for bookkeeping). Built as categories throughout:
+    a text column of a cause's name a row is 45 bytes a row of a flood's millions."""
+    def named(cause: str) -> pl.Expr:
+        return pl.lit(cause, pl.Categorical)
+
+    by_kind = pl.col("kind").replace_strict(CAUSE_OF_KIND, default=None, return_dtype=pl.Categorical)
+    by_text: pl.Expr = pl.lit(None, dtype=pl.Categorical)
     ambiguous = pl.col("kind").is_in(list(_AMBIGUOUS))
     text = pl.when(ambiguous).then(pl.col("message"))  # (only these lines' text is read: the regexes skip nulls)
     for regex, cause in reversed(_CAUSE_IN_MESSAGE):
-        by_text = pl.when(text.str.contains(regex)).then(pl.lit(cause)).otherwise(by_text)
-    from_server = FROM_SERVER
+        by_text = pl.when(text.str.contains(regex)).then(named(cause)).otherwise(by_text)
     cause = (
-        pl.when((pl.col("kind") == "cuda_oom") & from_server)
-        .then(pl.lit("inference_server_oom"))
-        .when(pl.col("kind").is_in(["process_killed", "host_oom_kill", "segfault", "fatal_check"]) & from_server)
-        .then(pl.lit("inference_server_crash"))
+        pl.when(from_server(["cuda_oom"]))
+        .then(named("inference_server_oom"))
+        .when(from_server(["process_killed", "host_oom_kill", "segfault", "fatal_check"]))
+        .then(named("inference_server_crash"))
         .when(ambiguous)
         .then(by_text)
         .otherwise(by_kind)
     )
-    return events.filter(pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
+    return rows_where(events, pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
 
 
 #: AReaL's client: ``HTTP request to … timed out after 3600.00s (attempt 1/3)``, logged when it ran out.
@@ -362,8 +366,8 @@ def _last_words(window: pl.DataFrame, most: int = 3) -> str:
     """What each worker that died printed last (its stdout before its stderr): Ray records no signal
     or exit code, and a SIGKILL in a hung all-reduce reads like an exit on an error but for it."""
     said = window.filter(pl.col("kind") == "worker_last_output").sort(
-        "time", ~pl.col("file").str.ends_with(".out"), "file", nulls_last=True, maintain_order=True)
-    rows = said.unique(pl.col("file").str.replace(r"\.(?:out|err)$", ""), keep="first", maintain_order=True).rows(named=True)
+        "time", ~pl.col("file").cast(pl.String).str.ends_with(".out"), "file", nulls_last=True, maintain_order=True)
+    rows = said.unique(pl.col("file").cast(pl.String).str.replace(r"\.(?:out|err)$", ""), keep="first", maintain_order=True).rows(named=True)
     quotes = [f"“{_tail(r['message'])}” ({Path(r['file']).name}:{r['line']})" for r in rows[:most]]
     if len(quotes) == 1:
         return f" The last line it printed: {quotes[0]}."

@@ -743,7 +743,15 @@ CRASH_KINDS = (
 #: it; an inference server's is that server's failure, told by its cause.
 _KILLED = "process_killed"
 _SERVER_FILES = ("llm_server", "sglang", "vllm")
-FROM_SERVER = pl.col("file").cast(pl.String).str.contains("|".join(_SERVER_FILES)) | (pl.col("source") == "sglang")
+
+
+def from_server(kinds: Sequence[str]) -> pl.Expr:
+    """Whether an event of one of ``kinds`` was logged by an inference server (its file's name, or
+    its reader's); false for other kinds. Only those rows' file names are read as text: a flood's
+    millions of other rows would each have theirs copied out of the category."""
+    mine = pl.col("kind").is_in(kinds)
+    named = pl.when(mine).then(pl.col("file")).cast(pl.String).str.contains("|".join(_SERVER_FILES))
+    return mine & (named.fill_null(False) | (pl.col("source") == "sglang"))
 
 
 def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> list[Finding]:
@@ -753,7 +761,7 @@ def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = Non
     the run, one before it was survived (the run logged steps again). Once the run logged all
     ``planned`` steps, failures after the last are its teardown, and one in the last was survived.
     """
-    dead = events.filter((pl.col("kind").is_in(CRASH_KINDS) | ((pl.col("kind") == _KILLED) & ~FROM_SERVER))
+    dead = events.filter((pl.col("kind").is_in(CRASH_KINDS) | ((pl.col("kind") == _KILLED) & ~from_server([_KILLED])))
                          & pl.col("step").is_not_null())
     last = int(steps["step"].max()) if not steps.is_empty() else None
     finished = planned is not None and last is not None and last >= planned

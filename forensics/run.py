@@ -237,6 +237,7 @@ def _lines_rise() -> pl.Expr:
 def _sort_by_time(events: pl.DataFrame) -> None:
     """Sort ``events`` in place by time (untimed last), file and line, a column at a time: a sorted
     copy of a flooded log's millions of events would hold them twice. One already so is left."""
+    keys = events.select("time", _file_rank(events["file"]), "line")
     time, before = pl.col("time"), pl.col("time").shift()
     file, line = pl.col("file"), pl.col("line")
     later_line = (file > file.shift()) | ((file == file.shift()) & (line > line.shift()))
@@ -246,13 +247,10 @@ def _sort_by_time(events: pl.DataFrame) -> None:
         .when(time.is_null()).then(True)
         .otherwise((time > before) | ((time == before) & later_line))
     )
-    if events.select((after.fill_null(False) | (pl.int_range(pl.len()) == 0)).all()).item():
+    if keys.select((after.fill_null(False) | (pl.int_range(pl.len()) == 0)).all()).item():
         return
     # One key at a time, least telling first, each sort stable: a sort by all three at once encodes
     # every row's path in its keys (hundreds of megabytes for a flood).
-    files = events["file"].drop_nulls().unique().sort()
-    rank = files.search_sorted(events["file"]).alias("file")  # (each row's path found among the few: none copied)
-    keys = events.select("time", pl.when(pl.col("file").is_not_null()).then(rank), "line")
     order = None
     for key in ("line", "file", "time"):
         column = keys[key] if order is None else keys[key].gather(order)
@@ -260,6 +258,14 @@ def _sort_by_time(events: pl.DataFrame) -> None:
         order = step if order is None else order.gather(step)
     del keys
     gather_in_place(events, order)
+
+
+def _file_rank(files: pl.Series) -> pl.Series:
+    """Each row's file as its rank among the few files by name: compared as text, a categorical
+    column has every row's path copied out (hundreds of megabytes for a flood)."""
+    names = files.drop_nulls().unique()
+    ranks = names.cast(pl.String).rank("ordinal").cast(pl.UInt32) - 1
+    return files.to_physical().replace_strict(names.to_physical(), ranks, default=None).alias("file")
 
 
 #: How far from the rest of a run's logs a Ray session may lie and still be the run's (Ray starts

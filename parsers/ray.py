@@ -19,7 +19,9 @@ Event frames have the :data:`~parsers.schema.EVENT_SCHEMA` columns plus ``count`
 occurrences one row stands for: ``[repeated 4x across cluster]`` is one row with count 4),
 ``pid`` and ``worker`` (the process the event is about, and its actor/task name when known) and
 ``detail`` (a worker's exit type and what its exit detail means, e.g. ``SYSTEM_ERROR
-(unexpected): exit code 3``). ``conform(frame, EVENT_SCHEMA)`` drops them.
+(unexpected): exit code 3``). Its ``source``, ``kind``, ``severity`` and ``file`` are strings, not
+categories: a session's events are few and this reader works on their text.
+``conform(frame, EVENT_SCHEMA)`` drops the extra columns and makes those categories.
 
 Example:
     >>> session = read_ray_session(Path("/tmp/ray/session_2026-11-22_03-11-31_648770_32459"))  # doctest: +SKIP
@@ -66,6 +68,7 @@ __all__ = [
 #: Events with the extra columns this parser fills (see the module docstring).
 RAY_EVENT_SCHEMA: dict[str, pl.DataType] = {
     **EVENT_SCHEMA,
+    **dict.fromkeys(("source", "kind", "severity", "file"), pl.String()),
     "count": pl.Int64(),
     "pid": pl.Int64(),
     "worker": pl.String(),

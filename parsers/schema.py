@@ -12,13 +12,15 @@ from itertools import accumulate
 import polars as pl
 
 #: One row per event (a failure or a bookkeeping line that matters for the timeline).
+#: ``source``, ``kind``, ``severity`` and ``file`` are categorical, as in :data:`METRIC_SCHEMA`: a
+#: dead server's retries log millions of events with the same few names; exports write strings.
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "time": pl.Datetime("ms"),
     "step": pl.Int64(),
-    "source": pl.String(),
-    "kind": pl.String(),
-    "severity": pl.String(),
-    "file": pl.String(),
+    "source": pl.Categorical(),
+    "kind": pl.Categorical(),
+    "severity": pl.Categorical(),
+    "file": pl.Categorical(),
     "line": pl.Int64(),
     "message": pl.String(),
 }
@@ -191,6 +193,15 @@ def in_order(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     """``frame`` sorted by ``column``, ties in their order; frames kept in file or time order
     usually are already, and are then neither sorted nor copied."""
     return frame if frame[column].is_sorted() else frame.sort(column, maintain_order=True)
+
+
+def rows_where(frame: pl.DataFrame, predicate: pl.Expr) -> pl.DataFrame:
+    """``frame.filter(predicate)``; a slice, which copies nothing, when the rows kept are one run
+    (the events with a step, in time order, usually are: a flood's millions not copied)."""
+    kept = frame.select(predicate.fill_null(False).arg_true()).to_series()
+    if kept.is_empty() or kept[-1] - kept[0] + 1 != kept.len():
+        return frame.filter(predicate)
+    return frame.slice(kept[0], kept.len())
 
 
 def sort_in_place(frame: pl.DataFrame, column: str) -> None:

@@ -14,7 +14,7 @@ from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
 from forensics import analyze
 from forensics.causes import _evidence, _later_evidence, _Windows
 from forensics.run import _one_event_a_line, _sort_by_time
-from parsers.schema import EVENT_SCHEMA
+from parsers.schema import EVENT_SCHEMA, rows_where
 
 FLOOD = 200_000
 
@@ -40,6 +40,8 @@ def test_a_flood_of_timeouts_is_counted_whole_and_cited_from_its_first_line(tmp_
     assert cited[:3] == [first + 1, first + 2, first + 3]
     # The events stay in time, file and line order, the flood in the file's.
     assert run.events.equals(run.events.sort("time", "file", "line", nulls_last=True, maintain_order=True))
+    # Their names are categories (4 bytes a row, not a copy of the name each).
+    assert {run.events.schema[c] for c in ("source", "kind", "severity", "file")} == {pl.Categorical()}
 
 
 def _events(n: int, seed: int) -> pl.DataFrame:
@@ -67,12 +69,36 @@ def test_events_sorted_in_place_match_a_sort_by_all_three_keys(seed: int) -> Non
     assert events.equals(expected)
 
 
+def test_files_named_in_reverse_of_their_order_are_sorted_by_name() -> None:
+    """A category's number is the order its name was first seen in, not the name's: the sort goes
+    by the name."""
+    names = [f"/r/{c * 3}-{random.random()}.log" for c in "zyx"]  # (names no test has seen: new numbers, z first)
+    events = pl.concat([_events(600, 1).with_columns(pl.lit(name, pl.Categorical).alias("file")) for name in names])
+    expected = events.sort("time", "file", "line", nulls_last=True, maintain_order=True)
+    _sort_by_time(events)
+    assert events.equals(expected)
+    untimed = events.filter(pl.col("time").is_null())
+    assert untimed["file"].cast(pl.String).unique(maintain_order=True).to_list() == sorted(names)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_where_keeps_what_a_filter_keeps(seed: int) -> None:
+    """One run of rows (sliced, not copied) or scattered ones, with nulls: the filter's rows."""
+    rng = random.Random(seed)
+    events = _events(500, seed)
+    a, b = sorted(rng.sample(range(501), 2))
+    steps = [rng.choice([None, 1, 2]) if rng.random() < 0.3 * (seed % 2) else (1 if a <= i < b else None) for i in range(500)]
+    events = events.with_columns(pl.Series("step", steps, dtype=pl.Int64))
+    for predicate in (pl.col("step").is_not_null(), pl.col("step") == 1, pl.col("kind") == "server_exit", pl.lit(False)):
+        assert rows_where(events, predicate).equals(events.filter(predicate))
+
+
 def test_one_parse_of_a_file_is_kept_as_read_and_two_keep_the_first_parses_line() -> None:
     events = _events(300, 0).sort("file", "line")
     assert _one_event_a_line([events]).equals(events)
     twice = pl.concat([events, events.slice(5, 1)])  # (one line told twice by one parse)
     assert _one_event_a_line([twice]).equals(events)
-    other = events.head(10).with_columns(pl.lit("workflow_failed").alias("kind"))
+    other = events.head(10).with_columns(pl.lit("workflow_failed", pl.Categorical).alias("kind"))
     kept = _one_event_a_line([other, events])
     assert kept.height == events.height and kept.head(10)["kind"].to_list() == ["workflow_failed"] * 10
 
