@@ -426,6 +426,7 @@ def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, se
         "steps": BLOCK_STEPS * n_blocks,
         "incident_steps": [BLOCK_STEPS * incident + INCIDENT[0], BLOCK_STEPS * incident + INCIDENT[1] - 1],
         "busier": busier,
+        "version": SET_VERSION,
     }
     (root / "set.json").write_text(json.dumps(info, indent=1))
     return info
@@ -509,12 +510,26 @@ def build_worker_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
 
 
 SETS = {"run": build_set, "busy": build_busy_set, "worker": build_worker_set}
+#: Raised whenever what the sets hold changes (2: healthy blocks on a plateau, not a learning
+#: curve), so that ``--reuse`` writes a set kept by an older script again instead of timing it.
+SET_VERSION = 2
+
+
+def kept_set(root: Path) -> dict | None:
+    """The description of the set an earlier ``--keep`` run left at ``root``, if this version of
+    the script wrote it; ``None`` (say why) otherwise."""
+    if not (root / "set.json").is_file():
+        return None
+    info = json.loads((root / "set.json").read_text())
+    if info.get("version", 1) != SET_VERSION:
+        print(f"not reusing {root}: written by an older version of this script", flush=True)
+        return None
+    return info
 
 
 def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, kind: str = "run") -> dict:
     root = base / f"{kind}-{size_gb:g}gb"
-    if reuse and (root / "set.json").is_file():
-        info = json.loads((root / "set.json").read_text())
+    if reuse and (info := kept_set(root)) is not None:
         print(f"reusing {root} ({sum(info['bytes'].values()) / 1e9:.2f} GB)", flush=True)
         return info
     if not blocks_cache:

@@ -47,3 +47,16 @@ def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None
     assert "### Growth with a Ray session's number of files" in text and text.count("ms a file at") == 1
     assert "### Growth with the events a log holds" in text and "| 20,000 | " in text and "bytes more an event" in text
     assert not (tmp_path / "sets").exists() or not any((tmp_path / "sets").iterdir())  # no --keep: the sets are gone
+
+
+def test_reuse_takes_only_a_set_this_version_of_the_script_wrote(tmp_path: Path) -> None:
+    """A set kept before the generator changed (its healthy blocks a learning curve, which fell back
+    at every block) would be timed as if it were today's: it is written again instead."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench  # noqa: PLC0415
+
+    assert bench.kept_set(tmp_path) is None
+    (tmp_path / "set.json").write_text('{"size_gb": 3.0, "bytes": {"trainer": 1}}')  # (before sets had a version)
+    assert bench.kept_set(tmp_path) is None
+    (tmp_path / "set.json").write_text(f'{{"size_gb": 3.0, "bytes": {{"trainer": 1}}, "version": {bench.SET_VERSION}}}')
+    assert bench.kept_set(tmp_path) == {"size_gb": 3.0, "bytes": {"trainer": 1}, "version": bench.SET_VERSION}
