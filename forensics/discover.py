@@ -347,6 +347,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             home = source.path.parent.parent if source.kind == "trl_state" else source.path.parent
             owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents), home)
             by_root.setdefault(owner, []).append(source)
+    by_root = _metric_copies_together(by_root)
     runs = []
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
@@ -365,6 +366,26 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             )
         )
     return _tensorboard_per_folder(runs)
+
+
+#: Copies of a run's metrics that a trainer writes side by side: ``report_to=["wandb", "tensorboard"]``
+#: puts ``wandb/`` in the working folder and TensorBoard's files under ``output_dir/runs/`` below it.
+_METRIC_COPIES = {"wandb", "tensorboard"}
+
+
+def _metric_copies_together(by_root: dict[Path, list[LogSource]]) -> dict[Path, list[LogSource]]:
+    """A folder of metric copies only and the one such folder below it that holds the other kind
+    (a W&B run above its TensorBoard files, or the reverse) are one run, not two. With several
+    below, which is whose cannot be told: each stays a run of its own."""
+    copies = {root for root, members in by_root.items() if {s.kind for s in members} <= _METRIC_COPIES}
+    for root in sorted(copies, key=lambda r: len(r.parts)):
+        if root not in by_root:
+            continue
+        below = [r for r in copies if r in by_root and root in r.parents]
+        kinds = {s.kind for s in by_root[root]}
+        if len(below) == 1 and len(kinds) == 1 and not kinds & {s.kind for s in by_root[below[0]]}:
+            by_root[root] = [*by_root[root], *by_root.pop(below[0])]
+    return by_root
 
 
 def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:

@@ -419,3 +419,28 @@ def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: P
     cited = incident.onset_evidence
     assert cited is not None and (out / "checkpoint-200" / "trainer_state.json").read_text().splitlines()[cited.line - 1].strip() == '"step": 120'
     assert (run.recommendation.step, Path(run.recommendation.checkpoint).name) == (100, "checkpoint-100")
+
+
+def _trainer_copies(proj: Path, outputs: list[str]) -> list:
+    """A Trainer's ``report_to=["wandb", "tensorboard"]`` in ``proj``: ``wandb/`` there, each of
+    ``outputs`` (an ``output_dir``) with TensorBoard's files under ``runs/``."""
+    rows = [(s, {"train/reward": 0.0 if s >= 30 else 0.4 + s % 7 / 50, "train/loss": 0.01 + s % 5 / 100}) for s in range(1, 41)]
+    write_wandb(proj, rows)
+    for i, out in enumerate(outputs):
+        write_tensorboard(proj / out / "runs" / f"Nov27_1{i}-00-00_node1", rows)
+    return rows
+
+
+def test_a_trainers_wandb_run_and_its_tensorboard_files_below_it_are_one_run(tmp_path: Path) -> None:
+    """Both copies of one Trainer's numbers: one run with both as sources, not two runs."""
+    _trainer_copies(tmp_path / "proj", ["out"])
+    [run] = analyze([tmp_path / "proj"]).runs
+    assert sorted(s.kind for s in run.sources) == ["tensorboard", "wandb"]
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+
+
+def test_a_wandb_folder_above_two_trainers_tensorboard_files_stays_apart_from_them(tmp_path: Path) -> None:
+    """Two output_dirs below one working folder: which one the W&B run copies cannot be told."""
+    _trainer_copies(tmp_path / "proj", ["out-a", "out-b"])
+    runs = analyze([tmp_path / "proj"]).runs
+    assert sorted(tuple(s.kind for s in run.sources) for run in runs) == [("tensorboard",), ("tensorboard",), ("wandb",)]
