@@ -18,8 +18,9 @@ import polars as pl
 from forensics.align import assign_steps
 from forensics.detect import Finding, from_server, raised, server_named
 from forensics.model import Cause, Evidence, step_span
+from forensics.parsed import rows_where
 from forensics.server_context import ServerContext, server_context
-from parsers.schema import rows_where, stream_of
+from parsers.schema import stream_of
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
 CAUSE_OF_KIND: dict[str, Cause] = {

@@ -195,15 +195,6 @@ def in_order(frame: pl.DataFrame, column: str) -> pl.DataFrame:
     return frame if frame[column].is_sorted() else frame.sort(column, maintain_order=True)
 
 
-def rows_where(frame: pl.DataFrame, predicate: pl.Expr) -> pl.DataFrame:
-    """``frame.filter(predicate)``; a slice, which copies nothing, when the rows kept are one run
-    (the events with a step, in time order, usually are: a flood's millions not copied)."""
-    kept = frame.select(predicate.fill_null(False).arg_true()).to_series()
-    if kept.is_empty() or kept[-1] - kept[0] + 1 != kept.len():
-        return frame.filter(predicate)
-    return frame.slice(kept[0], kept.len())
-
-
 def sort_in_place(frame: pl.DataFrame, column: str) -> None:
     """:func:`in_order`, in place: a frame of millions of events that nothing else holds is never
     held twice (see :func:`gather_in_place`)."""

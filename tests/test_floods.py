@@ -13,8 +13,9 @@ from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
 
 from forensics import analyze
 from forensics.causes import _evidence, _later_evidence, _Windows
+from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
-from parsers.schema import EVENT_SCHEMA, rows_where
+from parsers.schema import EVENT_SCHEMA
 
 FLOOD = 200_000
 
