@@ -25,6 +25,7 @@ import polars as pl
 
 from forensics.detect import metric_keys
 from forensics.model import RunAnalysis, iso
+from parsers.schema import stream_of
 from reports.page import fmt_time, short
 
 MAX_POINTS = 5_000
@@ -380,6 +381,10 @@ def _server_note(run: RunAnalysis) -> str:
 
 
 def _server_lanes(t: Timeline) -> None:
+    servers = _per_server(t, [*SERVER_KEYS, USAGE_KEY, THROUGHPUT_KEY])
+    if servers:
+        _lanes_per_server(t, servers)
+        return
     load = _metric(t, [*SERVER_KEYS, USAGE_KEY], "mean")
     if load:
         lane = Lane("server load", 1.6, yaxis=dict(title=dict(text="requests"), rangemode="tozero"))
@@ -396,6 +401,63 @@ def _server_lanes(t: Timeline) -> None:
     if throughput:
         t.add(Lane("generation throughput (token/s)", 1.2, traces=t.line(throughput[THROUGHPUT_KEY], "gen throughput",
                                                                             "#17becf", fmt=".0f")))
+
+
+#: Up to this many servers get a line each; more are drawn as their mean (said in a note).
+MAX_SERVER_LINES = len(PALETTE)
+
+
+def _per_server(t: Timeline, keys: list[str]) -> dict[str, dict[str, pl.DataFrame]] | None:
+    """With two or more server logs (one a node; a log's rotated pieces are one): each one's
+    series (its name → key → per-step values), so that a hung server is not hidden in the mean of
+    the healthy ones. ``None`` with one, or with more than :data:`MAX_SERVER_LINES` (said)."""
+    frame = (t.run.metrics.lazy().filter(pl.col("key").is_in(keys))
+             .select(pl.col("key").cast(pl.String), "step", "time", "value", stream_of(pl.col("file")).alias("server")).collect())
+    logs = sorted(frame["server"].drop_nulls().unique().to_list())
+    if len(logs) < 2:
+        return None
+    if len(logs) > MAX_SERVER_LINES:
+        t.notes.append(f"{len(logs)} server logs: the server lanes show their mean, not a line each")
+        return None
+    frame = _with_steps(frame, t.run.steps)
+    out = {}
+    for log, name in zip(logs, _server_names(logs), strict=True):
+        mine = frame.filter(pl.col("server") == log)
+        series = {k: per_step(mine.filter(pl.col("key") == k), "mean") for k in keys}
+        out[name] = {k: v for k, v in series.items() if not v.is_empty()}
+    return out
+
+
+def _server_names(logs: list[str]) -> list[str]:
+    """Each server log's shortest path ending that no other shares (``node2/llm_server.log``)."""
+    parts = [log.split("/") for log in logs]
+    for n in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-n:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return logs
+
+
+def _lanes_per_server(t: Timeline, servers: dict[str, dict[str, pl.DataFrame]]) -> None:
+    """The server lanes with a line per server: its colour throughout, a key's dash."""
+    colors = dict(zip(servers, PALETTE, strict=False))
+    load = Lane("server load (a line per server)", 1.6, yaxis=dict(title=dict(text="requests"), rangemode="tozero"))
+    throughput = Lane("generation throughput (token/s, a line per server)", 1.2)
+    for name, series in servers.items():
+        for (key, what), dash in zip(SERVER_KEYS.items(), (None, "dash"), strict=True):
+            if key in series:
+                load.traces += t.line(series[key], f"{name}: {what}", colors[name], dash=dash, fmt=".0f")
+        if USAGE_KEY in series:
+            load.y2 = dict(title=dict(text="KV token usage"), tickformat=".0%", rangemode="tozero")
+            load.traces += t.line(series[USAGE_KEY], f"{name}: KV token usage", colors[name], dash="dot", axis="y2", fmt=".1%")
+        if THROUGHPUT_KEY in series:
+            throughput.traces += t.line(series[THROUGHPUT_KEY], f"{name}: gen throughput", colors[name], fmt=".0f")
+    if load.traces:
+        t.add(load)
+    else:
+        t.notes.append(_server_note(t.run))
+    if throughput.traces:
+        t.add(throughput)
 
 
 def _memory_lane(t: Timeline) -> None:

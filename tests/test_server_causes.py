@@ -397,11 +397,9 @@ def test_a_server_gone_while_the_trainer_kept_calling_it_is_an_incident_though_t
     assert run["recommendation"]["step"] == 60
 
 
-def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path: Path) -> None:
-    """Two nodes, a log each (``trial0/node1/``, ``trial0/node2/``): node2's server hangs before
-    step 80 and every timeout names it, node1's keeps decoding (and is stopped at step 100). The server context is node2's —
-    its last stats just before the onset, no answer after — not node1's healthy traffic told as
-    the hung server's ("kept answering", then "stopped answering")."""
+def two_nodes(tmp_path: Path):
+    """Two nodes, a server log each (``trial0/node1/``, ``trial0/node2/``): node2's server hangs
+    before step 80 and every timeout names it; node1's keeps decoding and is stopped at step 100."""
     import random
 
     from areal_builder import LogLine, RunSpec, _Style, healthy_reward, schedule, write_run
@@ -428,6 +426,14 @@ def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path
             lines.append(sglang_line(at[100] + timedelta(seconds=5), "SIGTERM received. signum=15 frame=None. Draining requests and shutting down..."))
         (paths.log_dir / f"node{node}").mkdir()
         (paths.log_dir / f"node{node}" / "llm_server.log").write_text(_Style(spec).text(sorted(lines, key=lambda line: line.time)))
+    return paths
+
+
+def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path: Path) -> None:
+    """node2's server hangs (:func:`two_nodes`). The server context is node2's — its last stats
+    just before the onset, no answer after — not node1's healthy traffic told as the hung server's
+    ("kept answering", then "stopped answering")."""
+    paths = two_nodes(tmp_path)
     incident = first_incident(paths.fileroot, tmp_path)
     assert (incident["onset_step"], incident["cause"]) == (80, "inference_server_unresponsive")
     assert "kept answering" not in incident["summary"] and "logged no successful /generate response" in incident["summary"]
@@ -435,6 +441,23 @@ def test_with_a_server_log_per_node_the_context_is_the_hung_servers_own(tmp_path
     assert "/node2/llm_server.log" in last["file"]
     # node1's stop at step 100 is node1's, not the hung server "seen down only later".
     assert "seen down only later" not in incident["summary"] and not any("/node1/" in e["file"] for e in incident["evidence"])
+
+
+def test_the_timeline_draws_each_servers_load_and_throughput_apart(tmp_path: Path) -> None:
+    """With a server log per node, the hung one's throughput is its own line, ending before the
+    onset, not averaged into its healthy peer's (which goes on to step 100)."""
+    from forensics import analyze
+    from reports.timeline import timeline
+
+    paths = two_nodes(tmp_path)
+    [run] = analyze([paths.fileroot]).runs
+    figure, _ = timeline(run)
+    assert figure is not None
+    lines = {tr["name"]: tr["x"] for tr in figure["data"] if tr.get("name", "").endswith(": gen throughput")}
+    assert sorted(lines) == ["node1/llm_server.log: gen throughput", "node2/llm_server.log: gen throughput"]
+    assert max(lines["node2/llm_server.log: gen throughput"]) < 80 <= 99 <= max(lines["node1/llm_server.log: gen throughput"])
+    running = [tr["name"] for tr in figure["data"] if tr.get("name", "").endswith(": running requests")]
+    assert sorted(running) == ["node1/llm_server.log: running requests", "node2/llm_server.log: running requests"]
 
 
 def test_a_rotated_server_log_is_one_server_not_a_peer(fixture_run, tmp_path: Path) -> None:
