@@ -13,7 +13,6 @@ import re
 import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
@@ -348,7 +347,6 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             home = source.path.parent.parent if source.kind == "trl_state" else source.path.parent
             owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents), home)
             by_root.setdefault(owner, []).append(source)
-    by_root = _metric_copies_together(by_root)
     runs = []
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
@@ -367,57 +365,6 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             )
         )
     return _tensorboard_per_folder(runs)
-
-
-def _metric_copies_together(by_root: dict[Path, list[LogSource]]) -> dict[Path, list[LogSource]]:
-    """A Hugging Face ``Trainer``'s two copies of its numbers are one run: ``report_to=["wandb",
-    "tensorboard"]`` writes ``wandb/`` in the working folder and TensorBoard's files in
-    ``output_dir/runs/<date>_<host>/`` (its default ``logging_dir``) below it, both as training
-    starts. A folder of W&B runs alone takes the TensorBoard folders below it only when that is all
-    there is below it — nothing else, all in one ``output_dir``'s ``runs/`` — and one of them was
-    started within a day of one of its W&B runs. Anything else stays apart: which copy is whose
-    cannot be told, and another job's numbers taken for the run's would hide what it logged."""
-    for root in sorted(by_root, key=lambda r: len(r.parts)):
-        if root not in by_root or {s.kind for s in by_root[root]} != {"wandb"}:
-            continue
-        below = [r for r in by_root if root in r.parents]
-        boards = [r for r in below if {s.kind for s in by_root[r]} == {"tensorboard"}]
-        if (not boards or len(boards) != len(below) or any(r.parent.name != "runs" for r in boards)
-                or len({r.parent for r in boards}) != 1):
-            continue
-        if _started_together(by_root[root], [s for r in boards for s in by_root[r]]):
-            by_root[root] = [*by_root[root], *(s for r in boards for s in by_root.pop(r))]
-    return by_root
-
-
-_WANDB_STARTED = re.compile(r"run-(\d{8}_\d{6})-")
-_BOARD_STARTED = re.compile(r"^events\.out\.tfevents\.(\d{9,11})\.")
-#: Slack for the two clocks the start times are read in: W&B names its run folders in the writer's
-#: local time, TensorBoard its files in epoch seconds (read here in this machine's zone).
-_TOGETHER = timedelta(days=1)
-
-
-def _started_together(wandb: list[LogSource], boards: list[LogSource]) -> bool:
-    """Whether one of the W&B runs (their folders' names) and one of the TensorBoard files (theirs)
-    were started within :data:`_TOGETHER` of each other."""
-    runs = [_read_time(lambda: datetime.strptime(m[1], "%Y%m%d_%H%M%S"))
-            for s in wandb for d in _names_in(s.path) if (m := _WANDB_STARTED.search(d))]
-    files = [_read_time(lambda: datetime.fromtimestamp(int(m[1]))) for s in boards if (m := _BOARD_STARTED.match(s.path.name))]
-    return any(abs(a - b) <= _TOGETHER for a in runs if a for b in files if b)
-
-
-def _read_time(read: Callable[[], datetime]) -> datetime | None:
-    try:
-        return read()
-    except (ValueError, OverflowError, OSError):  # (digits that are no date: not a run's start)
-        return None
-
-
-def _names_in(folder: Path) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except OSError:
-        return []
 
 
 def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:
