@@ -30,6 +30,7 @@ _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval"
               "__pycache__", ".git", "weight_update", "node_modules"}
 #: A log's name: its base, then a rotation's number or date and ``.gz`` (:data:`parsers.schema.ROTATED`).
 _LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
+_HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
@@ -326,6 +327,7 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
 
 
 def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[RunLocation]:
+    sources, problems = _without_hparams_records(sources, problems)
     by_root: dict[Path, list[LogSource]] = {}
     for source in sources:
         if source.kind not in COPY_KINDS:
@@ -365,6 +367,19 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             )
         )
     return _tensorboard_per_folder(runs)
+
+
+def _without_hparams_records(sources: list[LogSource], problems: list[str]) -> tuple[list[LogSource], list[str]]:
+    """``add_hparams`` (a Hugging Face Trainer calls it as training starts) writes an event file of
+    hyperparameters in ``<logdir>/<time.time()>/``: not a run of its own (an empty one, or its
+    one-off values taken for the run's series), and not read; said."""
+    boards = {s.path.parent for s in sources if s.kind == "tensorboard"}
+    records = [s for s in sources if s.kind == "tensorboard" and _HPARAMS_FOLDER.match(s.path.parent.name) and s.path.parent.parent in boards]
+    if not records:
+        return sources, problems
+    said = [f"{s.path}: TensorBoard's hyperparameter record of {s.path.parent.parent.name} (add_hparams), not its numbers: not read"
+            for s in records]
+    return [s for s in sources if s not in records], [*problems, *said]
 
 
 def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:
