@@ -111,6 +111,9 @@ class Finding:
     began_after: int | None = None
     """For a collapse first seen after steps that logged no value: the last step that did (it may
     have begun in any step after it)."""
+    said: str | None = None
+    """For a reward drop: what its summary says of it, without the metric and how long it lasted
+    (an abandoned attempt's drop is told in those words, and where the attempt ended)."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -244,8 +247,9 @@ def reward_drops(frame: pl.DataFrame, key: str, t: Thresholds, collapses: Sequen
                else f"declined from step {steps[drop.onset]} to {drop.level:.4g} by step {steps[i]}"
                     f" ({(drop.level - levels.floor) / (levels.best[i] - levels.floor):.0%} of its best)")
         span = f"until step {steps[drop.end]}" if drop.end < n else "and never recovered"
+        said = f"{how}, from a best of {best:.4g} (the highest mean of {levels.wide_w} logged steps)"
         findings.append(Finding("reward_drop", key, steps[drop.onset], steps[drop.end] if drop.end < n else None,
-                                f"{key} {how}, from a best of {best:.4g} (the highest mean of {levels.wide_w} logged steps), {span}", drop.level))
+                                f"{key} {said}, {span}", drop.level, said=said))
         if drop.end >= n:
             break
         resumed = drop.end
@@ -476,9 +480,7 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
             span = f"until step {found.end_step}" if ended == found.end_step else f"to step {last}, the attempt's last,"
             taken = (f"a relaunch from step {relaunch} took the run on from step {relaunch + 1}" if relaunch > 0
                      else "the run was started again from its first step")
-            # (a drop's own words, to where it says how long it lasted)
-            what = (f"{_stuck(found.value or 0.0)} from step {found.onset_step}" if found.kind == "reward_collapse"
-                    else found.summary[len(key) + 1 : found.summary.rfind(", ")])
+            what = f"{_stuck(found.value or 0.0)} from step {found.onset_step}" if found.kind == "reward_collapse" else found.said
             summary = f"{key} {what} {span} in an attempt the run abandoned at step {last}: {taken}"
             until = attempt.filter(pl.col("step") == ended - 1)["time"]
             findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,

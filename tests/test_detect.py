@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from dataclasses import replace
 from datetime import timedelta
@@ -829,6 +830,9 @@ def test_a_drop_in_an_attempt_a_relaunch_abandoned_is_told(tmp_path: Path) -> No
     [incident] = run.incidents
     assert (incident.kind, incident.redone, incident.recovered) == ("reward_drop", True, True) and 245 <= incident.onset_step <= 252
     assert "in an attempt the run abandoned at step 330: a relaunch from step 200 took the run on from step 201" in incident.summary
+    # The drop's own words, then where the attempt ended: "<key> dropped to … at step …, from a best of … to step 330, …"
+    assert re.match(rf"{re.escape(incident.metric)} dropped to [\d.]+ at step \d+, from a best of [\d.]+ \(the highest mean of \d+ "
+                    r"logged steps\) to step 330, the attempt's last, in an attempt", incident.summary)
     assert run.recommendation.step == 500
 
 
