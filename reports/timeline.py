@@ -363,11 +363,18 @@ def _events_lane(t: Timeline) -> None:
 
 
 def _metric(t: Timeline, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
+    return _per_key(_rows(t, keys), keys, how)
+
+
+def _rows(t: Timeline, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
+    """The metric rows of ``keys`` (``key``, ``step``, ``time``, ``value`` and ``extra``), each with a step."""
     # Lazy: only the columns read are gathered (memory lines alone are ~12 rows a step).
-    frame = t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value").collect()
-    if frame.is_empty():
-        return {}
-    frame = _with_steps(frame, t.run.steps)
+    frame = t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value", *extra).collect()
+    return frame if frame.is_empty() else _with_steps(frame, t.run.steps)
+
+
+def _per_key(frame: pl.DataFrame, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
+    """``frame``'s rows of each of ``keys`` aggregated per step (keys with none left out)."""
     out = {k: per_step(frame.filter(pl.col("key") == k), how) for k in keys}
     return {k: v for k, v in out.items() if not v.is_empty()}
 
@@ -381,11 +388,12 @@ def _server_note(run: RunAnalysis) -> str:
 
 
 def _server_lanes(t: Timeline) -> None:
-    servers = _per_server(t, [*SERVER_KEYS, USAGE_KEY, THROUGHPUT_KEY])
+    rows = _rows(t, [*SERVER_KEYS, USAGE_KEY, THROUGHPUT_KEY], stream_of(pl.col("file")).alias("server"))
+    servers = _per_server(t, rows)
     if servers:
         _lanes_per_server(t, servers)
         return
-    load = _metric(t, [*SERVER_KEYS, USAGE_KEY], "mean")
+    load = _per_key(rows, [*SERVER_KEYS, USAGE_KEY], "mean")
     if load:
         lane = Lane("server load", 1.6, yaxis=dict(title=dict(text="requests"), rangemode="tozero"))
         for (key, name), color in zip(SERVER_KEYS.items(), ("#2ca02c", "#d62728")):
@@ -397,7 +405,7 @@ def _server_lanes(t: Timeline) -> None:
         t.add(lane)
     else:
         t.notes.append(_server_note(t.run))
-    throughput = _metric(t, [THROUGHPUT_KEY], "mean")
+    throughput = _per_key(rows, [THROUGHPUT_KEY], "mean")
     if throughput:
         t.add(Lane("generation throughput (token/s)", 1.2, traces=t.line(throughput[THROUGHPUT_KEY], "gen throughput",
                                                                             "#17becf", fmt=".0f")))
@@ -407,25 +415,20 @@ def _server_lanes(t: Timeline) -> None:
 MAX_SERVER_LINES = len(PALETTE)
 
 
-def _per_server(t: Timeline, keys: list[str]) -> dict[str, dict[str, pl.DataFrame]] | None:
-    """With two or more server logs (one a node; a log's rotated pieces are one): each one's
-    series (its name → key → per-step values), so that a hung server is not hidden in the mean of
-    the healthy ones. ``None`` with one, or with more than :data:`MAX_SERVER_LINES` (said)."""
-    frame = (t.run.metrics.lazy().filter(pl.col("key").is_in(keys))
-             .select(pl.col("key").cast(pl.String), "step", "time", "value", stream_of(pl.col("file")).alias("server")).collect())
-    logs = sorted(frame["server"].drop_nulls().unique().to_list())
+def _per_server(t: Timeline, rows: pl.DataFrame) -> dict[str, dict[str, pl.DataFrame]] | None:
+    """With two or more server logs among ``rows`` (their ``server``: one a node, a log's rotated
+    pieces one): each one's series (its name → key → per-step values), so that a hung server is
+    not hidden in the mean of the healthy ones. ``None`` with one, or with more than
+    :data:`MAX_SERVER_LINES` (said)."""
+    logs = sorted(rows["server"].drop_nulls().unique().to_list()) if not rows.is_empty() else []
     if len(logs) < 2:
         return None
     if len(logs) > MAX_SERVER_LINES:
         t.notes.append(f"{len(logs)} server logs: the server lanes show their mean, not a line each")
         return None
-    frame = _with_steps(frame, t.run.steps)
-    out = {}
-    for log, name in zip(logs, _server_names(logs), strict=True):
-        mine = frame.filter(pl.col("server") == log)
-        series = {k: per_step(mine.filter(pl.col("key") == k), "mean") for k in keys}
-        out[name] = {k: v for k, v in series.items() if not v.is_empty()}
-    return out
+    keys = [*SERVER_KEYS, USAGE_KEY, THROUGHPUT_KEY]
+    return {name: _per_key(rows.filter(pl.col("server") == log), keys, "mean")
+            for log, name in zip(logs, _server_names(logs), strict=True)}
 
 
 def _server_names(logs: list[str]) -> list[str]:
