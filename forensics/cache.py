@@ -37,6 +37,7 @@ from typing import Any
 import polars as pl
 
 from forensics.discover import RunLocation
+from forensics.errors import NoCacheDir
 from forensics.parsed import FRAMES, Parsed, rows_where
 from parsers._walk import walk
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
@@ -59,11 +60,19 @@ LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "c
 
 
 def default_cache_dir() -> Path:
-    """``$GRPO_FORENSICS_CACHE``, else ``$XDG_CACHE_HOME/grpo-forensics``, else ``~/.cache/grpo-forensics``."""
+    """``$GRPO_FORENSICS_CACHE``, else ``$XDG_CACHE_HOME/grpo-forensics``, else ``~/.cache/grpo-forensics``.
+
+    Raises:
+        NoCacheDir: none is set and the user has no home folder (``docker run --user N``).
+    """
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "grpo-forensics"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "grpo-forensics"
+    try:
+        return Path.home() / ".cache" / "grpo-forensics"
+    except (RuntimeError, KeyError):  # (no HOME and no passwd entry)
+        raise NoCacheDir(f"no user cache folder (the user has no home folder): set {CACHE_ENV} or XDG_CACHE_HOME") from None
 
 
 @dataclass(frozen=True)

@@ -555,13 +555,17 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
             seen,
         )
     if finding.kind == "crash":
-        tracebacks = in_window.filter(pl.col("kind") == "traceback")
-        if not tracebacks.is_empty():
+        cited = _evidence(in_window.filter(pl.col("kind") == "traceback"), "training_worker_crash")
+        placed = not cited and finding.raised is not None  # (in no step: undated, its order inferred by the finding)
+        if placed:
+            file, line = finding.raised
+            cited = tuple(_to_evidence(r) for r in undated.filter((pl.col("file") == file) & (pl.col("line") == line)).iter_rows(named=True))
+        if cited:
             # The run ended in its own exception: the traceback is what stopped it.
             return Verdict(
                 "training_worker_crash",
-                0.7,
-                _evidence(tracebacks, "training_worker_crash") + server.evidence,
+                0.6 if placed else 0.7,
+                cited + server.evidence,
                 "The training process raised an exception it did not catch and stopped; the traceback "
                 "says where. No infrastructure failure was logged around it.",
                 seen,

@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -31,8 +31,8 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate, read_log_format
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.discover import analyzed_tree, why_no_run, within, without_runs
-from forensics.errors import ForensicsError, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
+from forensics.discover import RunLocation, analyzed_tree, why_no_run, within, without_runs
+from forensics.errors import ForensicsError, NoCacheDir, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
@@ -75,6 +75,26 @@ CacheDir = Annotated[
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Parse every file afresh and keep nothing.")]
 T = TypeVar("T")
+
+
+def _warn_lost(runs: list[FleetRun], most: int = 10) -> None:
+    """What of the fleet's logs could not be read, on stderr, each once: a folder none of the runs
+    could be read from is every run's note (it may have held one)."""
+    lost: dict[str, list[str]] = {}
+    for r in runs:
+        for note in r.lost:
+            lost.setdefault(note, []).append(r.run_id)
+    for note, names in list(lost.items())[:most]:
+        whose = f"{names[0]}: " if len(names) == 1 and len(runs) > 1 else ""
+        typer.echo(_visible(f"grpo-forensics: warning: {whose}{note}"), err=True)
+    if len(lost) > most:
+        typer.echo(f"grpo-forensics: warning: ... and {len(lost) - most} more unread parts, listed in the runs' reports", err=True)
+
+
+def _need_stdout(what: str) -> None:
+    """Refuse to run with standard output closed (``>&-``), where rich would print ``what`` nowhere and exit 0."""
+    if sys.stdout is None:
+        raise UnusableInput(f"standard output is closed: nowhere to write {what}")
 
 
 def _guard(debug: bool, action: Callable[[], T]) -> T:
@@ -187,6 +207,7 @@ def analyze(
     from reports import render_markdown, render_summary, write_html
 
     def work() -> Analysis | FleetResult:
+        _need_stdout("the summary")
         if json_out == "-" and markdown == "-":
             raise UnusableInput("--json - and --markdown - cannot both write to stdout")
         if not paths and not wandb:
@@ -198,7 +219,7 @@ def analyze(
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
         barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
-        folder = _report_dir(out, paths or []) if html else None  # (refused before the analysis, not after)
+        folder = _report_dir(out, paths or [], found) if html else None  # (refused before the analysis, not after)
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
         kept = _recall(cache, key, html)
         result = _unpickled(kept) if kept is not None else None
@@ -255,6 +276,7 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     if markdown is not None:
         _write_text("\n".join(r.markdown for r in result.runs if r.markdown) or "grpo-forensics: no runs analyzed.\n", markdown)
     console.print(f"index: {result.page or result.index}", markup=False, highlight=False)
+    _warn_lost(result.runs)
     for r in result.failed:
         reason = r.error if r.unusable else f"internal error ({r.error}); rerun with --debug"
         typer.echo(_visible(f"grpo-forensics: {r.run_id}: {reason}"), err=True)
@@ -417,6 +439,7 @@ def compare(
     from reports import render_comparison, write_compare_html
 
     def work() -> None:
+        _need_stdout("the comparison")
         _refuse_inside([run_a, run_b], json=json_out, out=out)
         folder = _report_dir(out, [run_a, run_b]) if html else None  # (refused before the analysis, not after)
         cache = _cache(cache_dir, no_cache, [run_a, run_b])
@@ -475,8 +498,7 @@ def watch(
                         server_down_minutes=server_down_minutes)
         fmt = read_log_format(log_format)
         if replay:
-            if sys.stdout is None:  # (the table is the answer: rich would print it nowhere, and exit 0)
-                raise UnusableInput("standard output is closed: nowhere to write")
+            _need_stdout("the replay")  # (live, an --on-alarm command or the exit code may be all a wrapper wants)
             results = replay_run([path], settings=settings, custom_format=fmt)
             if as_json:
                 alarms = [{**a.to_dict(), "offline_onsets": r.to_dict()["offline_onsets"], "last_step": r.last_step}
@@ -561,7 +583,10 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
     """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one dropped)."""
     if no_cache:
         return None
-    chosen = cache_dir or default_cache_dir()
+    try:
+        chosen = cache_dir or default_cache_dir()
+    except NoCacheDir:  # (no home folder: parsed afresh each time, as with --no-cache)
+        return None
     if any(within(chosen, given) for given in _trees(paths)):
         if cache_dir is not None:
             raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
@@ -608,16 +633,19 @@ def _usable_numbers(**numbers: float | None) -> None:
             raise UnusableInput(f"--{name.replace('_', '-')} {value}: must be a number of at least {least}")
 
 
-def _report_dir(out: Path | None, paths: list[Path]) -> Path:
+def _report_dir(out: Path | None, paths: list[Path], runs: Sequence[RunLocation] = ()) -> Path:
     """Where reports go: ``--out``, else ``./grpo-forensics-report``, else this user's temp folder
-    — never inside an analyzed tree."""
-    trees = _trees(paths)
+    — never inside an analyzed tree. The default is not put in the folder the ``runs`` found there
+    read from either (their logs' and checkpoints' common folder: a verl experiment's, given its
+    ``<project>/<experiment>.jsonl``)."""
+    trees = _trees(paths) + ([_read_from(run) for run in runs] if out is None else [])
     chosen = out or Path("grpo-forensics-report")
     given = next((tree for tree in trees if within(chosen, tree)), None)
-    if given is None:
-        return chosen
+    if given is None and (out is not None or _can_write(chosen)):
+        return _writable(chosen)
     if out is not None:
         raise UnusableInput(f"--out {out} is inside the analyzed path {given}; reports never go there")
+    # (here, the current folder is inside an analyzed tree, or not this user's to write in)
     # The folder tempfile would choose, found first without its search (which writes a probe file in it).
     named = [Path(v) for v in (os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP")) if v and Path(v).is_dir()]
     temp = named[0] if named else Path("/tmp")
@@ -628,6 +656,26 @@ def _report_dir(out: Path | None, paths: list[Path]) -> Path:
         raise UnusableInput(f"the default report folders ./grpo-forensics-report and {temp}/grpo-forensics-report-… are "
                             f"inside the analyzed path {inside}; give --out a folder outside it")
     return _own_temp_dir(temp)
+
+
+def _read_from(run: RunLocation) -> Path:
+    # (the checkpoints are found where the framework puts them beside the logs: AReaL's fileroot, verl's cwd)
+    both = Path(os.path.commonpath([os.path.abspath(run.root), os.path.abspath(run.checkpoint_dir or run.root)]))
+    return both if len(both.parts) > 1 else run.root
+
+
+def _writable(folder: Path) -> Path:
+    """``folder``, if this user can write it (or make it): refused before the analysis, not after it."""
+    if not _can_write(folder):
+        raise UnusableInput(f"--out {folder} cannot be written: permission denied")
+    return folder
+
+
+def _can_write(folder: Path) -> bool:
+    there = folder
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    return there.is_dir() and os.access(there, os.W_OK | os.X_OK)
 
 
 def _own_temp_dir(temp: Path) -> Path:

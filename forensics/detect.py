@@ -114,6 +114,9 @@ class Finding:
     said: str | None = None
     """For a reward drop: what its summary says of it, without the metric and how long it lasted
     (an abandoned attempt's drop is told in those words, and where the attempt ended)."""
+    raised: tuple[str, int] | None = None
+    """For a crash the run's own exception ended, whose traceback no time or line places after the
+    last step (undated, in the stderr beside the steps' stdout): its ``file`` and ``line``."""
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -839,10 +842,16 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
         return None
     last = _logged_last(steps)
     raised = events.filter(RUN_TRACEBACK & _after(last)).sort("time", "line", nulls_last=True)
+    beside = raised.is_empty() and (raised := events.filter(RUN_TRACEBACK & _undated_beside(last)).sort("line")).height > 0
     if raised.is_empty() or raised.select(CTRL_C.first()).item():
         return None
     step, first = last["step"] + 1, raised.row(0, named=True)
-    return Finding("crash", None, step, None, uncaught_summary(step, first["message"]), failed_at=first["time"] or last["time"])
+    summary = uncaught_summary(step, first["message"])
+    if beside:
+        summary += (f" (its traceback is undated, in {Path(first['file']).name}, the stderr of the process whose stdout "
+                    "holds the steps: taken as that process's last act)")
+    return Finding("crash", None, step, None, summary, failed_at=first["time"] or last["time"],
+                   raised=(first["file"], first["line"]) if beside else None)
 
 
 def raised(message: str | None) -> str:
@@ -862,6 +871,15 @@ def _after(last: dict[str, Any]) -> pl.Expr:
     undated line borrows the time of the dated one above it, which may be that step's own)."""
     after = (pl.col("file") == last["file"]) & (pl.col("line") > last["line"])
     return after | (pl.col("time") > last["time"]).fill_null(False) if last["time"] is not None else after
+
+
+def _undated_beside(last: dict[str, Any]) -> pl.Expr:
+    """Undated events in the stderr twin (``.err``) of the ``.out`` that holds the step row ``last``
+    (a Ray worker's two streams): one process's output, in no order against each other."""
+    out = str(last["file"] or "")
+    if not out.endswith(".out"):
+        return pl.lit(False)
+    return (pl.col("file") == out[: -len(".out")] + ".err") & pl.col("time").is_null()
 
 
 def _logged_last(steps: pl.DataFrame) -> dict[str, Any]:

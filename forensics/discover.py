@@ -19,6 +19,7 @@ from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
+from parsers.ray import find_ray_sessions
 from parsers.schema import ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
@@ -89,8 +90,18 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     for given in paths:
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
-        as_file = not given.is_dir()  # a file, or a pipe given by name
-        sources, problems = _classify([given], custom_format, given=True) if as_file else _walk(given, custom_format)
+    # Logs given by name (a file, or a pipe) are grouped as in their folder: one run's rotated
+    # parts, its server log or a .gz twin beside it are that run's, not runs of their own.
+    files = {given: _home_of(given) for given in paths if not given.is_dir()}
+    done: set[Path] = set()
+    for given in paths:
+        if given not in files:
+            sources, problems = _walk(given, custom_format)
+        elif files[given] in done:
+            continue
+        else:
+            done.add(files[given])
+            sources, problems = _classify([f for f, home in files.items() if home == files[given]], custom_format, given=True)
         runs.extend(_group(given, sources, problems))
         skipped += problems
     if not runs:
@@ -99,34 +110,77 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files, a Trainer's checkpoints){why}"
         )
-    # A path given twice, a run's folder with the folder above it, or a log with its run's folder:
-    # each run once, as first found (a run whose logs another's include is that run).
-    logs = [frozenset(os.path.realpath(s.path) for s in run.logs) for run in runs]
-    runs = [run for i, run in enumerate(runs)
+    return _once(_with_sessions_given_apart(_once(runs), custom_format))
+
+
+def _once(runs: list[RunLocation]) -> list[RunLocation]:
+    """A path given twice, a run's folder with the folder above it, or a log with its run's folder:
+    each run once, as first found (a run whose logs another's include is that run). A Ray session
+    read as given (its files, and the session) is the run that has the session as its own."""
+    logs = [frozenset(_real(s) for s in run.logs if not _sessions_only(run) or s.kind == "ray_session") for run in runs]
+    return [run for i, run in enumerate(runs)
             if not any(logs[i] < other or (logs[i] == other and j < i) for j, other in enumerate(logs) if j != i)]
-    return _with_session_given_apart(runs)
 
 
-def _with_session_given_apart(runs: list[RunLocation]) -> list[RunLocation]:
-    """A Ray session given beside one run (``analyze outputs/exp /tmp/ray/session_latest``: Ray
-    keeps it in its own temp folder) is that run's, as one inside its folder would be."""
-    alone = [run for run in runs if run.logs and all(s.kind == "ray_session" for s in run.logs)]
-    others = [run for run in runs if run not in alone]
-    if len(alone) != 1 or len(others) != 1 or any(s.kind == "ray_session" for s in others[0].logs):
-        return runs
-    run = others[0]
-    return [replace(run, logs=(*run.logs, *alone[0].logs), skipped=(*run.skipped, *alone[0].skipped))]
+def _real(source: LogSource) -> str:
+    """The source's path resolved; a Ray session's own folder for its ``logs/`` (either may be given)."""
+    path = source.path.parent if source.kind == "ray_session" and source.path.name == "logs" else source.path
+    return os.path.realpath(path)
+
+
+def _home_of(file: Path) -> Path:
+    """The folder whose run a log given by name belongs to (verl's ``<project>/<experiment>.jsonl``
+    is its working folder's, beside ``train.log``)."""
+    folder = Path(os.path.abspath(file)).parent
+    return folder.parent if file.suffix in (".jsonl",) or file.name.endswith(".jsonl.gz") else folder
+
+
+def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFormat | None) -> list[RunLocation]:
+    """Ray sessions given beside one run (``analyze outputs/exp /tmp/ray/session_latest``, or
+    ``/tmp/ray``: Ray keeps them in its own temp folder) are that run's, as sessions inside its
+    folder would be. With no such run, each session is a run of its own, read as when given alone
+    (``analyze /tmp/ray``: its TaskRunner's output holds the steps)."""
+    apart = [run for run in runs if _sessions_only(run)]
+    others = [run for run in runs if run not in apart]
+    if len(others) == 1 and apart and not any(s.kind == "ray_session" for s in others[0].logs):
+        run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
+        return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
+    found = []
+    for run in runs:
+        if all(s.kind == "ray_session" for s in run.logs):  # (a folder of sessions, given)
+            # (each once: a session_latest copied with links followed is a named one's copy)
+            once = {os.path.realpath(p.parent if p.name == "logs" else p) for p in find_ray_sessions(run.root)}
+            for session in (s.path for s in run.logs if s.path.name != "session_latest" or os.path.realpath(s.path) in once):
+                found += _group(session, *_walk(session, custom_format))
+        else:
+            found.append(run)
+    return found
+
+
+def _sessions_only(run: RunLocation) -> bool:
+    """Whether ``run`` is Ray sessions alone: their folders, and the files of one given as the path."""
+    return any(s.kind == "ray_session" for s in run.logs) and all(
+        s.kind == "ray_session" or _inside_a_session(s, run) for s in run.logs)
+
+
+def _inside_a_session(source: LogSource, run: RunLocation) -> bool:
+    return any(s.kind == "ray_session" and s.path in source.path.parents for s in run.logs)
 
 
 def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> list[Path]:
     """The given ``paths`` that none of ``locations`` was found under: a folder of a team's runs may
     hold nothing readable, and it must be said, not left out."""
-    logs = [os.path.realpath(source.path) for location in locations for source in location.logs]
+    locations = list(locations)
+    logs = [os.path.realpath(path) for location in locations for path in (*(s.path for s in location.logs), *location.twins)]
+    # (a run's checkpoint folder or Ray session, or a folder in one, given beside the run: the run's)
+    read = [os.path.realpath(p) for location in locations
+            for p in (location.checkpoint_dir, *(s.path for s in location.logs if s.path.is_dir())) if p is not None]
     barren = []
     for path in as_paths(paths):
         root = os.path.realpath(path)
         folder = os.path.isdir(root)
-        if not any(_under(log, root, folder) for log in logs):
+        if not any(_under(log, root, folder) for log in logs) and not any(
+                _under(root, place, True) or _under(place, root, folder) for place in read):
             barren.append(path)
     return barren
 
@@ -347,9 +401,11 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             # ``wandb/`` sits in the run's log folder; event files anywhere below it; a Trainer's
             # state in its output_dir's checkpoint-N/.
             home = source.path.parent.parent if source.kind == "trl_state" else source.path.parent
-            owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents), home)
+            # (a session given as the path: its own logs/, read as given, is the run)
+            owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents or source.path in r.parents), home)
             by_root.setdefault(owner, []).append(source)
     runs = []
+    owners = {problem: _owner(Path(problem.split(": ")[0]), list(by_root)) for problem in problems}
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
         plain = {s.path for s in members}
@@ -362,11 +418,17 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 root=root,
                 logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
                 checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members) or _trl_checkpoint_dir(root, given),
-                skipped=tuple(problems),
+                skipped=tuple(p for p in problems if owners[p] in (None, root)),  # (one in no run's folder: any run's)
                 twins=twins,
             )
         )
     return _tensorboard_per_folder(runs)
+
+
+def _owner(path: Path, roots: list[Path]) -> Path | None:
+    """The run folder ``path`` is in (the deepest holding it), if any."""
+    holding = [r for r in roots if r == path or r in path.parents]
+    return max(holding, key=lambda r: len(r.parts)) if holding else None
 
 
 def _without_hparams_records(sources: list[LogSource], problems: list[str]) -> tuple[list[LogSource], list[str]]:
@@ -414,6 +476,13 @@ def _drop_superseded(sources: list[LogSource]) -> list[LogSource]:
 
 
 def _run_id(given: Path, root: Path) -> str:
+    full = Path(os.path.abspath(root))
+    if full.name == "logs" and any(os.path.isfile(full / name) for name in _RAY_LOGS):
+        # (a Ray session's logs/: the run is the session's, ``session_latest`` by its real name)
+        session, at = full.parent, Path(os.path.abspath(given))
+        if session == at or session in at.parents:
+            return shown_name(session.resolve().name)
+        root = root.parent
     parts = root.parts
     if len(parts) >= 4 and parts[-4] == "logs":
         return shown_name(f"{parts[-2]}/{parts[-1]}")

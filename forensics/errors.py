@@ -3,7 +3,8 @@
     ForensicsError
     ├── UnusableInput          exit 2: nothing readable found, path missing
     │   ├── PathNotFound
-    │   └── NoRunsFound
+    │   ├── NoRunsFound
+    │   └── NoCacheDir         (the CLI then goes on without a cache)
     └── NoCheckpoint           best-checkpoint only
         ├── NoCheckpointSaved      exit 3: healthy run, nothing saved
         └── NoCheckpointBeforeIncident  exit 4
@@ -26,6 +27,10 @@ class PathNotFound(UnusableInput):
 
 class NoRunsFound(UnusableInput):
     """The path holds no log this tool recognises."""
+
+
+class NoCacheDir(UnusableInput):
+    """No user cache folder is set and the user has no home folder to find one in."""
 
 
 class NoCheckpoint(ForensicsError):

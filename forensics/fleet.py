@@ -104,6 +104,8 @@ class FleetRun:
     seconds: float = 0.0
     caveat: str | None = None
     """Why a run with no incident is not called healthy (nothing could be judged, logs unread)."""
+    lost: tuple[str, ...] = ()
+    """``file: note`` for what of the run's logs could not be read (a single run's warnings)."""
 
 
 @dataclass
@@ -146,7 +148,7 @@ class _Task:
     markdown: bool
     cache: ParseCache | None = None
     keys: str | None = ANALYSIS_KEYS
-    cwd: str = field(default_factory=os.getcwd)
+    cwd: str = field(default_factory=lambda: _current_folder() or "")
 
 
 def analyze_fleet(
@@ -211,6 +213,9 @@ def analyze_fleet(
             files = sum(map(len, split.values()))
             backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files else "")
             outcomes = _on_ray(ray, queue, split)
+        elif not _enterable(_current_folder()):
+            # (worker processes start in the caller's folder: ``su nobody`` from /root, or one deleted)
+            backend, outcomes = "this process (worker processes could not start in the current folder)", map(_analyze_one, queue)
         else:
             count = max(1, min(workers or default_workers(), len(tasks)))
             backend, outcomes = f"{count} process(es)", _on_processes(queue, count)
@@ -337,7 +342,8 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         page = render_html(single) if task.html else None
         markdown = render_markdown(single) if task.markdown else None
         return {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
-                "html": page, "markdown": markdown, "caveat": run.caveat(), "seconds": time.perf_counter() - started}
+                "html": page, "markdown": markdown, "caveat": run.caveat(), "lost": tuple(run.data_lost()),
+                "seconds": time.perf_counter() - started}
     except Exception as exc:  # reported as the run's error; the caller decides the exit code
         return _failure(task, exc, time.perf_counter() - started)
     finally:
@@ -364,9 +370,20 @@ def _parse_on_ray(task: _Task, source: LogSource) -> str | None:
         wait_for_writes()
 
 
+def _current_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # (deleted)
+        return None
+
+
+def _enterable(folder: str | None) -> bool:
+    return folder is not None and os.path.isdir(folder) and os.access(folder, os.X_OK)
+
+
 def _to_callers_folder(task: _Task) -> None:
     # Ray workers need not start in the caller's folder, and paths may be relative to it.
-    if os.getcwd() != task.cwd and os.path.isdir(task.cwd):
+    if task.cwd and _current_folder() != task.cwd and os.path.isdir(task.cwd):
         os.chdir(task.cwd)
 
 
@@ -391,6 +408,7 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
         slug=outcome["slug"], run_id=outcome["run_id"], root=outcome["root"], run=outcome["run"], report=report,
         markdown=outcome.get("markdown"), error=outcome.get("error"), detail=outcome.get("detail"),
         unusable=outcome.get("unusable", False), seconds=outcome.get("seconds", 0.0), caveat=outcome.get("caveat"),
+        lost=outcome.get("lost", ()),
     )
 
 

@@ -68,7 +68,7 @@ from forensics.detect import (
     value_token,
 )
 from forensics.discover import PathArg, analyzed_tree, find_runs, within
-from forensics.errors import NoRunsFound, PathNotFound, UnusableInput
+from forensics.errors import NoCacheDir, NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
@@ -270,7 +270,10 @@ class Watcher:
 def default_state_dir(path: Path) -> Path:
     """``<cache dir>/watch/<hash of the resolved path>/``: never inside the watched tree."""
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    return default_cache_dir() / "watch" / digest
+    try:
+        return default_cache_dir() / "watch" / digest
+    except NoCacheDir as exc:
+        raise NoCacheDir(f"{exc}, or give --state-dir") from None
 
 
 # -- online rules ---------------------------------------------------------------------------------

@@ -803,11 +803,28 @@ def _same_listing(a: Path, b: Path) -> bool:
     return listing(a) == listing(b)
 
 
+#: Files whose first lines name the session (``session_name: session_…``, the object store's
+#: ``fallback /tmp/ray/session_…``): a session copied under another name is still dated by them.
+_NAMING_FILES = ("monitor.log", "raylet.out", "gcs_server.out")
+
+
+def _named_inside(logs: Path) -> re.Match[str] | None:
+    for name in _NAMING_FILES:
+        try:
+            with open(logs / name, "rb") as fh:
+                head = fh.read(64 * 1024).decode("utf-8", "replace")
+        except OSError:
+            continue
+        if match := SESSION_NAME.search(head):
+            return match
+    return None
+
+
 def read_ray_session(session_dir: Path) -> RaySession:
     """Parse every file of one Ray session folder (or its ``logs/`` folder) into frames."""
     session_dir = Path(session_dir)
     logs = _logs_dir(session_dir)
-    match = SESSION_NAME.search(session_dir.name) or SESSION_NAME.search(str(session_dir.resolve()))
+    match = SESSION_NAME.search(session_dir.name) or SESSION_NAME.search(str(session_dir.resolve())) or _named_inside(logs)
     started = datetime.strptime(f"{match[1]} {match[2]}.{match[3]}", "%Y-%m-%d %H-%M-%S.%f") if match else None
     fmt = load_format("ray")
     text_files: list[tuple[Path, str]] = []

@@ -279,6 +279,24 @@ def test_cli_uses_the_cache_outside_the_tree(tmp_path: Path) -> None:
     assert pl.read_csv(first.stdout.encode()).height > 1000
 
 
+def test_a_user_with_no_home_folder_is_analyzed_without_a_cache(tmp_path: Path, monkeypatch) -> None:
+    """``docker run --user N``: no HOME, no passwd entry, so no ``~/.cache``. The analysis runs
+    uncached (it ended in an internal error, exit 70); ``watch``, which must keep state, says what to set."""
+    import pwd
+
+    for name in ("HOME", "XDG_CACHE_HOME", "GRPO_FORENSICS_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(f"getpwuid(): uid not found: {uid}")))
+    with pytest.raises(RuntimeError):
+        Path.home()  # (the environment this test is about)
+    runner = CliRunner()
+    root = FIXTURES / "areal_seed001" / "outputs"
+    done = runner.invoke(app, ["analyze", str(root), "--no-html", "--json", str(tmp_path / "a.json"), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 0, done.output
+    watched = runner.invoke(app, ["watch", str(root), "--timeout", "0"])
+    assert watched.exit_code == 2 and "set GRPO_FORENSICS_CACHE or XDG_CACHE_HOME, or give --state-dir" in watched.stderr
+
+
 def test_unchanged_inputs_reuse_the_finished_analysis(tmp_path: Path) -> None:
     """The second ``analyze`` of the same files writes the same document, report and Markdown
     without analyzing again; touching one input (here the checkpoints) analyzes afresh."""

@@ -303,6 +303,21 @@ def test_a_killed_worker_fails_no_run_but_its_own(fixture_run, tmp_path: Path) -
     assert index.height == 4 and index["error"].null_count() == 4
 
 
+def test_a_fleet_from_a_folder_workers_cannot_start_in_runs_in_this_process(fixture_run, tmp_path: Path) -> None:
+    """Spawned workers start in the caller's folder: one deleted (or one the user cannot enter, as
+    after ``su nobody`` from /root) killed every worker, each run misreported as out of memory."""
+    gone, runs = tmp_path / "gone", [str(fixture_run("areal_seed000")), str(fixture_run("areal_healthy_sparse"))]
+    gone.mkdir()
+    script = ("import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); from forensics.cli import app; "
+              "app(sys.argv[2:], prog_name='grpo-forensics')")
+    done = subprocess.run([sys.executable, "-c", script, str(gone), "analyze", *runs, "--workers", "2", "--no-cache",
+                           "--no-html", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "on this process (worker processes could not start in the current folder)" in " ".join(done.stdout.split())
+    index = pl.read_parquet(tmp_path / "out" / "index.parquet")
+    assert index.height == 2 and index["error"].null_count() == 2
+
+
 def test_custom_format_reaches_the_workers(tmp_path: Path) -> None:
     from forensics.fleet import analyze_fleet
 

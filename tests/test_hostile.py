@@ -610,6 +610,46 @@ def _cli(args: list[str], cwd: Path, *, as_user: bool = False):
     return subprocess.run(_as_a_user(command) if as_user else command, cwd=cwd, env=env, capture_output=True, text=True)
 
 
+def test_a_fleet_says_what_it_could_not_read(tmp_path: Path) -> None:
+    """Runs side by side, one folder among them unreadable, and one run's log: a fleet said
+    nothing of either (a single run prints them as warnings) — each is said once on stderr, and a
+    folder inside one run's is that run's note alone, not every run's."""
+    team = tmp_path / "team"
+    for name in ("sglang_hang", "sglang_oom"):
+        shutil.copytree(FIXTURES / name, team / name)
+    (team / "locked").mkdir()
+    (team / "locked").chmod(0)
+    oom_trial = next((team / "sglang_oom").rglob("trainer.log*")).parent
+    (oom_trial / "node2").mkdir()
+    (oom_trial / "node2").chmod(0)
+    try:
+        done = _cli(["analyze", str(team), "--no-html", "--out", str(tmp_path / "out"), "--workers", "2"], tmp_path, as_user=True)
+    finally:
+        for folder in (team / "locked", oom_trial / "node2"):
+            folder.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert [w for w in warned if "locked" in w] == ["grpo-forensics: warning: locked: Permission denied"]
+    assert [w for w in warned if "node2" in w] == ["grpo-forensics: warning: gsm8k-grpo-oom/trial0: node2: Permission denied"]
+    assert pl.read_parquet(tmp_path / "out" / "index.parquet").height == 2
+
+
+def test_a_fleet_started_in_a_folder_its_workers_cannot_enter_runs_in_this_process(tmp_path: Path) -> None:
+    """``su nobody -c …`` from /root: spawned workers start in the caller's folder, could not enter
+    it and died, every run misreported as killed for memory (exit 70)."""
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    runs = [str(FIXTURES / name / "outputs") for name in ("sglang_hang", "sglang_oom")]
+    shut.chmod(0)
+    try:
+        done = _cli(["analyze", *runs, "--no-html", "--out", str(tmp_path / "out"), "--workers", "2"], shut, as_user=True)
+    finally:
+        shut.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    assert "worker processes could not start in the current folder" in " ".join(done.stdout.split())
+    assert pl.read_parquet(tmp_path / "out" / "index.parquet")["error"].null_count() == 2
+
+
 def test_the_checkpoint_answer_does_not_depend_on_how_the_run_is_spelled(tmp_path: Path) -> None:
     """From inside the trial's log folder, ``.``, ``../trial0`` and a log's name are the same run
     as its absolute path: its checkpoints are found (they had been lost: exit 4, "none saved")."""
@@ -618,6 +658,59 @@ def test_the_checkpoint_answer_does_not_depend_on_how_the_run_is_spelled(tmp_pat
     answers = {spelled: _cli(["best-checkpoint", spelled], trial) for spelled in (str(trial), ".", "../trial0", "trainer.log.gz")}
     assert {(r.returncode, Path(r.stdout.strip()).resolve()) for r in answers.values()} == {
         (0, Path(answers[str(trial)].stdout.strip()).resolve())}, {k: (r.returncode, r.stdout, r.stderr) for k, r in answers.items()}
+
+
+def test_a_report_folder_that_cannot_be_written_is_known_before_the_analysis(tmp_path: Path) -> None:
+    """Run from a folder the user may not write: the default report goes to the user's temp folder
+    (it was the whole summary, then exit 2 for ``grpo-forensics-report``); an ``--out`` there is
+    refused before anything is analyzed."""
+    shut = tmp_path / "shared"
+    shut.mkdir()
+    shut.chmod(0o555)
+    runs = [str(FIXTURES / name / "outputs") for name in ("sglang_hang", "sglang_oom")]
+    try:
+        alone = _cli(["analyze", runs[0]], shut, as_user=True)
+        fleet = _cli(["analyze", *runs, "--no-html"], shut, as_user=True)
+        refused = _cli(["analyze", runs[0], "--out", str(shut / "report")], shut, as_user=True)
+    finally:
+        shut.chmod(0o700)
+    assert alone.returncode == 0, alone.stderr
+    [written] = re.findall(r"report:(\S+)", re.sub(r"\s+", "", alone.stdout))
+    assert Path(written).is_file() and Path(written).parent.name.startswith("grpo-forensics-report-")
+    assert fleet.returncode == 0 and "index:" in fleet.stdout, fleet.stderr
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == f"grpo-forensics: --out {shut / 'report'} cannot be written: permission denied"
+
+
+def test_a_runs_logs_given_one_by_one_are_the_run_as_its_folder_is(tmp_path: Path) -> None:
+    """Rotated parts, the server log, a .gz twin, and the run's checkpoint folder given beside it:
+    one run with the folder's verdict. They had been a run each (the live part's collapse at step
+    1033 with no checkpoint, the server log an empty run, every value exported twice), and the
+    checkpoint folder 'no training run found', exit 2."""
+    import gzip as gz
+
+    shutil.copytree(FIXTURES / "areal_seed000", tmp_path / "run")
+    trial = tmp_path / "run" / "outputs" / "logs" / "root" / "gsm8k-grpo-full-local" / "trial0"
+    lines = gz.decompress((trial / "trainer.log.gz").read_bytes()).splitlines(keepends=True)
+    (trial / "trainer.log.gz").unlink()
+    cut = next(i for i, line in enumerate(lines) if i > len(lines) // 2 and b"Train step" in line)
+    (trial / "trainer.log.1").write_bytes(b"".join(lines[:cut]))
+    (trial / "trainer.log").write_bytes(b"".join(lines[cut:]))
+    (trial / "llm_server.log.gz").write_bytes(gz.compress((trial / "llm_server.log").read_bytes()))
+
+    def verdict(*paths: Path) -> list[tuple]:
+        done = _cli(["analyze", *map(str, paths), "--no-html", "--json", "-"], tmp_path)
+        assert done.returncode == 0, done.stderr
+        return [(r["run_id"], [(i["kind"], i["onset_step"], i["cause"]) for i in r["incidents"]], r["recommendation"]["step"])
+                for r in json.loads(done.stdout)["runs"]]
+
+    folder = verdict(trial)
+    assert folder[0][1][0] == ("reward_collapse", 940, "inference_server_unresponsive") and folder[0][2] == 900
+    checkpoints = tmp_path / "run" / "outputs" / "checkpoints"
+    assert verdict(trial / "trainer.log.1", trial / "trainer.log", trial / "llm_server.log", trial / "llm_server.log.gz") == folder
+    assert verdict(trial, checkpoints) == verdict(trial / "trainer.log", trial / "trainer.log.1", trial / "llm_server.log") == folder
+    rows = _cli(["metrics", str(trial / "llm_server.log"), str(trial / "llm_server.log.gz")], tmp_path).stdout
+    assert rows == _cli(["metrics", str(trial / "llm_server.log")], tmp_path).stdout
 
 
 def test_a_checkpoint_folder_that_cannot_be_listed_is_said_not_called_empty(tmp_path: Path) -> None:
@@ -675,18 +768,23 @@ def test_run_from_inside_the_tree_the_report_goes_to_a_folder_of_this_users_own(
     assert f"report:{written}" in re.sub(r"\s+", "", done.stdout)  # (wrapped to the terminal's width)
 
 
-@pytest.mark.parametrize("command", [["events"], ["metrics"], ["best-checkpoint"], ["analyze", "--no-html", "--json", "-"], ["watch", "--replay"]])
+@pytest.mark.parametrize("command", [["events"], ["metrics"], ["best-checkpoint"], ["analyze", "--no-html", "--json", "-"], ["watch", "--replay"],
+                                     ["analyze", "--no-html"], ["analyze", "sglang_oom", "--no-html"], ["compare", "sglang_oom", "--no-html"]])
 def test_a_closed_standard_output_is_bad_input_not_an_internal_error(tmp_path: Path, command: list[str]) -> None:
     """``cmd >&-`` (stdout closed: Python gives None, not a stream): one line on stderr, exit 2 as
-    for a full disk — not exit 70, "internal error"."""
+    for a full disk — not exit 70, "internal error"; nor exit 0 with the summary (or a fleet's
+    table, or the comparison) printed nowhere."""
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     cache = [] if command[0] == "watch" else ["--no-cache"]  # (watch keeps its own state)
-    done = subprocess.run([sys.executable, "-m", "forensics", command[0], str(FIXTURES / "sglang_hang" / "outputs"), *command[1:],
-                           *cache], env=env, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
-    assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (2, "grpo-forensics: standard output is closed: nowhere to write")
+    args = [str(FIXTURES / name / "outputs") if name == "sglang_oom" else name for name in command[1:]]
+    done = subprocess.run([sys.executable, "-m", "forensics", command[0], str(FIXTURES / "sglang_hang" / "outputs"), *args,
+                           *cache, *(["--out", str(tmp_path / "out")] if command[0] == "analyze" else [])],
+                          env=env, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("grpo-forensics: standard output is closed: nowhere to write")
 
 
 def test_a_terminal_width_of_zero_still_prints_the_summary(tmp_path: Path) -> None:

@@ -36,6 +36,14 @@ def _session(name: str) -> Path:
     return next((SAMPLES / name).glob("session_*"))
 
 
+def _without_steps(session: Path) -> Path:
+    """``session`` with its TaskRunner's verl console (the worker output holding ``step:N``) gone."""
+    for out in (session / "logs").glob("worker-*.out"):
+        if "step:1 " in out.read_text(errors="replace"):
+            out.unlink()
+    return session
+
+
 def _kinds(events: pl.DataFrame) -> set[str]:
     return set(events["kind"])
 
@@ -329,7 +337,9 @@ def test_logs_folder_without_its_session_name(tmp_path: Path) -> None:
     shutil.copytree(_session("b_sigkill") / "logs", logs)
     assert find_ray_sessions(tmp_path) == [logs]
     session = read_ray_session(logs)
-    assert session.name is None and _kinds(session.events) == SESSION_KINDS["b_sigkill"]
+    assert _kinds(session.events) == SESSION_KINDS["b_sigkill"]
+    # (its name, and so its start, told by its own files: the object store's fallback folder)
+    assert session.name == _session("b_sigkill").name and session.started == read_ray_session(_session("b_sigkill")).started
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,10 +618,14 @@ def test_small_files_read_together_give_what_each_read_alone_gives(tmp_path: Pat
 def test_without_the_session_start_small_files_with_an_event_are_read_alone(tmp_path: Path, monkeypatch) -> None:
     """Each file then dates its glog lines by its own first dated line, so only files without an
     event are read together."""
+    import re
+
     import parsers.ray as ray
 
     session = tmp_path / "copied"
     shutil.copytree(_session("a_actor_exit"), session)
+    for named in (session / "logs" / name for name in ray._NAMING_FILES):  # (nor its files' word of its name)
+        named.write_text(re.sub(ray.SESSION_NAME.pattern, "session_unknown", named.read_text()))
     quiet, eventful = _with_small_files(session)
     read_alone = []
     real = ray._read_text
@@ -626,13 +640,14 @@ def test_without_the_session_start_small_files_with_an_event_are_read_alone(tmp_
 
 @needs_samples
 def test_a_ray_session_alone_is_read_and_not_called_healthy(tmp_path: Path) -> None:
-    """A session folder with no trainer log: no metric, no step. Its events are read, and the
-    verdict says nothing was judged (it was an internal error before, with no metric frame at all)."""
+    """A session folder whose workers printed no step (no verl console in it): no metric, no step.
+    Its events are read, and the verdict says nothing was judged (it was an internal error before,
+    with no metric frame at all)."""
     from typer.testing import CliRunner
 
     from forensics.cli import app
 
-    shutil.copytree(_session("a_actor_exit"), tmp_path / "bare" / _session("a_actor_exit").name)
+    _without_steps(shutil.copytree(_session("a_actor_exit"), tmp_path / "bare" / _session("a_actor_exit").name))
     result = CliRunner().invoke(app, ["analyze", str(tmp_path / "bare"), "--out", str(tmp_path / "out"), "--no-cache",
                                       "--json", str(tmp_path / "doc.json"), "--markdown", str(tmp_path / "summary.md")],
                                 env={"COLUMNS": "200"})
@@ -655,21 +670,27 @@ def test_a_session_folder_under_another_name_is_still_a_session(tmp_path: Path) 
 
     shutil.copytree(_session("e_oom"), tmp_path / "run" / "mysession_copy")
     [run] = locate([tmp_path / "run"])
-    assert [(s.kind, s.path.name) for s in run.logs] == [("ray_session", "mysession_copy")]
+    assert run.run_id == "mysession_copy" and [s.path.name for s in run.logs if s.kind == "ray_session"] == ["mysession_copy"]
     [renamed] = analyze([tmp_path / "run"]).runs
     [named] = analyze([_session("e_oom")]).runs
     kinds = lambda r: sorted(r.events["kind"].to_list())  # noqa: E731
     assert kinds(renamed) == kinds(named) and "host_oom_kill" in kinds(renamed)
+    # Dated by the name its own files give it (the steps' times are its start plus their durations):
+    # the crash at step 3 as under its own name, not "healthy" with every death in no step.
+    assert read_ray_session(tmp_path / "run" / "mysession_copy").started == read_ray_session(_session("e_oom")).started
+    crashes = lambda r: [(i.kind, i.onset_step, i.cause) for i in r.incidents]  # noqa: E731
+    assert crashes(renamed) == crashes(named) == [("crash", 3, "training_worker_crash")]
 
 
 @needs_samples
 def test_a_session_alone_with_deaths_says_them_in_the_verdict(tmp_path: Path) -> None:
-    """No step to place them at, so no incident: the verdict still names the failures logged."""
+    """No step to place them at (its workers printed none), so no incident: the verdict still
+    names the failures logged."""
     from typer.testing import CliRunner
 
     from forensics.cli import app
 
-    shutil.copytree(_session("e_oom"), tmp_path / "bare" / _session("e_oom").name)
+    _without_steps(shutil.copytree(_session("e_oom"), tmp_path / "bare" / _session("e_oom").name))
     result = CliRunner().invoke(app, ["analyze", str(tmp_path / "bare"), "--no-html", "--no-cache",
                                       "--markdown", str(tmp_path / "s.md")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
@@ -709,21 +730,43 @@ def test_a_ray_session_apart_from_the_run_in_time_is_another_jobs(tmp_path: Path
 
 
 @needs_samples
-@pytest.mark.parametrize("name", ["a_actor_exit", "b_sigkill", "d_segfault", "e_oom"])
-def test_a_sessions_logs_folder_given_alone_is_the_session_with_its_steps(tmp_path: Path, name: str) -> None:
-    """``session_latest/logs`` (where Ray's docs and a checklist point): the session's failures and
-    its TaskRunner's steps are one run, the crash at step 3 as with the driver's log beside it — not
-    the TaskRunner's two steps alone, called healthy."""
+@pytest.mark.parametrize("name", ["a_actor_exit", "b_sigkill", "c_task_exception", "d_segfault", "e_oom"])
+@pytest.mark.parametrize("given", ["session_latest/logs", "session_latest", "."])
+def test_a_session_given_alone_is_the_session_with_its_steps(tmp_path: Path, name: str, given: str) -> None:
+    """``session_latest/logs`` (where Ray's docs and a checklist point), the session, or Ray's temp
+    folder: the session's failures and its TaskRunner's steps are one run, named after the session,
+    the crash at step 3 as with the driver's log beside it — not the TaskRunner's two steps alone,
+    called healthy (c_task_exception's traceback is undated, in the TaskRunner's .err)."""
     from forensics import analyze
 
     copy = shutil.copytree(_session(name), tmp_path / "r_1" / _session(name).name)
     (tmp_path / "r_1" / "session_latest").symlink_to(copy.name)
-    [run] = analyze([tmp_path / "r_1" / "session_latest" / "logs"]).runs
+    [run] = analyze([tmp_path / "r_1" / given]).runs
     [beside] = analyze([SAMPLES / name]).runs
+    assert run.run_id == copy.name
     assert run.step_range()["last"] == 2
     [crash] = [i for i in run.incidents if i.kind == "crash"]
     [expected] = [i for i in beside.incidents if i.kind == "crash"]
     assert (crash.onset_step, crash.cause) == (expected.onset_step, expected.cause) == (3, "training_worker_crash")
+    if name == "c_task_exception":
+        [cited] = crash.evidence
+        assert (Path(cited.file).name, cited.line) == (next(copy.glob("logs/worker-*-704.err")).name, 3)
+        assert "ZeroDivisionError" in crash.summary and "undated" in crash.summary
+        assert crash.confidence < expected.confidence  # (its order against the steps inferred, not read)
+
+
+@needs_samples
+def test_a_folder_of_sessions_is_a_run_for_each(tmp_path: Path) -> None:
+    """``analyze /tmp/ray``: each session a run of its own, read as when given alone; a
+    ``session_latest`` copied with links followed is not a third."""
+    from forensics import analyze
+
+    for name in ("b_sigkill", "c_task_exception"):
+        shutil.copytree(_session(name), tmp_path / "ray" / _session(name).name)
+    shutil.copytree(_session("c_task_exception"), tmp_path / "ray" / "session_latest")
+    runs = analyze([tmp_path / "ray"]).runs
+    assert sorted(r.run_id for r in runs) == sorted(_session(n).name for n in ("b_sigkill", "c_task_exception"))
+    assert all([(i.kind, i.onset_step) for i in r.incidents] == [("crash", 3)] for r in runs)
 
 
 @needs_samples
@@ -737,6 +780,8 @@ def test_a_session_given_as_its_own_path_beside_one_run_is_that_runs(tmp_path: P
     shutil.copyfile(SAMPLES / "b_sigkill" / "driver.log", tmp_path / "outputs" / "exp" / "train.log")
     shutil.copytree(_session("b_sigkill"), tmp_path / "r_1" / _session("b_sigkill").name)
     [run] = analyze([tmp_path / "outputs" / "exp", tmp_path / "r_1"]).runs
+    [alike] = analyze([tmp_path / "outputs" / "exp", tmp_path / "r_1" / _session("b_sigkill").name]).runs  # (the session itself)
+    assert alike.sources == run.sources and alike.incidents == run.incidents
     [beside] = analyze([SAMPLES / "b_sigkill"]).runs
     [crash] = [i for i in run.incidents if i.kind == "crash"]
     [expected] = [i for i in beside.incidents if i.kind == "crash"]

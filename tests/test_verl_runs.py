@@ -106,6 +106,37 @@ def test_a_run_with_only_its_jsonl_finds_its_checkpoints(tmp_path: Path) -> None
     assert whole and sorted(c.path for c in run.checkpoints) == whole
 
 
+def test_a_verl_experiment_is_one_run_however_its_parts_are_given(tmp_path: Path) -> None:
+    """The run's own session (as the folder, its ``logs/``, through ``session_latest``), its
+    checkpoints folder, or its console and JSONL given by name: the experiment's one run and exit
+    0. The session had been a second run, the checkpoints 'no training run found' (exit 2), the
+    console and JSONL two runs with opposite verdicts."""
+    import os
+    import subprocess
+    import sys
+
+    paths = nccl_hang_run(tmp_path / "exp")
+
+    def runs(*given: Path, cwd: Path = tmp_path) -> list[tuple]:
+        done = subprocess.run([sys.executable, "-m", "forensics", "analyze", *map(str, given), "--no-cache", "--json", "-"],
+                              cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        assert done.returncode == 0, done.stderr
+        return [(r["run_id"], [(i["kind"], i["onset_step"], i["cause"]) for i in r["incidents"]], r["recommendation"]["step"])
+                for r in json.loads(done.stdout)["runs"]]
+
+    [whole] = runs(paths.root)
+    assert whole[1] and whole[2] is not None
+    latest = paths.session.parent / "session_latest"
+    for beside in (paths.session, paths.session / "logs", latest, latest / "logs", paths.root / "checkpoints"):
+        assert runs(paths.root, beside) == [whole], beside
+    assert runs(paths.train_log, paths.jsonl) == [whole]
+    # The session's logs/ given as ``.``: named after the session, as given by its whole path.
+    assert runs(Path("."), cwd=paths.session / "logs")[0][0] == runs(paths.session / "logs")[0][0] == paths.session.name
+    # Given its JSONL from inside the experiment, whose checkpoints it reads, the default report is not put there.
+    runs(paths.jsonl.relative_to(paths.root), cwd=paths.root)
+    assert not (paths.root / "grpo-forensics-report").exists()
+
+
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
 
 
