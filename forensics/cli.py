@@ -215,6 +215,8 @@ def analyze(
         _refuse_inside(paths or [], json=json_out, markdown=markdown, out=out)
         cache = _cache(cache_dir, no_cache, paths or [])
         found = locate(paths, custom_format=log_format) if paths else []
+        # (the runs' checkpoint folders are read too, wherever their logs were given from)
+        _refuse_inside([r.checkpoint_dir for r in found if r.checkpoint_dir], json=json_out, markdown=markdown, out=out)
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)

@@ -101,7 +101,9 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             continue
         else:
             done.add(files[given])
-            sources, problems = _classify([f for f, home in files.items() if home == files[given]], custom_format, given=True)
+            mine = [f for f, home in files.items() if home == files[given]]
+            sources, problems = _classify(mine, custom_format, given=True)
+            problems += _left_beside(mine)
         runs.extend(_group(given, sources, problems))
         skipped += problems
     if not runs:
@@ -120,6 +122,25 @@ def _once(runs: list[RunLocation]) -> list[RunLocation]:
     logs = [frozenset(_real(s) for s in run.logs if not _sessions_only(run) or s.kind == "ray_session") for run in runs]
     return [run for i, run in enumerate(runs)
             if not any(logs[i] < other or (logs[i] == other and j < i) for j, other in enumerate(logs) if j != i)]
+
+
+#: How a run's log beside the ones given by name, and not given, is said.
+LEFT_BESIDE = "not read: beside the log given"
+
+
+def _left_beside(given: list[Path]) -> list[str]:
+    """The trainer and server logs beside logs given by name that were not given: not read, and
+    said (a server log's OOM names a cause the trainer's log alone cannot)."""
+    named = {os.path.realpath(f) for f in given}
+    left = []
+    for folder in dict.fromkeys(f.parent for f in given):
+        try:
+            beside = sorted(folder.iterdir())
+        except OSError:
+            continue
+        left += [f"{path}: {LEFT_BESIDE} (give the folder to read the run's logs together)"
+                 for path in beside if _named_like_a_runs_log(path) and os.path.realpath(path) not in named and path.is_file()]
+    return left
 
 
 def _real(source: LogSource) -> str:
@@ -171,15 +192,17 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     """The given ``paths`` that none of ``locations`` was found under: a folder of a team's runs may
     hold nothing readable, and it must be said, not left out."""
     locations = list(locations)
-    logs = [os.path.realpath(path) for location in locations for path in (*(s.path for s in location.logs), *location.twins)]
+    # (each both as found and resolved: a run reached through a link is under the folder given, by its path)
+    logs = [form(path) for location in locations for path in (*(s.path for s in location.logs), *location.twins)
+            for form in (os.path.realpath, os.path.abspath)]
     # (a run's checkpoint folder or Ray session, or a folder in one, given beside the run: the run's)
     read = [os.path.realpath(p) for location in locations
             for p in (location.checkpoint_dir, *(s.path for s in location.logs if s.path.is_dir())) if p is not None]
     barren = []
     for path in as_paths(paths):
-        root = os.path.realpath(path)
+        root, given = os.path.realpath(path), os.path.abspath(path)
         folder = os.path.isdir(root)
-        if not any(_under(log, root, folder) for log in logs) and not any(
+        if not any(_under(log, root, folder) or _under(log, given, folder) for log in logs) and not any(
                 _under(root, place, True) or _under(place, root, folder) for place in read):
             barren.append(path)
     return barren
@@ -222,7 +245,7 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
     def on_error(exc: OSError) -> None:
         problems.append(f"{exc.filename}: {exc.strerror or exc}")
 
-    for folder, dirs, names in walk(top, onerror=on_error):
+    for folder, dirs, names in walk(top, onerror=on_error, links_out=True):
         if Path(folder).name == "wandb" and any(_WANDB_RUN.match(d) for d in dirs):
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
@@ -281,7 +304,7 @@ def _holds_ray_logs(folder: Path, dirs: list[str]) -> bool:
 def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: bool = False) -> tuple[list[LogSource], list[str]]:
     """The sources among ``files``. A file ``given`` by name is also read as a console log when it
     holds a failure (a driver's output saved or pasted); in a folder such files are left alone."""
-    sources, problems = [], []
+    sources, problems, unknown = [], [], []
     for path in files:
         try:
             if not path.is_file():
@@ -299,15 +322,37 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
             problems.append(f"{path}: {exc.strerror or exc}")
             continue
         if kind is None:
-            if _LOG_NAME.match(path.name) and utf16(path):  # a Windows tool's copy: say how to read it
-                problems.append(f"{path}: {UTF16_NOTE}")
-            elif _named_like_a_runs_log(path):  # by its name a run's log: say why it is left out
-                problems.append(f"{path}: named like a trainer or server log, but no format this tool reads (binary,"
-                                " damaged or another tool's log): not read")
+            unknown.append(path)
             continue
         match = _LOG_NAME.match(path.name)
         sources.append(LogSource(path, kind, _rotation_order(match)))
+    for path in unknown:
+        match = _LOG_NAME.match(path.name)
+        if match and (part := _rotated_part_of(path, match, sources)) is not None:
+            sources.append(part)
+        elif match and utf16(path):  # a Windows tool's copy: say how to read it
+            problems.append(f"{path}: {UTF16_NOTE}")
+        elif _named_like_a_runs_log(path):  # by its name a run's log: say why it is left out
+            problems.append(f"{path}: named like a trainer or server log, but no format this tool reads (binary,"
+                            " damaged or another tool's log): not read")
     return sources, problems
+
+
+def _rotated_part_of(path: Path, match: re.Match[str], sources: list[LogSource]) -> LogSource | None:
+    """A rotated part whose head no format knows (a rotation cut it inside a traceback) read as the
+    parts beside it of the same log are, when it is text."""
+    kinds = {s.kind for s in sources if s.path.parent == path.parent and (m := _LOG_NAME.match(s.path.name))
+             and m.group("base") == match.group("base")}
+    if len(kinds) != 1 or utf16(path):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None
+    if path.name.endswith(".gz") or b"\0" in head:
+        return None
+    return LogSource(path, kinds.pop(), _rotation_order(match))
 
 
 def _named_like_a_runs_log(path: Path, *, servers: bool = True) -> bool:
@@ -362,7 +407,7 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
         return "tensorboard"
     if path.name == "trainer_state.json" and re.fullmatch(r"checkpoint-\d+", path.parent.name):
         return "trl_state"
-    if path.name.endswith(".jsonl"):
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
         return "verl_jsonl" if looks_like_verl_log(path) else None
     match = _LOG_NAME.match(path.name)
     if not match:
@@ -422,7 +467,24 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 twins=twins,
             )
         )
-    return _tensorboard_per_folder(runs)
+    return _verl_jsonl_per_experiment(_tensorboard_per_folder(runs))
+
+
+def _verl_jsonl_per_experiment(runs: list[RunLocation]) -> list[RunLocation]:
+    """verl's file logger writes ``<project>/<experiment>.jsonl``: experiments of one project share
+    its folder. Found with nothing else, each is a run of its own (``project/experiment``), not one
+    series of two runs' values."""
+    out = []
+    for run in runs:
+        jsonls = [s for s in run.logs if s.kind == "verl_jsonl"]
+        if len(jsonls) < 2 or len(jsonls) != len(run.logs):
+            out.append(run)
+            continue
+        for jsonl in jsonls:
+            experiment = jsonl.path.name.removesuffix(".gz").removesuffix(".jsonl")
+            out.append(replace(run, run_id=shown_name(f"{jsonl.path.parent.name}/{experiment}"), logs=(jsonl,),
+                               checkpoint_dir=_verl_checkpoint_dir(run.root, [jsonl])))
+    return out
 
 
 def _owner(path: Path, roots: list[Path]) -> Path | None:
@@ -520,7 +582,7 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
     # The file logger writes <cwd>/<project>/<experiment>.jsonl, the checkpoints go to
     # <cwd>/checkpoints/<project>/<experiment>: beside the JSONL's folder, not under it.
     for jsonl in (s.path for s in members if s.kind == "verl_jsonl" and not found):
-        beside = jsonl.parent.parent / "checkpoints" / jsonl.parent.name / jsonl.stem
+        beside = jsonl.parent.parent / "checkpoints" / jsonl.parent.name / jsonl.name.removesuffix(".gz").removesuffix(".jsonl")
         found = find_verl_checkpoint_roots(beside) if beside.is_dir() else []
     # Under ``ray job submit --working-dir``, a relative ``default_local_dir`` is in Ray's copy of
     # the working folder, inside the session: runtime_resources/working_dir_files/_ray_pkg_*/.

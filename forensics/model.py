@@ -232,7 +232,7 @@ def data_lost(sources: list[SourceReport]) -> list[str]:
     for s in sources:
         name = Path(s.path).name
         for note in s.notes:
-            if s.kind == "unreadable" or _LOST.search(note):
+            if s.kind in ("unreadable", "not_given") or _LOST.search(note):
                 lost.append(f"{name}: {note.removeprefix(f'{s.path}: ').removeprefix(f'{name}: ')}")
     return lost
 

@@ -21,7 +21,7 @@ from forensics.align import (
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
 from forensics.detect import keys_matching
-from forensics.discover import UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
+from forensics.discover import LEFT_BESIDE, UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
 from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
@@ -131,7 +131,8 @@ def load_run(
         events.append(_one_event_a_line([p.events for p in reversed(parsed)]))
     parsed = p = None  # (the last source's frames, let go: the events' sort frees each column as it replaces it)
     for problem in location.skipped:
-        sources.append(SourceReport(problem.split(": ")[0], "unreadable", 0, 0, (problem,)))
+        path, _, why = problem.partition(": ")
+        sources.append(SourceReport(path, "not_given" if why.startswith(LEFT_BESIDE) else "unreadable", 0, 0, (problem,)))
     for twin in location.twins:
         sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a gzipped copy of {twin.stem} beside it: read once, from {twin.stem}",)))
     hand_back_heap()
@@ -281,7 +282,11 @@ def _own_sessions(events: list[pl.DataFrame], sessions: dict[int, datetime | Non
     others = [frame["time"] for i, frame in enumerate(events) if i not in sessions] + times
     bounds = [(t.min(), t.max()) for t in others if t.null_count() < len(t)]
     if not bounds or not sessions:
-        return events, [start for start in sessions.values() if start is not None], []
+        # (with nothing else dated, a session cannot be told apart from another job's: said when there is a choice)
+        names = sorted({_session_name(str(events[i]["file"][0])) for i in sessions if events[i].height})
+        doubt = [f"{len(names)} Ray sessions ({', '.join(names)}) are taken as this run's: nothing else in its logs is dated "
+                 "to tell another job's apart; give the run's own session if they are not all its"] if len(names) > 1 else []
+        return events, [start for start in sessions.values() if start is not None], doubt
     first, last = min(lo for lo, _ in bounds), max(hi for _, hi in bounds)
     kept, starts, notes = [], [], []
     for i, frame in enumerate(events):

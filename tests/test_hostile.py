@@ -711,6 +711,48 @@ def test_a_runs_logs_given_one_by_one_are_the_run_as_its_folder_is(tmp_path: Pat
     assert verdict(trial, checkpoints) == verdict(trial / "trainer.log", trial / "trainer.log.1", trial / "llm_server.log") == folder
     rows = _cli(["metrics", str(trial / "llm_server.log"), str(trial / "llm_server.log.gz")], tmp_path).stdout
     assert rows == _cli(["metrics", str(trial / "llm_server.log")], tmp_path).stdout
+    # One part given alone: what it leaves beside it is said, not silently left out.
+    alone = _cli(["analyze", str(trial / "trainer.log"), "--no-html", "--json", "-"], tmp_path)
+    [run] = json.loads(alone.stdout)["runs"]
+    assert sorted(Path(s["path"]).name for s in run["sources"] if s["kind"] == "not_given") == [
+        "llm_server.log", "llm_server.log.gz", "trainer.log.1"]
+    assert "warning: trainer.log.1: not read: beside the log given" in " ".join(alone.stderr.split())
+
+
+def test_runs_reached_through_links_are_found(tmp_path: Path) -> None:
+    """A trial's log folder kept elsewhere and linked into ``outputs/logs``, and a folder of links to
+    runs: found as the linked paths are (they had been 'no training run found', exit 2); a link
+    into the tree (``latest -> trial0``) is not a second run."""
+    shutil.copytree(FIXTURES / "areal_seed000" / "outputs", tmp_path / "outputs")
+    experiment = tmp_path / "outputs" / "logs" / "root" / "gsm8k-grpo-full-local"
+    (experiment / "trial0").rename(tmp_path / "kept_trial0")
+    (experiment / "trial0").symlink_to(tmp_path / "kept_trial0")
+    (experiment / "latest").symlink_to("trial0")
+    shutil.copytree(FIXTURES / "sglang_oom" / "outputs", tmp_path / "store" / "oom")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "oom").symlink_to(tmp_path / "store" / "oom")
+    (tmp_path / "runs" / "seed000").symlink_to(tmp_path / "outputs")
+
+    def runs(path: Path) -> list[tuple]:
+        done = _cli(["analyze", str(path), "--no-html", "--json", "-", "--out", str(tmp_path / "out")], tmp_path)
+        assert done.returncode == 0, done.stderr
+        return sorted((r["run_id"], r["incidents"][0]["onset_step"], r["recommendation"]["step"]) for r in json.loads(done.stdout)["runs"])
+
+    assert runs(tmp_path / "outputs") == [("gsm8k-grpo-full-local/trial0", 940, 900)]
+    assert runs(tmp_path / "runs") == sorted([*runs(tmp_path / "outputs"), *runs(tmp_path / "store" / "oom")])
+
+
+def test_nothing_is_written_into_the_checkpoints_a_run_given_by_its_logs_reads(tmp_path: Path) -> None:
+    """Given the trial's log folder or a log, its checkpoint folder is read (the recommendation is
+    there): ``--out`` or ``--json`` into it is refused, as with ``outputs/`` given."""
+    shutil.copytree(FIXTURES / "sglang_oom", tmp_path / "run")
+    trial = next((tmp_path / "run" / "outputs" / "logs").rglob("trainer.log*")).parent
+    saved = tmp_path / "run" / "outputs" / "checkpoints" / trial.relative_to(tmp_path / "run" / "outputs" / "logs")
+    before = tree_state(tmp_path / "run")
+    for given, option in ((trial, ["--out", str(saved / "rep")]), (next(trial.glob("trainer.log*")), ["--json", str(saved / "a.json")])):
+        done = _cli(["analyze", str(given), "--no-html", *option], tmp_path)
+        assert done.returncode == 2 and "is inside the analyzed path" in done.stderr, done.stderr
+    assert tree_state(tmp_path / "run") == before
 
 
 def test_a_checkpoint_folder_that_cannot_be_listed_is_said_not_called_empty(tmp_path: Path) -> None:

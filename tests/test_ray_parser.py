@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import read_line, tree_state
-from verl_builder import VerlRunSpec, nccl_hang_run, ray_oom_kill_run, write_verl_run
+from verl_builder import VerlRunSpec, nccl_hang_run, ray_oom_kill_run, write_verl_run, zero_score_run
 
 from parsers.ray import RAY_EVENT_SCHEMA, find_ray_sessions, looks_like_ray_session, read_ray_console, read_ray_session
 from parsers.schema import EVENT_SCHEMA, conform
@@ -753,6 +753,22 @@ def test_a_session_given_alone_is_the_session_with_its_steps(tmp_path: Path, nam
         assert (Path(cited.file).name, cited.line) == (next(copy.glob("logs/worker-*-704.err")).name, 3)
         assert "ZeroDivisionError" in crash.summary and "undated" in crash.summary
         assert crash.confidence < expected.confidence  # (its order against the steps inferred, not read)
+
+
+@needs_samples
+def test_sessions_given_beside_a_run_dated_by_nothing_else_are_said_to_be_taken_as_its(tmp_path: Path) -> None:
+    """verl's console prints no times: with two sessions given beside it (a Ray temp folder), which
+    is the run's cannot be told, and the run's notes say both were taken."""
+    from forensics import analyze
+
+    zero_score_run(tmp_path / "exp", ray_session=False)
+    for name in ("b_sigkill", "e_oom"):
+        shutil.copytree(_session(name), tmp_path / "ray" / _session(name).name)
+    [run] = analyze([tmp_path / "exp", tmp_path / "ray"]).runs
+    [doubt] = [n for n in run.notes if "are taken as this run's" in n]
+    assert doubt.startswith(f"2 Ray sessions ({_session('b_sigkill').name}, {_session('e_oom').name})")
+    [alone] = analyze([tmp_path / "exp", tmp_path / "ray" / _session("e_oom").name]).runs
+    assert not [n for n in alone.notes if "are taken as this run's" in n]
 
 
 @needs_samples

@@ -104,6 +104,15 @@ def test_a_run_with_only_its_jsonl_finds_its_checkpoints(tmp_path: Path) -> None
     paths.train_log.unlink()
     [run] = [r for r in analyze([tmp_path / "run"]).runs if any(s.kind == "verl_jsonl" for s in r.sources)]
     assert whole and sorted(c.path for c in run.checkpoints) == whole
+    # Gzipped (a run archived): the same run, its checkpoints found by the experiment's name.
+    import gzip
+
+    paths.jsonl.with_name(paths.jsonl.name + ".gz").write_bytes(gzip.compress(paths.jsonl.read_bytes()))
+    paths.jsonl.unlink()
+    [packed] = analyze([tmp_path / "run"]).runs
+    assert [s.kind for s in packed.sources if s.path.endswith(".jsonl.gz")] == ["verl_jsonl"]
+    said = lambda r: [(i.kind, i.onset_step, i.cause) for i in r.incidents]  # noqa: E731
+    assert sorted(c.path for c in packed.checkpoints) == whole and said(packed) == said(run)
 
 
 def test_a_verl_experiment_is_one_run_however_its_parts_are_given(tmp_path: Path) -> None:
@@ -135,6 +144,34 @@ def test_a_verl_experiment_is_one_run_however_its_parts_are_given(tmp_path: Path
     # Given its JSONL from inside the experiment, whose checkpoints it reads, the default report is not put there.
     runs(paths.jsonl.relative_to(paths.root), cwd=paths.root)
     assert not (paths.root / "grpo-forensics-report").exists()
+
+
+def test_a_rotated_consoles_live_part_is_read_as_its_earlier_part(tmp_path: Path) -> None:
+    """Rotated by size inside the final traceback, the live ``train.log`` starts with no line a
+    format knows: read as ``train.log.1`` is (it was 'no format this tool reads … not read')."""
+    paths = ray_oom_kill_run(tmp_path / "exp")
+    lines = paths.train_log.read_text().splitlines(keepends=True)
+    cut = max(i for i, line in enumerate(lines) if "Traceback" in line) + 2
+    paths.train_log.with_name("train.log.1").write_text("".join(lines[:cut]))
+    paths.train_log.write_text("".join(lines[cut:]))
+    [run] = analyze([paths.root]).runs
+    parts = {Path(s.path).name: s.kind for s in run.sources if Path(s.path).name.startswith("train.log")}
+    assert parts == {"train.log.1": "verl_log", "train.log": "verl_log"}
+
+
+def test_two_experiments_of_one_project_are_two_runs(tmp_path: Path) -> None:
+    """``<project>/<experiment>.jsonl`` for two experiments launched from one folder: a run each,
+    named by its experiment, one's zero score not pinned on the other (they had been one series)."""
+    zero_score_run(tmp_path / "cwd", experiment="exp_zero")
+    nccl_hang_run(tmp_path / "cwd", experiment="exp_hang")
+    (tmp_path / "cwd" / "train.log").unlink()
+    project = tmp_path / "cwd" / "verl_grpo_example_gsm8k"
+    for given in ([project], sorted(project.glob("*.jsonl"))):
+        runs = {r.run_id: r for r in analyze(given).runs}
+        assert sorted(runs) == ["verl_grpo_example_gsm8k/exp_hang", "verl_grpo_example_gsm8k/exp_zero"]
+        assert [i.kind for i in runs["verl_grpo_example_gsm8k/exp_zero"].incidents] == ["reward_collapse"]
+        assert "reward_collapse" not in [i.kind for i in runs["verl_grpo_example_gsm8k/exp_hang"].incidents]
+        assert all(len(r.sources) == 1 for r in runs.values())
 
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
