@@ -8,9 +8,11 @@ attached to it. Copies with no text log above them form a run of their own.
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import stat
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -87,6 +89,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     paths = as_paths(paths)
     runs: list[RunLocation] = []
     skipped: list[str] = []
+    apart: list[Path] = []  # (folders given that held no run: a run's checkpoints kept apart?)
     for given in paths:
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
@@ -104,15 +107,45 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             mine = [f for f, home in files.items() if home == files[given]]
             sources, problems = _classify(mine, custom_format, given=True)
             problems += _left_beside(mine)
-        runs.extend(_group(given, sources, problems))
+        found = _group(given, sources, problems)
+        runs.extend(found)
         skipped += problems
+        if not found and given not in files:
+            apart.append(given)
     if not runs:
         shown = ", ".join(str(p) for p in paths)
         why = "".join(f"; skipped {problem}" for problem in skipped[:3])
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files, a Trainer's checkpoints){why}"
         )
-    return _once(_with_sessions_given_apart(_once(runs), custom_format))
+    return _with_checkpoints_given_apart(_once(_with_sessions_given_apart(_once(runs), custom_format)), apart)
+
+
+def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) -> list[RunLocation]:
+    """A run's checkpoints given as a folder of their own beside its logs (``analyze logs_copy/
+    /mnt/ckpt/``): the run's, when it is the one run with none found."""
+    lacking = [run for run in runs if run.checkpoint_dir is None]
+    if len(lacking) != 1:
+        return runs
+    run = lacking[0]
+    trial = Path(os.path.abspath(run.root)).parts[-3:]  # (AReaL: <user>/<exp>/<trial>)
+    for folder in folders:
+        # AReaL's checkpoints/ or a folder below it, down to the trial's (default/, recover_info/):
+        # the one named as the run's logs are, else the only one...
+        trials = []
+        for here, dirs, _ in walk(folder):
+            if "default" in dirs or "recover_info" in dirs:
+                trials.append(Path(here))
+                dirs[:] = []
+            elif len(Path(here).relative_to(folder).parts) >= 3:  # (not into the weights' folders)
+                dirs[:] = []
+        named = [t for t in trials if t.parts[-len(trial):] == trial or t == folder]
+        if len(named or trials) == 1:
+            return [replace(r, checkpoint_dir=(named or trials)[0]) if r is run else r for r in runs]
+        # ...or the one folder of verl's global_step_N/ below it.
+        if run.framework == "verl" and len(found := find_verl_checkpoint_roots(folder)) == 1:
+            return [replace(r, checkpoint_dir=found[0]) if r is run else r for r in runs]
+    return runs
 
 
 def _once(runs: list[RunLocation]) -> list[RunLocation]:
@@ -166,6 +199,8 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
     if len(others) == 1 and apart and not any(s.kind == "ray_session" for s in others[0].logs):
         run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
         return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
+    if len(others) > 1 and apart:
+        runs = _sessions_by_console(runs, apart, others)
     found = []
     for run in runs:
         if all(s.kind == "ray_session" for s in run.logs):  # (a folder of sessions, given)
@@ -176,6 +211,68 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
         else:
             found.append(run)
     return found
+
+
+def _sessions_by_console(runs: list[RunLocation], apart: list[RunLocation], others: list[RunLocation]) -> list[RunLocation]:
+    """Several runs and their sessions given apart (``analyze outputs/* /tmp/r_*/session_latest``):
+    each session to the run whose console holds an early step line its TaskRunner printed (Ray
+    forwards a worker's output to the driver's console as it was printed). A session no console
+    holds stays apart."""
+    consoles = {id(run): [s.path for s in run.logs if s.kind in ("verl_log", "console_log")] for run in others}
+    given: dict[int, list[LogSource]] = {}
+    for run in apart:
+        for session in [s for s in run.logs if s.kind == "ray_session"]:
+            line = _early_step_line(session.path)
+            owners = [o for o in others if line and not any(s.kind == "ray_session" for s in o.logs)
+                      and any(_holds(path, line) for path in consoles[id(o)])]
+            if len(owners) == 1:
+                given.setdefault(id(owners[0]), []).append(session)
+                given.setdefault(id(run), [])
+    out = []
+    for run in runs:
+        if run in apart and id(run) in given:
+            left = [s for s in run.logs if s.kind == "ray_session" and not any(s is g for gs in given.values() for g in gs)]
+            if left:
+                out.append(replace(run, logs=tuple(left)))
+        else:
+            out.append(replace(run, logs=(*run.logs, *given[id(run)])) if given.get(id(run)) else run)
+    return out
+
+
+#: verl's step line, from its step on (Ray's ``(TaskRunner pid=…)`` prefix and colours before it).
+_STEP_LINE = re.compile(rb"step:\d+ - [^\r\n\x1b]+")
+
+
+def _early_step_line(session: Path, most: int = 4 << 20) -> bytes | None:
+    """An early step line a worker of ``session`` printed (its TaskRunner's ``.out``): the third,
+    or the last if fewer (validation before training, ``step:0``, is alike for runs of one model)."""
+    logs = session if session.name == "logs" else session / "logs"
+    try:
+        outs = sorted(p for p in logs.iterdir() if p.name.startswith("worker-") and p.name.endswith(".out"))
+    except OSError:
+        return None
+    for out in outs:
+        try:
+            with open(out, "rb") as fh:
+                if lines := [m.group(0).rstrip() for _, m in zip(range(3), _STEP_LINE.finditer(fh.read(most)))]:
+                    return lines[-1]
+        except OSError:
+            continue
+    return None
+
+
+def _holds(path: Path, line: bytes, most: int = 256 << 20) -> bool:
+    """Whether the first ``most`` bytes of ``path`` (gzipped or not) hold ``line``."""
+    try:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as fh:
+            seen, tail = 0, b""
+            while seen < most and (chunk := fh.read(8 << 20)):
+                if line in tail + chunk:
+                    return True
+                seen, tail = seen + len(chunk), chunk[-len(line):]
+    except (OSError, EOFError, zlib.error):
+        return False
+    return False
 
 
 def _sessions_only(run: RunLocation) -> bool:

@@ -30,9 +30,11 @@ Example:
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -1094,16 +1096,30 @@ def _last_words(events: pl.DataFrame, workers: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=RAY_EVENT_SCHEMA) if rows else pl.DataFrame(schema=RAY_EVENT_SCHEMA)
 
 
+#: A gzipped worker output larger than this is not read through for its last line.
+_GZIP_TAIL_LIMIT = 64 << 20
+
+
 def _last_line(path: Path, lines: int) -> tuple[int, str] | None:
     """The last line of ``path`` (of ``lines`` lines) that says something, and its number."""
-    if lines <= 0 or path.suffix == ".gz":  # (a rotated part's last line is not the last the worker printed)
+    if lines <= 0:
         return None
     try:
-        with open(path, "rb") as fh:
-            start = max(0, fh.seek(0, os.SEEK_END) - _TAIL_BYTES)
-            fh.seek(start)
-            tail = fh.read().decode("utf-8", "replace")
-    except OSError:
+        if path.suffix == ".gz":  # (a session gzipped whole: the tail is found by reading it through)
+            if path.with_suffix("").exists() or path.stat().st_size > _GZIP_TAIL_LIMIT:
+                return None
+            with gzip.open(path, "rb") as fh:
+                kept, total = b"", 0
+                while chunk := fh.read(1 << 20):
+                    total += len(chunk)
+                    kept = (kept + chunk)[-_TAIL_BYTES:]
+            start, tail = total - len(kept), kept.decode("utf-8", "replace")
+        else:
+            with open(path, "rb") as fh:
+                start = max(0, fh.seek(0, os.SEEK_END) - _TAIL_BYTES)
+                fh.seek(start)
+                tail = fh.read().decode("utf-8", "replace")
+    except (OSError, EOFError, zlib.error):
         return None
     parts = tail.removesuffix("\n").split("\n")
     for back, text in enumerate(reversed(parts)):

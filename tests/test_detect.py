@@ -372,7 +372,8 @@ def test_a_trial_folder_a_single_log_and_a_tree_of_runs(tmp_path: Path) -> None:
     assert trial.run_id == "exp-a/trial0" and trial.recommendation.step == 10
     [single] = analyze([a.trainer_log]).runs
     assert single.step_range()["last"] == 10
-    assert [s.path for s in single.sources] == [str(a.trainer_log)]
+    assert [s.path for s in single.sources if s.kind != "not_given"] == [str(a.trainer_log)]
+    assert [Path(s.path).name for s in single.sources if s.kind == "not_given"] == ["llm_server.log"]  # (said, not read)
 
 
 def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_path: Path) -> None:

@@ -711,6 +711,10 @@ def test_a_runs_logs_given_one_by_one_are_the_run_as_its_folder_is(tmp_path: Pat
     assert verdict(trial, checkpoints) == verdict(trial / "trainer.log", trial / "trainer.log.1", trial / "llm_server.log") == folder
     rows = _cli(["metrics", str(trial / "llm_server.log"), str(trial / "llm_server.log.gz")], tmp_path).stdout
     assert rows == _cli(["metrics", str(trial / "llm_server.log")], tmp_path).stdout
+    # The logs copied off the cluster, the checkpoints given from where they are kept: the run's.
+    copy = shutil.copytree(trial, tmp_path / "copy" / "trial0")
+    for kept in (checkpoints, checkpoints / "root" / "gsm8k-grpo-full-local" / "trial0"):
+        assert [v[1:] for v in verdict(copy, kept)] == [v[1:] for v in folder]
     # One part given alone: what it leaves beside it is said, not silently left out.
     alone = _cli(["analyze", str(trial / "trainer.log"), "--no-html", "--json", "-"], tmp_path)
     [run] = json.loads(alone.stdout)["runs"]

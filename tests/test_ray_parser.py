@@ -772,6 +772,21 @@ def test_sessions_given_beside_a_run_dated_by_nothing_else_are_said_to_be_taken_
 
 
 @needs_samples
+def test_a_gzipped_session_keeps_its_dead_workers_last_lines(tmp_path: Path) -> None:
+    """A session archived with every file gzipped: the last line each dead worker printed is read
+    through the gzip (it was dropped, as a rotated part's would be)."""
+    import gzip
+
+    copy = shutil.copytree(_session("d_segfault"), tmp_path / _session("d_segfault").name)
+    for file in [p for p in (copy / "logs").rglob("*") if p.is_file()]:
+        file.with_name(file.name + ".gz").write_bytes(gzip.compress(file.read_bytes()))
+        file.unlink()
+    said = lambda s: sorted(s.events.filter(pl.col("kind") == "worker_last_output")["message"].to_list())  # noqa: E731
+    plain = said(read_ray_session(_session("d_segfault")))
+    assert plain and said(read_ray_session(copy)) == plain
+
+
+@needs_samples
 def test_a_folder_of_sessions_is_a_run_for_each(tmp_path: Path) -> None:
     """``analyze /tmp/ray``: each session a run of its own, read as when given alone; a
     ``session_latest`` copied with links followed is not a third."""

@@ -159,6 +159,28 @@ def test_a_rotated_consoles_live_part_is_read_as_its_earlier_part(tmp_path: Path
     assert parts == {"train.log.1": "verl_log", "train.log": "verl_log"}
 
 
+def test_several_runs_and_their_sessions_kept_apart_are_paired_by_what_they_printed(tmp_path: Path) -> None:
+    """Seed 004's checklist for its six cases: ``outputs/<exp>/train.log`` and
+    ``/tmp/r_*/session_latest/logs``. Each session is the run whose console holds the steps its
+    TaskRunner printed (they had been runs of their own, the runs analyzed without them)."""
+    from datetime import timedelta
+
+    inside = {}
+    for name, make, seed, hours in (("expA", nccl_hang_run, 1, 0), ("expB", ray_oom_kill_run, 2, 3)):
+        paths = make(tmp_path / "outputs" / name, seed=seed, ray_session=True,
+                     start=datetime(2026, 11, 22, 3, 11, 31) + timedelta(hours=hours))
+        [inside[name]] = [(i.kind, i.onset_step, i.cause) for i in analyze([paths.root]).runs[0].incidents if i.kind == "crash"]
+        (paths.root / "ray_tmp").rename(tmp_path / f"r_{name}")
+    given = [tmp_path / "outputs" / "expA", tmp_path / "outputs" / "expB",
+             tmp_path / "r_expA" / "session_latest" / "logs", tmp_path / "r_expB" / "session_latest" / "logs"]
+    runs = {r.run_id: r for r in analyze(given).runs}
+    assert sorted(runs) == ["expA", "expB"]
+    for name, run in runs.items():
+        assert any(f"r_{name}" in s.path for s in run.sources) and not any(f"r_{other}" in s.path for s in run.sources
+                                                                         for other in set(runs) - {name})
+        assert [(i.kind, i.onset_step, i.cause) for i in run.incidents if i.kind == "crash"] == [inside[name]]
+
+
 def test_two_experiments_of_one_project_are_two_runs(tmp_path: Path) -> None:
     """``<project>/<experiment>.jsonl`` for two experiments launched from one folder: a run each,
     named by its experiment, one's zero score not pinned on the other (they had been one series)."""
