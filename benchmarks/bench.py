@@ -889,14 +889,16 @@ def fleet_copies(base: Path, count: int) -> list[Path]:
 
 def session_with_files(base: Path, count: int) -> Path:
     """The ``a_actor_exit`` session with ``count`` more worker logs: its own worker files copied
-    under new worker ids, in turn (kept for ``--reuse``)."""
-    root = base / f"files-{count}"
+    under new worker ids, in turn (kept for ``--reuse``). Not its TaskRunner's output: a session
+    has one verl console (given alone, a session's consoles are each read for their steps)."""
+    root = base / f"session-files-{count}"
     session = root / ray_sample().name
     if session.exists():
         return root
     shutil.copytree(ray_sample(), session)
     logs = session / "logs"
-    own = sorted(logs.glob("worker-*")) + sorted(logs.glob("python-core-worker-*"))
+    own = [path for path in sorted(logs.glob("worker-*")) + sorted(logs.glob("python-core-worker-*"))
+           if not re.search(r"(?m)^step:\d+ - ", path.read_text(errors="replace"))]
     ids = random.Random(count)
     for k in range(count):
         source = own[k % len(own)]

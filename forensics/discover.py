@@ -90,6 +90,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     runs: list[RunLocation] = []
     skipped: list[str] = []
     apart: list[Path] = []  # (folders given that held no run: a run's checkpoints kept apart?)
+    links: list[str] = []  # (links out of the folders given, not followed: said if no run is found)
     for given in paths:
         if not os.path.lexists(given):
             raise PathNotFound(f"{given}: no such file or directory")
@@ -99,7 +100,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     done: set[Path] = set()
     for given in paths:
         if given not in files:
-            sources, problems = _walk(given, custom_format)
+            sources, problems = _walk(given, custom_format, links)
         elif files[given] in done:
             continue
         else:
@@ -107,6 +108,11 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             mine = [f for f, home in files.items() if home == files[given]]
             sources, problems = _classify(mine, custom_format, given=True)
             problems += _left_beside(mine)
+            if _several_runs(sources):  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
+                for source in sources:
+                    runs.extend(_group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")]))
+                skipped += problems
+                continue
         found = _group(given, sources, problems)
         runs.extend(found)
         skipped += problems
@@ -115,6 +121,9 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     if not runs:
         shown = ", ".join(str(p) for p in paths)
         why = "".join(f"; skipped {problem}" for problem in skipped[:3])
+        if links:
+            why += (f"; links to folders are not followed: {', '.join(links[:3])}{' …' if len(links) > 3 else ''}"
+                    " (give them as paths: analyze DIR/*)")
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files, a Trainer's checkpoints){why}"
         )
@@ -128,7 +137,8 @@ def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) 
     if len(lacking) != 1:
         return runs
     run = lacking[0]
-    trial = Path(os.path.abspath(run.root)).parts[-3:]  # (AReaL: <user>/<exp>/<trial>)
+    parts = Path(os.path.abspath(run.root)).parts
+    trial, areal = parts[-3:], len(parts) >= 4 and parts[-4] == "logs"  # (AReaL: logs/<user>/<exp>/<trial>)
     for folder in folders:
         # AReaL's checkpoints/ or a folder below it, down to the trial's (default/, recover_info/):
         # the one named as the run's logs are, else the only one...
@@ -139,9 +149,11 @@ def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) 
                 dirs[:] = []
             elif len(Path(here).relative_to(folder).parts) >= 3:  # (not into the weights' folders)
                 dirs[:] = []
-        named = [t for t in trials if t.parts[-len(trial):] == trial or t == folder]
-        if len(named or trials) == 1:
-            return [replace(r, checkpoint_dir=(named or trials)[0]) if r is run else r for r in runs]
+        # (a copy's folders may have lost the user and experiment: its trial's name must still be the same)
+        named = [t for t in trials if t.parts[-len(trial):] == trial] or (
+            [t for t in trials if t.name == trial[-1]] if len(trials) == 1 and not areal else [])
+        if len(named) == 1:
+            return [replace(r, checkpoint_dir=named[0]) if r is run else r for r in runs]
         # ...or the one folder of verl's global_step_N/ below it.
         if run.framework == "verl" and len(found := find_verl_checkpoint_roots(folder)) == 1:
             return [replace(r, checkpoint_dir=found[0]) if r is run else r for r in runs]
@@ -152,7 +164,8 @@ def _once(runs: list[RunLocation]) -> list[RunLocation]:
     """A path given twice, a run's folder with the folder above it, or a log with its run's folder:
     each run once, as first found (a run whose logs another's include is that run). A Ray session
     read as given (its files, and the session) is the run that has the session as its own."""
-    logs = [frozenset(_real(s) for s in run.logs if not _sessions_only(run) or s.kind == "ray_session") for run in runs]
+    alone = [_sessions_only(run) for run in runs]
+    logs = [frozenset(_real(s) for s in run.logs if not alone[i] or s.kind == "ray_session") for i, run in enumerate(runs)]
     return [run for i, run in enumerate(runs)
             if not any(logs[i] < other or (logs[i] == other and j < i) for j, other in enumerate(logs) if j != i)]
 
@@ -161,10 +174,21 @@ def _once(runs: list[RunLocation]) -> list[RunLocation]:
 LEFT_BESIDE = "not read: beside the log given"
 
 
+def _several_runs(sources: list[LogSource]) -> bool:
+    """Whether logs given by name from one folder are several runs': two of one kind that are not
+    parts of one log (its rotated parts, its .gz)."""
+    bases: dict[str, set[str]] = {}
+    for source in sources:
+        match = _LOG_NAME.match(source.path.name)
+        bases.setdefault(source.kind, set()).add(match.group("base") if match else source.path.name.removesuffix(".gz"))
+    return any(len(names) > 1 for kind, names in bases.items() if kind not in COPY_KINDS)
+
+
 def _left_beside(given: list[Path]) -> list[str]:
     """The trainer and server logs beside logs given by name that were not given: not read, and
     said (a server log's OOM names a cause the trainer's log alone cannot)."""
-    named = {os.path.realpath(f) for f in given}
+    # (a given log's .gz twin, or the plain log of a given .gz, is a copy of it: read once, not left)
+    named = {os.path.realpath(form) for f in given for form in (f, f.with_name(f.name + ".gz"), f.with_suffix("") if f.suffix == ".gz" else f)}
     left = []
     for folder in dict.fromkeys(f.parent for f in given):
         try:
@@ -197,9 +221,10 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
     apart = [run for run in runs if _sessions_only(run)]
     others = [run for run in runs if run not in apart]
     if len(others) == 1 and apart and not any(s.kind == "ray_session" for s in others[0].logs):
-        run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
-        return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
-    if len(others) > 1 and apart:
+        if not _sessions_by_console(runs, apart, others, alone=True):
+            run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
+            return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
+    if apart and others:
         runs = _sessions_by_console(runs, apart, others)
     found = []
     for run in runs:
@@ -213,21 +238,27 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
     return found
 
 
-def _sessions_by_console(runs: list[RunLocation], apart: list[RunLocation], others: list[RunLocation]) -> list[RunLocation]:
+def _sessions_by_console(runs: list[RunLocation], apart: list[RunLocation], others: list[RunLocation], *,
+                         alone: bool = False) -> list[RunLocation] | bool:
     """Several runs and their sessions given apart (``analyze outputs/* /tmp/r_*/session_latest``):
     each session to the run whose console holds an early step line its TaskRunner printed (Ray
     forwards a worker's output to the driver's console as it was printed). A session no console
-    holds stays apart."""
-    consoles = {id(run): [s.path for s in run.logs if s.kind in ("verl_log", "console_log")] for run in others}
+    holds stays apart. ``alone``: whether, beside one run, a session's steps are not in its console
+    (another job's: then the sessions are paired as beside several)."""
+    sessions = [(run, s, _early_step_line(s.path)) for run in apart for s in run.logs if s.kind == "ray_session"]
+    lines = {line for _, _, line in sessions if line}
+    # (each console read once for every session's line)
+    held = {id(run): set().union(*(_held(s.path, lines) for s in run.logs if s.kind in ("verl_log", "console_log")))
+            for run in others if lines and not any(s.kind == "ray_session" for s in run.logs)}
+    if alone:
+        consoles = [s for s in others[0].logs if s.kind in ("verl_log", "console_log")]
+        return bool(consoles) and any(line and line not in held.get(id(others[0]), ()) for _, _, line in sessions)
     given: dict[int, list[LogSource]] = {}
-    for run in apart:
-        for session in [s for s in run.logs if s.kind == "ray_session"]:
-            line = _early_step_line(session.path)
-            owners = [o for o in others if line and not any(s.kind == "ray_session" for s in o.logs)
-                      and any(_holds(path, line) for path in consoles[id(o)])]
-            if len(owners) == 1:
-                given.setdefault(id(owners[0]), []).append(session)
-                given.setdefault(id(run), [])
+    for run, session, line in sessions:
+        owners = [o for o in others if line in held.get(id(o), ())]
+        if len(owners) == 1:
+            given.setdefault(id(owners[0]), []).append(session)
+            given.setdefault(id(run), [])
     out = []
     for run in runs:
         if run in apart and id(run) in given:
@@ -261,28 +292,26 @@ def _early_step_line(session: Path, most: int = 4 << 20) -> bytes | None:
     return None
 
 
-def _holds(path: Path, line: bytes, most: int = 256 << 20) -> bool:
-    """Whether the first ``most`` bytes of ``path`` (gzipped or not) hold ``line``."""
+def _held(path: Path, lines: set[bytes], most: int = 256 << 20) -> set[bytes]:
+    """Which of ``lines`` the first ``most`` bytes of ``path`` (gzipped or not) hold."""
+    found: set[bytes] = set()
+    longest = max(map(len, lines), default=0)
     try:
         with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as fh:
             seen, tail = 0, b""
-            while seen < most and (chunk := fh.read(8 << 20)):
-                if line in tail + chunk:
-                    return True
-                seen, tail = seen + len(chunk), chunk[-len(line):]
+            while seen < most and len(found) < len(lines) and (chunk := fh.read(8 << 20)):
+                window = tail + chunk
+                found |= {line for line in lines - found if line in window}
+                seen, tail = seen + len(chunk), window[-longest:]
     except (OSError, EOFError, zlib.error):
-        return False
-    return False
+        pass
+    return found
 
 
 def _sessions_only(run: RunLocation) -> bool:
     """Whether ``run`` is Ray sessions alone: their folders, and the files of one given as the path."""
-    return any(s.kind == "ray_session" for s in run.logs) and all(
-        s.kind == "ray_session" or _inside_a_session(s, run) for s in run.logs)
-
-
-def _inside_a_session(source: LogSource, run: RunLocation) -> bool:
-    return any(s.kind == "ray_session" and s.path in source.path.parents for s in run.logs)
+    sessions = [str(s.path).rstrip(os.sep) + os.sep for s in run.logs if s.kind == "ray_session"]
+    return bool(sessions) and all(s.kind == "ray_session" or str(s.path).startswith(tuple(sessions)) for s in run.logs)
 
 
 def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> list[Path]:
@@ -334,7 +363,9 @@ def _under(target: str, root: str, folder: bool) -> bool:
     return target == root or (folder and target.startswith(root.rstrip(os.sep) + os.sep))
 
 
-def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource], list[str]]:
+def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None = None) -> tuple[list[LogSource], list[str]]:
+    """The sources under ``top``; links to folders are not followed (one to ``/`` or to a sibling
+    run would take in what was not given), those leading out of it are added to ``links``."""
     files: list[Path] = []
     sources: list[LogSource] = []
     problems: list[str] = []
@@ -342,7 +373,8 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
     def on_error(exc: OSError) -> None:
         problems.append(f"{exc.filename}: {exc.strerror or exc}")
 
-    for folder, dirs, names in walk(top, onerror=on_error, links_out=True):
+    linked: list[str] = []
+    for folder, dirs, names in walk(top, onerror=on_error, links=linked):
         if Path(folder).name == "wandb" and any(_WANDB_RUN.match(d) for d in dirs):
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
@@ -353,15 +385,21 @@ def _walk(top: Path, custom_format: CustomFormat | None) -> tuple[list[LogSource
             if folder == str(top) and os.path.isdir(logs := os.path.join(folder, "logs")):
                 # The session itself given: read its logs/ as when that is given (a TaskRunner's
                 # output is verl's console, with the steps), not only as the run's Ray companion.
-                files += [Path(logs, name) for name in sorted(_names(logs))]
+                files += [Path(logs, name) for name in sorted(_names(logs)) if _CONSOLE.match(name)]
             continue
         if folder == str(top) and any(name in names for name in _RAY_LOGS):
-            # A session's own logs/ given (Ray's docs point there): the session, and its files as
-            # they were read before (a TaskRunner's output is verl's console, with the steps).
+            # A session's own logs/ given (Ray's docs point there): the session, and its consoles
+            # as when the session is given.
             sources.append(LogSource(Path(folder), "ray_session"))
+            files += [Path(folder, name) for name in sorted(names) if _CONSOLE.match(name)]
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
     found, more = _classify(files, custom_format)
+    if links is not None:
+        inside = os.path.realpath(top)
+        links += [link for link in linked if not _under(os.path.realpath(link), inside, True)]
     return _newest_trainer_state(sources + found), problems + more
 
 
@@ -394,6 +432,11 @@ def _names(folder: str) -> list[str]:
 _RAY_LOGS = ("raylet.out", "gcs_server.out", "event_RAYLET.log")
 
 
+#: A session's files that may be a verl console (its TaskRunner's stdout, a submitted job's driver):
+#: read for their steps when the session is given; the rest are the Ray reader's.
+_CONSOLE = re.compile(r"^(?:worker-.+\.out|job-driver-.+\.log)(?:\.\d+)?(?:\.gz)?$")
+
+
 def _holds_ray_logs(folder: Path, dirs: list[str]) -> bool:
     return "logs" in dirs and any(os.path.isfile(folder / "logs" / name) for name in _RAY_LOGS)
 
@@ -423,9 +466,13 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
             continue
         match = _LOG_NAME.match(path.name)
         sources.append(LogSource(path, kind, _rotation_order(match)))
+    logs: dict[tuple[Path, str], set[str]] = {}  # (folder, log's base) -> the kinds its parts were read as
+    for source in sources if unknown else ():
+        if m := _LOG_NAME.match(source.path.name):
+            logs.setdefault((source.path.parent, m.group("base")), set()).add(source.kind)
     for path in unknown:
         match = _LOG_NAME.match(path.name)
-        if match and (part := _rotated_part_of(path, match, sources)) is not None:
+        if match and (part := _rotated_part_of(path, match, logs.get((path.parent, match.group("base")), set()))) is not None:
             sources.append(part)
         elif match and utf16(path):  # a Windows tool's copy: say how to read it
             problems.append(f"{path}: {UTF16_NOTE}")
@@ -435,11 +482,9 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
     return sources, problems
 
 
-def _rotated_part_of(path: Path, match: re.Match[str], sources: list[LogSource]) -> LogSource | None:
+def _rotated_part_of(path: Path, match: re.Match[str], kinds: set[str]) -> LogSource | None:
     """A rotated part whose head no format knows (a rotation cut it inside a traceback) read as the
-    parts beside it of the same log are, when it is text."""
-    kinds = {s.kind for s in sources if s.path.parent == path.parent and (m := _LOG_NAME.match(s.path.name))
-             and m.group("base") == match.group("base")}
+    parts beside it of the same log are (``kinds``), when it is text."""
     if len(kinds) != 1 or utf16(path):
         return None
     try:
@@ -449,7 +494,7 @@ def _rotated_part_of(path: Path, match: re.Match[str], sources: list[LogSource])
         return None
     if path.name.endswith(".gz") or b"\0" in head:
         return None
-    return LogSource(path, kinds.pop(), _rotation_order(match))
+    return LogSource(path, next(iter(kinds)), _rotation_order(match))
 
 
 def _named_like_a_runs_log(path: Path, *, servers: bool = True) -> bool:

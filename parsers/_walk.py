@@ -12,14 +12,10 @@ from pathlib import Path
 
 
 def walk(top: str | os.PathLike[str], onerror: Callable[[OSError], None] | None = None,
-         followlinks: bool = False, links_out: bool = False) -> Iterator[tuple[str, list[str], list[str]]]:
+         followlinks: bool = False, links: list[str] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
     """``os.walk(top)`` top-down, as it yields (``dirs`` may be pruned in place), at any depth.
-
-    ``links_out``: links to folders outside the tree are followed too, each target once (a folder
-    of links to runs kept elsewhere); a link into the tree is not (``session_latest``: walked anyway).
-    """
+    Links to folders not followed are added to ``links``, when given."""
     stack = [os.fspath(top)]
-    walked = [os.path.realpath(top), os.path.abspath(top)]
     while stack:
         folder = stack.pop()
         try:
@@ -38,21 +34,10 @@ def walk(top: str | os.PathLike[str], onerror: Callable[[OSError], None] | None 
             (dirs if is_dir else files).append(entry.name)
         yield folder, dirs, files
         below = [os.path.join(folder, name) for name in dirs]
-        stack += reversed([path for path in below if followlinks or not os.path.islink(path) or (links_out and _new_tree(path, walked))])
-
-
-def _new_tree(link: str, walked: list[str]) -> bool:
-    """Whether ``link`` leads out of every tree ``walked`` so far (then it is one of them): where it
-    points, and where that leads in the end (``latest -> trial0`` is walked as ``trial0``)."""
-    try:
-        points = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(link)), os.readlink(link)))
-    except OSError:
-        return False
-    target = os.path.realpath(link)
-    if any(path == tree or path.startswith(tree.rstrip(os.sep) + os.sep) for tree in walked for path in (points, target)):
-        return False
-    walked.append(target)
-    return True
+        linked = [] if followlinks else [path for path in below if os.path.islink(path)]
+        if links is not None:
+            links += linked
+        stack += reversed([path for path in below if path not in linked])
 
 
 def files_under(top: Path) -> Iterator[Path]:

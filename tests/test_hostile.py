@@ -723,27 +723,28 @@ def test_a_runs_logs_given_one_by_one_are_the_run_as_its_folder_is(tmp_path: Pat
     assert "warning: trainer.log.1: not read: beside the log given" in " ".join(alone.stderr.split())
 
 
-def test_runs_reached_through_links_are_found(tmp_path: Path) -> None:
-    """A trial's log folder kept elsewhere and linked into ``outputs/logs``, and a folder of links to
-    runs: found as the linked paths are (they had been 'no training run found', exit 2); a link
-    into the tree (``latest -> trial0``) is not a second run."""
+def test_links_to_folders_are_not_followed_but_said_when_nothing_else_is_found(tmp_path: Path) -> None:
+    """A folder of links to runs kept elsewhere, a trial's logs linked into ``outputs/logs``: links
+    in a walked tree are not followed (one to ``/``, to ``..`` or to a sibling run would take in
+    what was not given), but where nothing else was found the answer says so and how to give them;
+    given as paths, they are read."""
     shutil.copytree(FIXTURES / "areal_seed000" / "outputs", tmp_path / "outputs")
     experiment = tmp_path / "outputs" / "logs" / "root" / "gsm8k-grpo-full-local"
     (experiment / "trial0").rename(tmp_path / "kept_trial0")
     (experiment / "trial0").symlink_to(tmp_path / "kept_trial0")
-    (experiment / "latest").symlink_to("trial0")
     shutil.copytree(FIXTURES / "sglang_oom" / "outputs", tmp_path / "store" / "oom")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "oom").symlink_to(tmp_path / "store" / "oom")
-    (tmp_path / "runs" / "seed000").symlink_to(tmp_path / "outputs")
-
-    def runs(path: Path) -> list[tuple]:
-        done = _cli(["analyze", str(path), "--no-html", "--json", "-", "--out", str(tmp_path / "out")], tmp_path)
-        assert done.returncode == 0, done.stderr
-        return sorted((r["run_id"], r["incidents"][0]["onset_step"], r["recommendation"]["step"]) for r in json.loads(done.stdout)["runs"])
-
-    assert runs(tmp_path / "outputs") == [("gsm8k-grpo-full-local/trial0", 940, 900)]
-    assert runs(tmp_path / "runs") == sorted([*runs(tmp_path / "outputs"), *runs(tmp_path / "store" / "oom")])
+    (tmp_path / "runs" / "up").symlink_to("..")
+    for folder, link in ((tmp_path / "outputs", experiment / "trial0"), (tmp_path / "runs", tmp_path / "runs" / "oom")):
+        done = _cli(["analyze", str(folder), "--no-html", "--out", str(tmp_path / "out")], tmp_path)
+        assert done.returncode == 2 and "links to folders are not followed" in done.stderr and str(link) in done.stderr, done.stderr
+        alone = _cli(["analyze", str(link), "--no-html", "--json", "-", "--out", str(tmp_path / "out")], tmp_path)
+        assert alone.returncode == 0 and json.loads(alone.stdout)["runs"][0]["incidents"], alone.stderr
+    # A link into the run's own folder (``latest -> trial0``) is no second run.
+    (tmp_path / "kept_trial0" / "latest").symlink_to(".")
+    done = _cli(["analyze", str(tmp_path / "kept_trial0"), "--no-html", "--json", "-", "--out", str(tmp_path / "out")], tmp_path)
+    assert done.returncode == 0 and len(json.loads(done.stdout)["runs"]) == 1
 
 
 def test_nothing_is_written_into_the_checkpoints_a_run_given_by_its_logs_reads(tmp_path: Path) -> None:

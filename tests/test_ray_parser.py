@@ -757,18 +757,36 @@ def test_a_session_given_alone_is_the_session_with_its_steps(tmp_path: Path, nam
 
 @needs_samples
 def test_sessions_given_beside_a_run_dated_by_nothing_else_are_said_to_be_taken_as_its(tmp_path: Path) -> None:
-    """verl's console prints no times: with two sessions given beside it (a Ray temp folder), which
-    is the run's cannot be told, and the run's notes say both were taken."""
+    """verl's console prints no times: with two sessions given beside it (a Ray temp folder) whose
+    workers printed no step to pair them by, which is the run's cannot be told, and the run's notes
+    say both were taken."""
     from forensics import analyze
 
     zero_score_run(tmp_path / "exp", ray_session=False)
     for name in ("b_sigkill", "e_oom"):
-        shutil.copytree(_session(name), tmp_path / "ray" / _session(name).name)
+        _without_steps(shutil.copytree(_session(name), tmp_path / "ray" / _session(name).name))
     [run] = analyze([tmp_path / "exp", tmp_path / "ray"]).runs
     [doubt] = [n for n in run.notes if "are taken as this run's" in n]
     assert doubt.startswith(f"2 Ray sessions ({_session('b_sigkill').name}, {_session('e_oom').name})")
     [alone] = analyze([tmp_path / "exp", tmp_path / "ray" / _session("e_oom").name]).runs
     assert not [n for n in alone.notes if "are taken as this run's" in n]
+
+
+@needs_samples
+def test_a_session_whose_steps_are_not_in_the_runs_console_is_not_its(tmp_path: Path) -> None:
+    """Beside one run, a Ray folder holding another job's session: its TaskRunner's steps are not
+    in the run's console, so it is a run of its own, and the run's verdict is its own."""
+    from forensics import analyze
+
+    (tmp_path / "exp").mkdir()
+    shutil.copyfile(SAMPLES / "b_sigkill" / "driver.log", tmp_path / "exp" / "train.log")
+    shutil.copytree(_session("b_sigkill"), tmp_path / "ray" / _session("b_sigkill").name)
+    shutil.copytree(_session("e_oom"), tmp_path / "ray_other" / _session("e_oom").name)
+    [own] = analyze([tmp_path / "exp", tmp_path / "ray"]).runs
+    runs = {r.run_id: r for r in analyze([tmp_path / "exp", tmp_path / "ray_other"]).runs}
+    assert sorted(runs) == sorted(["exp", _session("e_oom").name])
+    assert not any("e_oom" in s.path or _session("e_oom").name in s.path for s in runs["exp"].sources)
+    assert any(_session("b_sigkill").name in s.path for s in own.sources)
 
 
 @needs_samples
