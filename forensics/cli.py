@@ -661,9 +661,13 @@ def _report_dir(out: Path | None, paths: list[Path], runs: Sequence[RunLocation]
 
 
 def _read_from(run: RunLocation) -> Path:
-    # (the checkpoints are found where the framework puts them beside the logs: AReaL's fileroot, verl's cwd)
-    both = Path(os.path.commonpath([os.path.abspath(run.root), os.path.abspath(run.checkpoint_dir or run.root)]))
-    return both if len(both.parts) > 1 else run.root
+    """The run's folder, or the one its logs share with its ``checkpoints/`` where the framework
+    puts them side by side (AReaL's fileroot, verl's working folder)."""
+    if run.checkpoint_dir is None:
+        return run.root
+    saved = Path(os.path.abspath(run.checkpoint_dir))
+    both = Path(os.path.commonpath([os.path.abspath(run.root), saved]))
+    return both if both / "checkpoints" in (saved, *saved.parents) else run.root
 
 
 def _writable(folder: Path) -> Path:

@@ -210,7 +210,7 @@ def _home_of(file: Path) -> Path:
     """The folder whose run a log given by name belongs to (verl's ``<project>/<experiment>.jsonl``
     is its working folder's, beside ``train.log``)."""
     folder = Path(os.path.abspath(file)).parent
-    return folder.parent if file.suffix in (".jsonl",) or file.name.endswith(".jsonl.gz") else folder
+    return folder.parent if file.name.endswith((".jsonl", ".jsonl.gz")) else folder
 
 
 def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFormat | None) -> list[RunLocation]:
@@ -220,12 +220,12 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
     (``analyze /tmp/ray``: its TaskRunner's output holds the steps)."""
     apart = [run for run in runs if _sessions_only(run)]
     others = [run for run in runs if run not in apart]
-    if len(others) == 1 and apart and not any(s.kind == "ray_session" for s in others[0].logs):
-        if not _sessions_by_console(runs, apart, others, alone=True):
-            run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
-            return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
+    paired: _Paired = _steps_held(apart, others) if apart and others else ([], {})
+    if len(others) == 1 and apart and not any(s.kind == "ray_session" for s in others[0].logs) and not _strangers(others[0], paired):
+        run, sessions = others[0], [s for r in apart for s in r.logs if s.kind == "ray_session"]
+        return [replace(run, logs=(*run.logs, *sessions), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
     if apart and others:
-        runs = _sessions_by_console(runs, apart, others)
+        runs = _sessions_by_console(runs, apart, others, paired)
     found = []
     for run in runs:
         if all(s.kind == "ray_session" for s in run.logs):  # (a folder of sessions, given)
@@ -238,21 +238,34 @@ def _with_sessions_given_apart(runs: list[RunLocation], custom_format: CustomFor
     return found
 
 
-def _sessions_by_console(runs: list[RunLocation], apart: list[RunLocation], others: list[RunLocation], *,
-                         alone: bool = False) -> list[RunLocation] | bool:
-    """Several runs and their sessions given apart (``analyze outputs/* /tmp/r_*/session_latest``):
-    each session to the run whose console holds an early step line its TaskRunner printed (Ray
-    forwards a worker's output to the driver's console as it was printed). A session no console
-    holds stays apart. ``alone``: whether, beside one run, a session's steps are not in its console
-    (another job's: then the sessions are paired as beside several)."""
+#: Each session given apart (its run, the session, an early step line its TaskRunner printed), and
+#: for each other run (by ``id``) the lines its consoles hold.
+_Paired = tuple[list[tuple[RunLocation, LogSource, bytes | None]], dict[int, set[bytes]]]
+
+
+def _steps_held(apart: list[RunLocation], others: list[RunLocation]) -> _Paired:
+    """What pairs sessions given apart with runs: Ray forwards a worker's output to the driver's
+    console as it was printed, so a run's console holds its TaskRunner's step lines."""
     sessions = [(run, s, _early_step_line(s.path)) for run in apart for s in run.logs if s.kind == "ray_session"]
     lines = {line for _, _, line in sessions if line}
     # (each console read once for every session's line)
     held = {id(run): set().union(*(_held(s.path, lines) for s in run.logs if s.kind in ("verl_log", "console_log")))
             for run in others if lines and not any(s.kind == "ray_session" for s in run.logs)}
-    if alone:
-        consoles = [s for s in others[0].logs if s.kind in ("verl_log", "console_log")]
-        return bool(consoles) and any(line and line not in held.get(id(others[0]), ()) for _, _, line in sessions)
+    return sessions, held
+
+
+def _strangers(run: RunLocation, paired: _Paired) -> bool:
+    """Whether a session given beside ``run`` printed steps its console does not hold (another job's)."""
+    sessions, held = paired
+    consoles = any(s.kind in ("verl_log", "console_log") for s in run.logs)
+    return consoles and any(line and line not in held.get(id(run), ()) for _, _, line in sessions)
+
+
+def _sessions_by_console(runs: list[RunLocation], apart: list[RunLocation], others: list[RunLocation],
+                         paired: _Paired) -> list[RunLocation]:
+    """Sessions given apart from runs (``analyze outputs/* /tmp/r_*/session_latest``): each to the
+    one run whose console holds its early step line; one no console, or several, hold stays apart."""
+    sessions, held = paired
     given: dict[int, list[LogSource]] = {}
     for run, session, line in sessions:
         owners = [o for o in others if line in held.get(id(o), ())]
@@ -318,17 +331,15 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     """The given ``paths`` that none of ``locations`` was found under: a folder of a team's runs may
     hold nothing readable, and it must be said, not left out."""
     locations = list(locations)
-    # (each both as found and resolved: a run reached through a link is under the folder given, by its path)
-    logs = [form(path) for location in locations for path in (*(s.path for s in location.logs), *location.twins)
-            for form in (os.path.realpath, os.path.abspath)]
+    logs = [os.path.realpath(path) for location in locations for path in (*(s.path for s in location.logs), *location.twins)]
     # (a run's checkpoint folder or Ray session, or a folder in one, given beside the run: the run's)
     read = [os.path.realpath(p) for location in locations
             for p in (location.checkpoint_dir, *(s.path for s in location.logs if s.path.is_dir())) if p is not None]
     barren = []
     for path in as_paths(paths):
-        root, given = os.path.realpath(path), os.path.abspath(path)
+        root = os.path.realpath(path)
         folder = os.path.isdir(root)
-        if not any(_under(log, root, folder) or _under(log, given, folder) for log in logs) and not any(
+        if not any(_under(log, root, folder) for log in logs) and not any(
                 _under(root, place, True) or _under(place, root, folder) for place in read):
             barren.append(path)
     return barren
@@ -485,14 +496,14 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
 def _rotated_part_of(path: Path, match: re.Match[str], kinds: set[str]) -> LogSource | None:
     """A rotated part whose head no format knows (a rotation cut it inside a traceback) read as the
     parts beside it of the same log are (``kinds``), when it is text."""
-    if len(kinds) != 1 or utf16(path):
+    if len(kinds) != 1 or path.name.endswith(".gz") or utf16(path):
         return None
     try:
         with open(path, "rb") as fh:
             head = fh.read(4096)
     except OSError:
         return None
-    if path.name.endswith(".gz") or b"\0" in head:
+    if b"\0" in head:
         return None
     return LogSource(path, next(iter(kinds)), _rotation_order(match))
 
