@@ -876,10 +876,11 @@ def _after(last: dict[str, Any]) -> pl.Expr:
 def _undated_beside(last: dict[str, Any]) -> pl.Expr:
     """Undated events in the stderr twin (``.err``) of the ``.out`` that holds the step row ``last``
     (a Ray worker's two streams): one process's output, in no order against each other."""
-    out = str(last["file"] or "")
+    out = str(last["file"] or "").removesuffix(".gz")
     if not out.endswith(".out"):
         return pl.lit(False)
-    return (pl.col("file") == out[: -len(".out")] + ".err") & pl.col("time").is_null()
+    err = out.removesuffix(".out") + ".err"
+    return pl.col("file").is_in([err, err + ".gz"]) & pl.col("time").is_null()
 
 
 def _logged_last(steps: pl.DataFrame) -> dict[str, Any]:

@@ -440,7 +440,7 @@ def _names(folder: str) -> list[str]:
 
 
 #: Files only a Ray session's ``logs/`` holds: a session folder copied under another name is one still.
-_RAY_LOGS = ("raylet.out", "gcs_server.out", "event_RAYLET.log")
+_RAY_LOGS = tuple(name + gz for name in ("raylet.out", "gcs_server.out", "event_RAYLET.log") for gz in ("", ".gz"))
 
 
 #: A session's files that may be a verl console (its TaskRunner's stdout, a submitted job's driver):

@@ -811,11 +811,11 @@ _NAMING_FILES = ("monitor.log", "raylet.out", "gcs_server.out")
 
 
 def _named_inside(logs: Path) -> re.Match[str] | None:
-    for name in _NAMING_FILES:
+    for name in (*_NAMING_FILES, *(name + ".gz" for name in _NAMING_FILES)):
         try:
-            with open(logs / name, "rb") as fh:
+            with (gzip.open if name.endswith(".gz") else open)(logs / name, "rb") as fh:
                 head = fh.read(64 * 1024).decode("utf-8", "replace")
-        except OSError:
+        except (OSError, EOFError, zlib.error):
             continue
         if match := SESSION_NAME.search(head):
             return match

@@ -805,6 +805,24 @@ def test_a_gzipped_session_keeps_its_dead_workers_last_lines(tmp_path: Path) -> 
 
 
 @needs_samples
+@pytest.mark.parametrize("name", ["b_sigkill", "c_task_exception"])
+def test_a_session_archived_gzipped_under_another_name_gives_its_verdict(tmp_path: Path, name: str) -> None:
+    """Every file gzipped and the folder renamed: still a session (its raylet.out.gz), dated by its
+    files, and c_task_exception's undated traceback still beside its steps (.err.gz by .out.gz)."""
+    import gzip
+
+    from forensics import analyze
+
+    copy = shutil.copytree(_session(name), tmp_path / "archived")
+    for file in [p for p in copy.rglob("*") if p.is_file() and p.stat().st_size]:
+        file.with_name(file.name + ".gz").write_bytes(gzip.compress(file.read_bytes()))
+        file.unlink()
+    said = lambda r: [(i.kind, i.onset_step, i.cause, i.confidence) for i in r.incidents]  # noqa: E731
+    [packed], [plain] = analyze([copy]).runs, analyze([_session(name)]).runs
+    assert packed.run_id == "archived" and said(packed) == said(plain) and said(plain)[0][:3] == ("crash", 3, "training_worker_crash")
+
+
+@needs_samples
 def test_a_folder_of_sessions_is_a_run_for_each(tmp_path: Path) -> None:
     """``analyze /tmp/ray``: each session a run of its own, read as when given alone; a
     ``session_latest`` copied with links followed is not a third."""
