@@ -8,17 +8,16 @@ attached to it. Copies with no text log above them form a run of their own.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import stat
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
+from parsers._lines import open_log
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
@@ -297,7 +296,7 @@ def _early_step_line(session: Path, most: int = 4 << 20) -> bytes | None:
         return None
     for out in outs:
         try:
-            with open(out, "rb") as fh:
+            with open_log(out) as fh:
                 if lines := [m.group(0).rstrip() for _, m in zip(range(3), _STEP_LINE.finditer(fh.read(most)))]:
                     return lines[-1]
         except OSError:
@@ -310,13 +309,13 @@ def _held(path: Path, lines: set[bytes], most: int = 256 << 20) -> set[bytes]:
     found: set[bytes] = set()
     longest = max(map(len, lines), default=0)
     try:
-        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as fh:
+        with open_log(path) as fh:
             seen, tail = 0, b""
             while seen < most and len(found) < len(lines) and (chunk := fh.read(8 << 20)):
                 window = tail + chunk
                 found |= {line for line in lines - found if line in window}
                 seen, tail = seen + len(chunk), window[-longest:]
-    except (OSError, EOFError, zlib.error):
+    except OSError:
         pass
     return found
 
@@ -449,7 +448,12 @@ _CONSOLE = re.compile(r"^(?:worker-.+\.out|job-driver-.+\.log)(?:\.\d+)?(?:\.gz)
 
 
 def _holds_ray_logs(folder: Path, dirs: list[str]) -> bool:
-    return "logs" in dirs and any(os.path.isfile(folder / "logs" / name) for name in _RAY_LOGS)
+    return "logs" in dirs and _ray_logs_folder(folder / "logs")
+
+
+def _ray_logs_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a Ray session's ``logs/`` (by the files only it holds)."""
+    return any(os.path.isfile(folder / name) for name in _RAY_LOGS)
 
 
 def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: bool = False) -> tuple[list[LogSource], list[str]]:
@@ -692,7 +696,7 @@ def _drop_superseded(sources: list[LogSource]) -> list[LogSource]:
 
 def _run_id(given: Path, root: Path) -> str:
     full = Path(os.path.abspath(root))
-    if full.name == "logs" and any(os.path.isfile(full / name) for name in _RAY_LOGS):
+    if full.name == "logs" and _ray_logs_folder(full):
         # (a Ray session's logs/: the run is the session's, ``session_latest`` by its real name)
         session, at = full.parent, Path(os.path.abspath(given))
         if session == at or session in at.parents:

@@ -129,7 +129,8 @@ def _inflate_until_error(inflate: Any, raw: bytes, piece: int = 4096) -> bytes:
     return bytes(out)
 
 
-def _open(path: Path) -> Any:
+def open_log(path: Path) -> Any:
+    """``path`` opened for bytes, plain or gzipped (known by its magic bytes, read up to a tear)."""
     return _GzipTolerant(path) if _is_gzip(path) else open(path, "rb")  # noqa: SIM115
 
 
@@ -355,7 +356,7 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
     finally:
         os.close(fd)
     rest = _Line()  # the line a read ended in, to be finished by the next
-    with _open(path) as fh:
+    with open_log(path) as fh:
         while block := fh.read(size):
             cut = block.rfind(b"\n") + 1
             if not cut:
@@ -423,5 +424,5 @@ def _last_line_end(fd: int, offset: int, size: int) -> int | None:
 
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:
     """The first ``n_bytes`` of ``path`` (decompressed, lossily decoded) for format detection."""
-    with _open(path) as fh:
+    with open_log(path) as fh:
         return fh.read(n_bytes).decode("utf-8", errors="replace").removeprefix("\ufeff")

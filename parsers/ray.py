@@ -30,11 +30,9 @@ Example:
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,7 +45,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_blocks, only_block, sniff
+from parsers._lines import ANSI, HEAVY_BATCH_BYTES, collect_lines, lines_of_blocks, only_block, open_log, sniff
 from parsers._walk import files_under, walk
 from parsers.schema import EVENT_SCHEMA, traceback_message
 
@@ -813,9 +811,8 @@ _NAMING_FILES = ("monitor.log", "raylet.out", "gcs_server.out")
 def _named_inside(logs: Path) -> re.Match[str] | None:
     for name in (*_NAMING_FILES, *(name + ".gz" for name in _NAMING_FILES)):
         try:
-            with (gzip.open if name.endswith(".gz") else open)(logs / name, "rb") as fh:
-                head = fh.read(64 * 1024).decode("utf-8", "replace")
-        except (OSError, EOFError, zlib.error):
+            head = sniff(logs / name, 64 << 10)
+        except OSError:
             continue
         if match := SESSION_NAME.search(head):
             return match
@@ -1108,7 +1105,7 @@ def _last_line(path: Path, lines: int) -> tuple[int, str] | None:
         if path.suffix == ".gz":  # (a session gzipped whole: the tail is found by reading it through)
             if path.with_suffix("").exists() or path.stat().st_size > _GZIP_TAIL_LIMIT:
                 return None
-            with gzip.open(path, "rb") as fh:
+            with open_log(path) as fh:
                 kept, total = b"", 0
                 while chunk := fh.read(1 << 20):
                     total += len(chunk)
@@ -1119,7 +1116,7 @@ def _last_line(path: Path, lines: int) -> tuple[int, str] | None:
                 start = max(0, fh.seek(0, os.SEEK_END) - _TAIL_BYTES)
                 fh.seek(start)
                 tail = fh.read().decode("utf-8", "replace")
-    except (OSError, EOFError, zlib.error):
+    except OSError:
         return None
     parts = tail.removesuffix("\n").split("\n")
     for back, text in enumerate(reversed(parts)):
