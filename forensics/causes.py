@@ -20,6 +20,7 @@ from forensics.detect import Finding, from_server, raised, server_named
 from forensics.model import Cause, Evidence, step_span
 from forensics.parsed import rows_where
 from forensics.server_context import ServerContext, server_context
+from forensics.texts import from_lines, with_messages
 from parsers.schema import stream_of
 
 #: Event kinds grouped by the cause they point to. Order breaks ties between equal times.
@@ -200,29 +201,49 @@ def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None) -> pl.Dat
     the step it began in (``since``: a timed-out request's, when it was sent; see :func:`explain`)
     and the server a failure names (``at``; null for bookkeeping). ``cause`` and ``at`` are
     categorical: a flood's millions of rows name a few causes and servers."""
+    # What a flood's messages say is read from their lines (their texts were not held).
+    read = from_lines(events, _said(pl.col("message")))
+    if read is not None:
+        events = events.with_columns(series.alias(f"read_{name}") for name, series in read.items())
     failure = pl.when(pl.col("cause").is_not_null()).then(pl.col("message"))  # (a regex is not run over the rest)
-    return _waiting_since(_attribute(events), clock).with_columns(server_named(failure).cast(pl.Categorical).alias("at"))
+    at = _or_read(server_named(failure).cast(pl.Categorical), "at", read, pl.col("cause").is_not_null())
+    return _waiting_since(_attribute(events, read), clock, read).with_columns(at.alias("at")).drop(
+        [f"read_{name}" for name in read or ()])
 
 
-def _attribute(events: pl.DataFrame) -> pl.DataFrame:
+def _said(message: pl.Expr) -> dict[str, pl.Expr]:
+    """What the attribution reads in a message: the cause its words name (in an event of an
+    ambiguous kind), the server it names, and how long a timed-out request waited."""
+    text = pl.when(pl.col("kind").is_in(list(_AMBIGUOUS))).then(message)  # (only these lines' text is read: the regexes skip nulls)
+    by_text: pl.Expr = pl.lit(None, dtype=pl.Categorical)
+    for regex, cause in reversed(_CAUSE_IN_MESSAGE):
+        by_text = pl.when(text.str.contains(regex)).then(pl.lit(cause, pl.Categorical)).otherwise(by_text)
+    waited = pl.when(pl.col("kind") == "request_timeout").then(message).str.extract(_TIMED_OUT_AFTER, 1).cast(pl.Float64, strict=False)
+    return {"cause": by_text, "at": server_named(message).cast(pl.Categorical), "waited": waited}
+
+
+def _or_read(held: pl.Expr, name: str, read: dict | None, where: pl.Expr | None = None) -> pl.Expr:
+    """``held`` (from the messages held), else what was read from the line (``where`` it applies)."""
+    if read is None:
+        return held
+    from_line = pl.col(f"read_{name}")
+    return pl.coalesce(held, from_line if where is None else pl.when(where).then(from_line))
+
+
+def _attribute(events: pl.DataFrame, read: dict | None = None) -> pl.DataFrame:
     """Events with the cause each points to (null for bookkeeping). Built as categories throughout:
     a text column of a cause's name a row is 45 bytes a row of a flood's millions."""
     def named(cause: str) -> pl.Expr:
         return pl.lit(cause, pl.Categorical)
 
     by_kind = pl.col("kind").replace_strict(CAUSE_OF_KIND, default=None, return_dtype=pl.Categorical)
-    by_text: pl.Expr = pl.lit(None, dtype=pl.Categorical)
-    ambiguous = pl.col("kind").is_in(list(_AMBIGUOUS))
-    text = pl.when(ambiguous).then(pl.col("message"))  # (only these lines' text is read: the regexes skip nulls)
-    for regex, cause in reversed(_CAUSE_IN_MESSAGE):
-        by_text = pl.when(text.str.contains(regex)).then(named(cause)).otherwise(by_text)
     cause = (
         pl.when(from_server(["cuda_oom"]))
         .then(named("inference_server_oom"))
         .when(from_server(["process_killed", "host_oom_kill", "segfault", "fatal_check"]))
         .then(named("inference_server_crash"))
-        .when(ambiguous)
-        .then(by_text)
+        .when(pl.col("kind").is_in(list(_AMBIGUOUS)))
+        .then(_or_read(_said(pl.col("message"))["cause"], "cause", read))
         .otherwise(by_kind)
     )
     return rows_where(events, pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
@@ -232,14 +253,13 @@ def _attribute(events: pl.DataFrame) -> pl.DataFrame:
 _TIMED_OUT_AFTER = r"timed out after (\d+(?:\.\d+)?) ?s\b"
 
 
-def _waiting_since(events: pl.DataFrame, clock: pl.DataFrame | None) -> pl.DataFrame:
+def _waiting_since(events: pl.DataFrame, clock: pl.DataFrame | None, read: dict | None = None) -> pl.DataFrame:
     """``events`` with ``since``: the step a timed-out request was sent in (its own step for
     any other event)."""
     since = pl.col("step").alias("since")
     if clock is None or clock.is_empty() or events.is_empty():
         return events.with_columns(since)
-    seconds = (pl.when(pl.col("kind") == "request_timeout").then(pl.col("message"))
-               .str.extract(_TIMED_OUT_AFTER, 1).cast(pl.Float64, strict=False))
+    seconds = _or_read(_said(pl.col("message"))["waited"], "waited", read)
     sent = pl.col("time") - pl.duration(milliseconds=(seconds * 1000).round().cast(pl.Int64))
     waited = events.select(sent.alias("time"), pl.lit(None, dtype=pl.Int64).alias("step"))
     sent_step = assign_steps(waited, clock.select("time", pl.col("step").cast(pl.Int64)))["step"]
@@ -255,7 +275,7 @@ def _logged_later(window: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     late = window.filter((pl.col("cause") == cause) & (pl.col("step") > spans.window[1]))
     if late.is_empty():
         return ""
-    first = _by_time(late, 1).row(0, named=True)
+    first = with_messages(_by_time(late, 1)).row(0, named=True)
     waited = re.search(_TIMED_OUT_AFTER, first["message"] or "")
     how_long = f" {float(waited.group(1)):g} s" if waited else ""
     n, of = late.height, window.filter(pl.col("kind") == first["kind"]).height
@@ -467,7 +487,7 @@ def _evidence(window: pl.DataFrame, cause: str) -> tuple[Evidence, ...]:
         .head(16)
         .collect()
     )
-    return tuple(_to_evidence(r) for r in window[ranked["row"]].iter_rows(named=True))
+    return _cited(window[ranked["row"]])
 
 
 def _earliest() -> pl.Expr:
@@ -487,7 +507,7 @@ def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tupl
     # sorted whole (the rows kept in frame order, so that ties stay in it).
     earliest = _ranked(later).group_by("kind").agg(_earliest()).collect()["row"].sort()
     firsts = later[earliest]
-    return tuple(_to_evidence(r) for r in _by_time(firsts, 4).iter_rows(named=True))
+    return _cited(_by_time(firsts, 4))
 
 
 def _undated(events: pl.DataFrame) -> pl.DataFrame:
@@ -509,19 +529,19 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
                                & pl.col("severity").is_in(["error", "fatal"]))
         cited: tuple[Evidence, ...] = ()
         if usual.is_empty() and own.height:
-            first = _by_time(own, 1).row(0, named=True)
+            first = with_messages(_by_time(own, 1)).row(0, named=True)
             exception = re.sub(r"^.*?\b(?:ERROR|CRITICAL): ", "", raised(first["message"]))[:160]
             found = (f"No infrastructure fault was logged in {step_span(*spans.window)}, but {own.height} "
                      f"error{'s' if own.height > 1 else ''} naming none {'were' if own.height > 1 else 'was'} "
                      f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
-            cited = tuple(_to_evidence(r) for r in _by_time(own, 8).iter_rows(named=True))
+            cited = _cited(_by_time(own, 8))
         elif usual.is_empty() and undated.height:  # (not "no failure of any kind": these may be the onset's)
             first = undated.row(0, named=True)
             found = (f"No dated failure was logged in {step_span(*spans.window)}, but {undated.height} error"
                      f"{'s' if undated.height > 1 else ''} with no time of {'their' if undated.height > 1 else 'its'} own "
                      f"{'were' if undated.height > 1 else 'was'} ({', '.join(sorted(set(undated['kind'])))}; first: "
                      f"{raised(first['message'])[:160]}, {Path(first['file']).name}:{first['line']}), so when is unknown;")
-            cited = tuple(_to_evidence(r) for r in undated.head(8).iter_rows(named=True))
+            cited = _cited(undated.head(8))
             confidence -= 0.1
         elif usual.is_empty():
             found = f"No failure of any kind was logged in {step_span(*spans.window)}:"
@@ -559,7 +579,7 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
         placed = not cited and finding.raised is not None  # (in no step: undated, its order inferred by the finding)
         if placed:
             file, line = finding.raised
-            cited = tuple(_to_evidence(r) for r in undated.filter((pl.col("file") == file) & (pl.col("line") == line)).iter_rows(named=True))
+            cited = _cited(undated.filter((pl.col("file") == file) & (pl.col("line") == line)))
         if cited:
             # The run ended in its own exception: the traceback is what stopped it.
             return Verdict(
@@ -571,6 +591,11 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
                 seen,
             )
     return Verdict("unknown", 0.3, server.evidence, " ".join(["Nothing in the logs explains it.", *server.sentences]), seen)
+
+
+def _cited(rows: pl.DataFrame) -> tuple[Evidence, ...]:
+    """``rows`` as evidence, in order, their messages read back where a flood left them unheld."""
+    return tuple(_to_evidence(r) for r in with_messages(rows).iter_rows(named=True))
 
 
 def _to_evidence(row: dict) -> Evidence:

@@ -37,6 +37,7 @@ from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
+from forensics.texts import with_messages
 
 
 def run_analysis(paths: list[Path], **options: Any) -> Analysis:
@@ -354,7 +355,7 @@ def events(
             seen.update(frame["kind"].unique().drop_nulls())
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))
-            for row in frame.iter_rows(named=True):
+            for row in with_messages(frame).iter_rows(named=True):
                 row["time"] = iso(row["time"])
                 sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
         if kind and not seen & set(kind):  # a typo must not look like a clean run

@@ -37,6 +37,7 @@ from parsers.ray import read_ray_session
 from parsers.schema import (
     CHECKPOINT_SCHEMA,
     EVENT_SCHEMA,
+    HELD_MESSAGES,
     METRIC_SCHEMA,
     STEP_SCHEMA,
     abandoned,
@@ -399,7 +400,7 @@ def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str
 
 def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
     if reader == "areal":
-        log = read_areal_log(path, keys=keys)
+        log = read_areal_log(path, keys=keys, held=HELD_MESSAGES)
         return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts,
                       superseded=log.superseded)
     if reader == "sglang":

@@ -43,6 +43,42 @@ LINE_TAIL = 16 << 10
 ANSI = r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])"
 
 
+def cleaned(text: pl.Expr) -> pl.Expr:
+    """A line as a message: colour codes and trailing blanks out, and of a line a progress bar
+    redrew with ``\\r``, only what follows the last (as a terminal shows it)."""
+    return text.str.replace_all(ANSI, "").str.strip_chars_end().str.replace(r"^.*\r", "")
+
+
+def lines_at(path: Path | str, numbers: pl.Series) -> pl.DataFrame:
+    """``line`` and ``text`` of the lines of ``path`` numbered ``numbers`` (see :func:`iter_lines_at`)."""
+    return pl.concat([pl.DataFrame(schema={"line": pl.Int64, "text": pl.String}), *iter_lines_at(path, numbers)])
+
+
+def iter_lines_at(path: Path | str, numbers: pl.Series) -> Iterator[pl.DataFrame]:
+    """``line`` and ``text`` of the lines of ``path`` numbered ``numbers``, a block of the file at
+    a time, as the readers read them (gzip-aware, invalid bytes replaced, long lines cut), in one
+    pass that stops after the last one wanted. Lines the file no longer has (gone, shorter) are
+    not yielded."""
+    wanted = numbers.cast(pl.Int64).drop_nulls().unique().sort()
+    if wanted.is_empty():
+        return
+    first, last = 1, int(wanted[-1])
+    try:
+        with contextlib.closing(_line_blocks(Path(path), BATCH_BYTES)) as blocks:
+            for data in blocks:
+                # (a block holding no wanted line is only counted)
+                n = data.count(b"\n") + (not data.endswith(b"\n"))
+                lo, hi = wanted.search_sorted(first), wanted.search_sorted(first + n - 1, side="right")
+                if hi > lo:
+                    texts = _numbered(_texts(data), first)
+                    yield texts.join(wanted.slice(lo, hi - lo).to_frame("line"), on="line", how="semi")
+                first += n
+                if first > last:
+                    return
+    except OSError:
+        return  # (what was read stands; the rest is missing)
+
+
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:
     """Yield the lines of ``path`` in chunks, gzip-aware, undecodable bytes replaced."""
     first = 1

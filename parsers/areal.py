@@ -24,10 +24,11 @@ from pathlib import Path
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, line_batch_pieces, sniff
+from parsers._lines import ANSI, cleaned, line_batch_pieces, sniff
 from parsers.schema import (
     EVENT_SCHEMA,
     METRIC_SCHEMA,
+    REPEATED_KINDS,
     STEP_SCHEMA,
     abandoned,
     conform,
@@ -81,25 +82,29 @@ def looks_like_areal(path: Path) -> bool:
     return False
 
 
-def read_areal_log(path: Path, *, keys: str | None = None) -> AReaLLog:
+def read_areal_log(path: Path, *, keys: str | None = None, held: int | None = None) -> AReaLLog:
     """Parse one AReaL/realhf log file (plain or gzipped) into frames.
 
     ``keys``: a regex; only metrics whose key it finds something in are kept (table cells are
     dropped batch by batch, so the others never take memory). ``None`` keeps every key.
+    ``held``: how many messages of a repeated kind a batch of lines keeps, the others left null
+    (see :data:`~parsers.schema.REPEATED_KINDS`); ``None`` keeps all.
     """
     fmt = load_format("areal")
     head = re.sub(ANSI, "", sniff(path, 256 << 10)).splitlines()[:5000]
     prefixes = _prefixes_in(head, fmt)
     pairs = _pairs_per_row(head, prefixes)
+    held = None if prefixes else held  # (a line read back would still have the prefix its message lost)
 
-    def kept_cells(parts: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    def finish(parts: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+        parts = {**parts, "timed": _classified(parts["timed"], fmt, held)}
         kept = keys_kept(parts["cells"], keys)
         if kept is None:
             return parts
         # Cells that are not numbers stay: they are counted (in a note) once their table's step is known.
         return {**parts, "cells": parts["cells"].filter(pl.col("key").is_in(kept) | pl.col("value").is_null())}
 
-    pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs), finish=kept_cells if keys else None)
+    pieces = line_batch_pieces(path, lambda lines: _extract(lines, fmt, prefixes, pairs), finish=finish)
     # Most of the rows (table cells, memory lines) are turned into metrics batch by batch.
     cells = pieces.pop("cells")
     lined = [pieces.pop(f"metric{i}") for i in range(len(fmt.metrics))]
@@ -174,7 +179,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     base = (
         lines.filter(~first.is_in(_SKIPPED) & (pl.col("text") != ""))
         # (a progress bar's ``\r`` redraws before a line, as a terminal shows it: only what follows the last)
-        .with_columns(pl.col("text").str.replace_all(ANSI, "").str.strip_chars_end().str.replace(r"^.*\r", ""))
+        .with_columns(cleaned(pl.col("text")))
         .filter(pl.col("text") != "")
         .with_columns(pl.col("text").str.head(_HEAD_CHARS).alias("head"))
         .with_columns(pl.col("head").str.contains(fmt.line_regex).alias("logged"))
@@ -195,12 +200,13 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     untimed = ~logged & ~border
     bare = (untimed & text.str.contains(fmt.any_untimed_event)) if fmt.untimed_events else pl.lit(False)
     flags = base.with_columns(
+        (logged & text.str.contains(fmt.any_event)).alias("event"),
         (untimed & text.str.contains(fmt.traceback_start)).alias("start"),
         (untimed & text.str.contains(fmt.traceback_exception)).alias("exc"),
         bare.alias("bare"),  # (a library's own line among the logger's: torch's NCCL watchdog)
     ).with_columns(
-        pl.when((logged & (pl.col("level").is_in(["ERROR", "CRITICAL"]) | text.str.contains(_FACT_LINES)
-                           | text.str.contains(fmt.any_event))) | pl.col("start") | pl.col("exc") | pl.col("bare"))
+        pl.when((logged & (pl.col("level").is_in(["ERROR", "CRITICAL"]) | text.str.contains(_FACT_LINES)))
+                | pl.col("event") | pl.col("start") | pl.col("exc") | pl.col("bare"))
         .then(text).alias("kept")
     )
     # Kept texts are copied out: a view into the batch would pin the whole batch in memory.
@@ -210,6 +216,13 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         kept,
         "time",
         "level",
+        "event",  # (classified batch by batch, once collected: see :func:`_classified`)
+    )
+    # The few logger lines that mark steps and tables, apart: as columns of every logger line,
+    # their mostly empty values would cost a flood's millions of lines 40 bytes each.
+    marks = flags.filter(logged).select(
+        "line",
+        "time",
         pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER, r"Train step (\d+)/\d+ done\.", " done.")).alias("lite_step"),
         # ``Train step g/G``: G, the steps the run was launched for (a traceback after the last is teardown).
         pl.when(text.str.contains("Train step ", literal=True)).then(text.str.extract(_LITE_HEADER, 6)).alias("planned"),
@@ -217,7 +230,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER, r"\(global step (\d+)\) finishes\.", " finishes.")).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
         text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
-    )
+    ).filter(pl.any_horizontal(pl.col("lite_step", "planned", "realhf_step").is_not_null()) | pl.col("completes") | pl.col("anchor"))
     # Untimed lines matter as traceback starts and exceptions, and through their neighbours among
     # the untimed lines (is the traceback chained?): those, and each batch's first and last untimed
     # line (neighbours across the cut), are kept; the rest are only counted.
@@ -254,6 +267,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         "row_counts": row_counts,
         "cells": cells,
         "timed": timed,
+        "marks": marks,
         "untimed": untimed_rows,
         "tops": tops,
         "counts": counts,
@@ -266,6 +280,22 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     return parts
 
 
+def _classified(timed: pl.DataFrame, fmt: LogFormat, held: int | None) -> pl.DataFrame:
+    """One batch's logger lines with the ``kind`` of those an event pattern found (only they are
+    classified), their texts let go past the first ``held`` of a repeated kind."""
+    at = timed["event"].arg_true()
+    kinds = timed.select(fmt.classify(pl.col("text").gather(at)).alias("kind"))["kind"]
+    unnamed = pl.repeat(None, timed.height, dtype=pl.String, eager=True).alias("kind")
+    # (a flood's millions of lines: a name costs 4 bytes as a category, 16 as a string)
+    timed = timed.drop("event").with_columns((unnamed.scatter(at, kinds) if at.len() else unnamed).cast(pl.Categorical),
+                                             pl.col("level").cast(pl.Categorical))
+    if held is None:
+        return timed
+    gone = (pl.col("kind").is_in(list(REPEATED_KINDS)) & (pl.int_range(pl.len()).over("kind") >= held)).fill_null(False)
+    # The texts kept are copied out: views into the batch's texts would pin them all.
+    return timed.with_columns(pl.concat_str(pl.when(~gone).then(pl.col("text")), pl.lit("")).alias("text"))
+
+
 def _assemble(
     path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], lined: list[list[pl.DataFrame]], fmt: LogFormat, pairs: int
 ) -> AReaLLog:
@@ -274,10 +304,11 @@ def _assemble(
     total_lines = max(int(row_counts["last"].max() or 0), int(counts["last"].max() or 0))
     tops = parts["tops"]
 
-    headers = _headers(logged)
+    marks = parts["marks"]
+    headers = _headers(marks)
     damaged = int((headers["step"] == _DAMAGED).sum())
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
-    metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, logged, headers)
+    metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, marks, headers)
     memory = _line_metrics(path, lined, fmt)
     events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
@@ -305,7 +336,7 @@ def _assemble(
         lines=total_lines,
         unparsed_lines=unexplained + broken + damaged,
         notes=tuple(notes),
-        facts=_facts(logged),
+        facts=_facts(logged, marks),
         superseded=superseded,
     )
 
@@ -323,19 +354,19 @@ def _header_step(text: pl.Expr, header: str, step_alone: str, ending: str) -> pl
     return pl.coalesce(step_number(digits), pl.when(damaged).then(pl.lit(_DAMAGED, pl.Int64)))
 
 
-def _headers(logged: pl.DataFrame) -> pl.DataFrame:
+def _headers(marks: pl.DataFrame) -> pl.DataFrame:
     """Step header lines: ``step`` in log units (1-based), ``era`` telling tables' direction."""
-    lite = logged.filter(pl.col("lite_step").is_not_null()).select(
+    lite = marks.filter(pl.col("lite_step").is_not_null()).select(
         "line", "time", pl.col("lite_step").alias("step"), pl.lit("lite").alias("era")
     )
-    realhf = logged.filter(pl.col("realhf_step").is_not_null()).select(
+    realhf = marks.filter(pl.col("realhf_step").is_not_null()).select(
         "line", "time", pl.col("realhf_step").alias("step"), pl.lit("realhf").alias("era")
     )
     return pl.concat([lite, realhf]).sort("line")
 
 
 def _table_metrics(
-    path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, logged: pl.DataFrame, headers: pl.DataFrame
+    path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, marks: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
     → (step, key, value); an attempt a relaunch abandoned is kept apart. ``runs``: the whole rows, one
@@ -347,7 +378,7 @@ def _table_metrics(
     if runs.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("top")
-    anchors = logged.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
+    anchors = marks.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
     # A table belongs to the stats anchor just above its top border (a few lines at most);
     # AReaL-lite prints tables after their step header, realhf before it.
     tables = tops.join_asof(anchors, left_on="top", right_on="anchor", strategy="backward").filter(
@@ -470,13 +501,14 @@ def _aligned(piece: pl.DataFrame) -> pl.DataFrame:
 def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
     """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks (the logger
     lines first, then the others: see :func:`read_areal_log`)."""
-    # One pass of all patterns at once picks the few candidate lines; only they are classified.
-    candidates = logged.filter(pl.col("text").str.contains(fmt.any_event) | pl.col("level").is_in(["ERROR", "CRITICAL"]))
-    classified = candidates.with_columns(fmt.classify(pl.col("text")).alias("kind"))
+    # (the lines an event pattern found were classified batch by batch: see :func:`_classified`)
     is_error = pl.col("level").is_in(["ERROR", "CRITICAL"])
-    named = classified.filter(pl.col("kind").is_not_null() | is_error).with_columns(
+    # (lazy: a flood's millions of event lines are copied once, into the events)
+    named = logged.lazy().filter(pl.col("kind").is_not_null() | is_error).with_columns(
         pl.col("kind").fill_null("log_error")
-    ).with_columns(fmt.severity_of(pl.col("kind"), pl.col("level")).alias("severity"))
+    ).with_columns(fmt.severity_of(pl.col("kind"), pl.col("level")).cast(pl.Categorical).alias("severity"))
+    # The logger lines' times, for the lines between them (in line order already: batches are in file order).
+    clock = logged.select(pl.col("line").alias("timed_line"), "time").set_sorted("timed_line")
 
     # A chained traceback is one event; its kind comes from the exception at its very end.
     untimed = untimed.sort("line").with_columns(
@@ -491,16 +523,11 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     # when it is of a known kind, else the traceback (its exception says what failed: a ``cuda_oom``,
     # or a RuntimeError a run that went no further died of).
     errors_at = named.filter(is_error).select(
-        (pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"), pl.col("text").alias("said"))
+        (pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"), pl.col("text").alias("said")).collect()
     tracebacks = (
         starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
         .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
-        .join_asof(
-            logged.select(pl.col("line").alias("timed_line"), "time").sort("timed_line"),
-            left_on="line",
-            right_on="timed_line",
-            strategy="backward",
-        )
+        .join_asof(clock, left_on="line", right_on="timed_line", strategy="backward")
         .with_columns(fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"))
         .join(errors_at, on="line", how="left", maintain_order="left")
         .filter(~pl.col("told").fill_null(False))
@@ -516,8 +543,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     # A library's own lines (torch's NCCL watchdog on stderr): the time of the logger line above them.
     bare = (
         untimed.filter("bare")
-        .join_asof(logged.select(pl.col("line").alias("timed_line"), "time").sort("timed_line"),
-                   left_on="line", right_on="timed_line", strategy="backward")
+        .join_asof(clock, left_on="line", right_on="timed_line", strategy="backward")
         .with_columns(pl.coalesce(_glog_time(pl.col("text"), pl.col("time")), "time").alias("time"),
                       fmt.classify(pl.col("text"), untimed=True).alias("kind"))
         .with_columns(pl.col("kind").replace_strict({p.kind: p.severity for p in fmt.untimed_events}, default="error").alias("severity"))
@@ -525,11 +551,16 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
-            tracebacks.select("time", "kind", "severity", pl.col("cited").alias("line"), "message"),
-            bare.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
+            tracebacks.lazy().select("time", *_named("kind", "severity"), pl.col("cited").alias("line"), "message"),
+            bare.lazy().select("time", *_named("kind", "severity"), "line", pl.col("text").alias("message")),
         ]
-    ).with_columns(pl.lit(fmt.source).alias("source"), pl.lit(path).alias("file"))
-    return conform(events, EVENT_SCHEMA)
+    ).with_columns(pl.lit(fmt.source, pl.Categorical).alias("source"), pl.lit(path, pl.Categorical).alias("file"))
+    return conform(events.collect(), EVENT_SCHEMA)
+
+
+def _named(*columns: str) -> list[pl.Expr]:
+    """Names as categories, as a flood's are from the start (see :func:`_classified`)."""
+    return [pl.col(c).cast(pl.Categorical) for c in columns]
 
 
 #: glog's prefix, as torch's C++ logs it: ``[E1201 11:36:35.394775308 …`` (month, day, time; no year).
@@ -553,7 +584,7 @@ _FACTS = {
 }
 
 
-def _facts(logged: pl.DataFrame) -> dict[str, str]:
+def _facts(logged: pl.DataFrame, marks: pl.DataFrame) -> dict[str, str]:
     """Launcher facts worth knowing later (the command that started the trainer, names)."""
     launcher = logged.filter(pl.col("text").str.contains(r"Launcher|Local Scheduler|LocalScheduler", literal=False))
     facts = {}
@@ -561,9 +592,9 @@ def _facts(logged: pl.DataFrame) -> dict[str, str]:
         found = launcher.select(pl.col("text").str.extract(regex, 1)).drop_nulls().to_series()
         if len(found):
             facts[name] = str(found[-1])
-    planned = logged["planned"].drop_nulls()
+    planned = marks["planned"].drop_nulls()
     if len(planned):
         facts["total_training_steps"] = str(planned[-1])
-    if logged["completes"].any():  # StatsLogger.close: the run ended as launched, whatever came after
+    if marks["completes"].any():  # StatsLogger.close: the run ended as launched, whatever came after
         facts["training_completed"] = "yes"
     return facts

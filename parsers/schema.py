@@ -25,6 +25,15 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "message": pl.String(),
 }
 
+#: The kinds a dead or overloaded server makes a client log over and over (each retry of each
+#: request): a flood of millions. Past the first :data:`HELD_MESSAGES` of a kind in a batch of
+#: lines, a reader may leave such an event's ``message`` null, where it is the line itself
+#: (:func:`parsers._lines.cleaned`): it is read back from ``file`` and ``line`` when it is cited
+#: or exported (:func:`parsers._lines.lines_at`). Counts, steps and times are all kept.
+REPEATED_KINDS = frozenset({"request_timeout", "connection_refused", "connection_reset", "retries_exhausted",
+                            "request_rejected", "workflow_failed"})
+HELD_MESSAGES = 200
+
 #: Long form, one row per value. NaN and ±Inf are kept as such. ``source`` is set by the
 #: run loader from the parser that read the file (``areal``, ``sglang``, …).
 #: ``key``, ``file`` and ``source`` repeat a few names over millions of rows: they are categorical

@@ -25,6 +25,7 @@ import polars as pl
 
 from forensics.detect import metric_keys
 from forensics.model import RunAnalysis, iso
+from forensics.texts import with_messages
 from parsers.schema import stream_of
 from reports.page import fmt_time, short
 
@@ -324,7 +325,7 @@ def _event_markers(run: RunAnalysis) -> pl.DataFrame:
             )
         )
         if grouped.height <= MAX_EVENT_MARKERS:
-            return grouped
+            return with_messages(grouped)
         width *= 2
 
 

@@ -3,19 +3,30 @@ in what order, and what is cited."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import random
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 import pytest
 from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
+from conftest import FIXTURES
+from typer.testing import CliRunner
 
+import forensics.run
+import parsers._lines
 from forensics import analyze
 from forensics.causes import _evidence, _later_evidence, _Windows
+from forensics.cli import app
 from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
-from parsers.schema import EVENT_SCHEMA
+from forensics.texts import with_messages
+from parsers._lines import lines_at
+from parsers.areal import looks_like_areal, read_areal_log
+from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
 
 FLOOD = 200_000
 
@@ -156,3 +167,91 @@ def test_later_evidence_cites_each_kinds_earliest_line_as_a_full_sort_would(seed
     expected = [later.row(i, named=True)["message"] for i in old["row"]]
     cited = _later_evidence(later, _Windows((0, 1), (0, 0)), "inference_server_unresponsive")
     assert [e.text for e in cited] == expected
+
+
+#: What a server that hangs, and one that is gone, make the trainer log over and over.
+_FLOODS = {"timeout": "timed out after", "refused": "Workflow execution failed"}
+
+
+def _flooded(root: Path, flood: int = FLOOD, outage: str = "timeout") -> tuple[Path, int]:
+    """The builder's run with its server hanging (or gone) at step 30 and the first line of the
+    trainer's that says so repeated ``flood`` times right after it: the fileroot, and that line's number."""
+    start = schedule(RunSpec(last_step=60))[28].time
+    spec = RunSpec(last_step=60, request_timeout=120, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind=outage),))
+    paths = write_run(root / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if _FLOODS[outage] in line)
+    paths.trainer_log.write_text("".join(lines[: first + 1] + [lines[first]] * flood + lines[first + 1 :]))
+    return paths.fileroot, first + 1
+
+
+@pytest.mark.parametrize(("outage", "kind"), [("timeout", "request_timeout"), ("refused", "workflow_failed")])
+def test_a_floods_messages_are_not_held_but_read_back_wherever_they_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outage: str, kind: str) -> None:
+    """Past the first few of a batch, a flood's failures keep their place, not their text: the
+    analysis (what server they name, how long a request waited, what a failed workflow raised), its
+    evidence and the export are what they are with every text held."""
+    fileroot, first = _flooded(tmp_path, outage=outage)
+    thin = analyze([fileroot])
+    [run] = thin.runs
+    flood = run.events.filter(pl.col("kind") == kind)
+    assert flood["message"].null_count() > FLOOD * 0.9
+    # The evidence quotes the lines themselves.
+    log = next(fileroot.rglob("trainer.log")).read_text().splitlines()
+    [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    quoted = [e for e in incident.evidence if e.kind == kind]
+    assert quoted and all(e.text == re.sub(r"\x1b\[[0-9;]*m", "", log[e.line - 1]).rstrip()[:300] for e in quoted)
+    assert max(e.line for e in quoted) > first + HELD_MESSAGES  # (one whose text was not held)
+
+    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    whole = analyze([fileroot])
+    assert whole.runs[0].events["message"].null_count() == 0
+    assert thin.to_document() == whole.to_document()
+    assert with_messages(run.events).equals(whole.runs[0].events)
+
+
+def test_the_events_command_writes_every_message_of_a_flood(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fileroot, _ = _flooded(tmp_path, 20_000)
+    runner = CliRunner()
+    thin = runner.invoke(app, ["events", str(fileroot), "--no-cache", "--kind", "request_timeout"])
+    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    whole = runner.invoke(app, ["events", str(fileroot), "--no-cache", "--kind", "request_timeout"])
+    assert thin.exit_code == whole.exit_code == 0
+    rows = [json.loads(line) for line in thin.stdout.splitlines()]
+    assert len(rows) > 20_000 and all("timed out after" in row["message"] for row in rows)
+    assert thin.stdout == whole.stdout
+
+
+def test_a_line_read_back_is_the_message_a_reader_would_have_held(tmp_path: Path) -> None:
+    """Every event of every AReaL log, its text let go and read back, is the event read whole:
+    colours, a progress bar's carriage returns, bytes that are not UTF-8, a line too long to keep
+    whole, Windows line ends, a gzipped copy."""
+    fileroot, first = _flooded(tmp_path, 3000)
+    trainer = next(fileroot.rglob("trainer.log"))
+    lines = trainer.read_bytes().splitlines(keepends=True)
+    timeout = lines[first - 1].rstrip(b"\n")
+    warts = [b"\r 37%|###   | 3/8 \r" + timeout, timeout.replace(b"timed out", b"timed \xff\xfe out"),
+             timeout[:-20] + b"x" * (3 << 20) + timeout[-20:], timeout + b"\r"]
+    trainer.write_bytes(b"".join(lines[:first] + [w + b"\n" for w in warts] + lines[first:]))
+    packed = tmp_path / "trainer.log.gz"
+    packed.write_bytes(gzip.compress(trainer.read_bytes()))
+    logs = [trainer, packed, *(p for p in FIXTURES.rglob("*") if p.is_file() and p.suffix in (".log", ".gz") and looks_like_areal(p))]
+    assert len(logs) >= 4
+    for log in logs:
+        whole = read_areal_log(log).events
+        thin = read_areal_log(log, held=0).events
+        assert thin.select(pl.col("kind").is_in(list(REPEATED_KINDS)) & pl.col("message").is_null()).to_series().sum() > 0 or not (
+            whole["kind"].is_in(list(REPEATED_KINDS)).any()), log
+        assert with_messages(thin).equals(whole), log
+
+
+def test_lines_are_read_back_across_blocks_and_past_the_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parsers._lines, "BATCH_BYTES", 64)  # (a block of a line or two)
+    log = tmp_path / "a.log"
+    log.write_bytes(b"".join(f"line {i} {'x' * (i % 50)}\n".encode() for i in range(1, 401)))
+    wanted = pl.Series([400, 3, 3, 250, 401, 1, None])
+    found = lines_at(log, wanted)
+    assert found["line"].to_list() == [1, 3, 250, 400]
+    assert [t.split()[1] for t in found["text"]] == ["1", "3", "250", "400"]
+    assert lines_at(tmp_path / "gone.log", wanted).is_empty()

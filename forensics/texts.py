@@ -1,0 +1,67 @@
+"""Messages read back from their lines.
+
+A flood's events keep their place (``file``, ``line``) but not their text (see
+:data:`parsers.schema.REPEATED_KINDS`): millions of request timeouts cost a few bytes each. What
+the analysis reads in them, it reads from their lines, a block at a time (:func:`from_lines`);
+the few messages it quotes, and those a user exports, are read back whole (:func:`with_messages`).
+Either way a line is cleaned as the readers clean it, in one pass per file.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import polars as pl
+
+from parsers._lines import IN_FLIGHT, cleaned, iter_lines_at
+from parsers.schema import REPEATED_KINDS
+
+#: A row whose message a reader did not hold (and can be read back).
+UNHELD = (pl.col("message").is_null() & pl.col("kind").is_in(list(REPEATED_KINDS))
+          & pl.col("file").is_not_null() & pl.col("line").is_not_null())
+
+
+def with_messages(events: pl.DataFrame) -> pl.DataFrame:
+    """``events`` (any frame with ``kind``, ``file``, ``line`` and ``message``) with the messages
+    left unheld read back, in the same row order. A line its file no longer has stays null."""
+    read = from_lines(events, {"message": pl.col("message")})
+    return events if read is None else events.with_columns(pl.coalesce(pl.col("message"), read["message"]))
+
+
+def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, pl.Series] | None:
+    """``columns`` (expressions of ``message`` and the event's other columns) evaluated for the
+    rows whose message was not held, over their lines read back; one series a column, aligned with
+    ``events``, null at the other rows. ``None`` when every message is held.
+
+    Lines are read a block at a time and only the columns' values are kept: a flood's texts are
+    never held together."""
+    unheld = events.select(UNHELD.fill_null(False)).to_series()
+    if not unheld.any():
+        return None
+    needed = sorted({name for expr in columns.values() for name in expr.meta.root_names()} - {"message"} | {"line"})
+    probe = events.head(0).select(*needed, pl.lit(None, dtype=pl.String).alias("message")).select(**columns)
+    out = {name: pl.repeat(None, events.height, dtype=probe.schema[name], eager=True).alias(name) for name in columns}
+    rows = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"), "file", "line").filter(unheld)
+    given = events.select(needed)
+
+    def evaluated(mine: pl.DataFrame, block: pl.DataFrame) -> pl.DataFrame:
+        lo, hi = mine["line"].search_sorted(block["line"][0]), mine["line"].search_sorted(block["line"][-1], side="right")
+        here = mine.slice(lo, hi - lo).join(block.select("line", cleaned(pl.col("text")).alias("message")), on="line")
+        return given[here["row"]].with_columns(here["message"]).select(here["row"], **columns)
+
+    def keep(values: pl.DataFrame) -> None:
+        for name in columns:  # (in place: one column a name, whatever the flood)
+            out[name].scatter(values["row"], values[name])
+
+    # Two blocks at a time, as the readers parse them (Polars lets go of the GIL): both cores busy.
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        for (file,), mine in rows.group_by("file"):
+            mine = mine.sort("line")
+            in_flight: list[Future[pl.DataFrame]] = []
+            for block in iter_lines_at(str(file), mine["line"]):
+                in_flight.append(pool.submit(evaluated, mine, block))
+                if len(in_flight) == IN_FLIGHT:
+                    keep(in_flight.pop(0).result())
+            for done in in_flight:
+                keep(done.result())
+    return out
