@@ -41,7 +41,7 @@ def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, p
     needed = sorted({name for expr in columns.values() for name in expr.meta.root_names()} - {"message"} | {"line"})
     probe = events.head(0).select(*needed, pl.lit(None, dtype=pl.String).alias("message")).select(**columns)
     out = {name: pl.repeat(None, events.height, dtype=probe.schema[name], eager=True).alias(name) for name in columns}
-    rows = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"), "file", "line").filter(unheld)
+    files = events["file"].filter(unheld).unique().drop_nulls()
     given = events.select(needed)
 
     def evaluated(mine: pl.DataFrame, block: pl.DataFrame) -> pl.DataFrame:
@@ -55,8 +55,10 @@ def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, p
 
     # Two blocks at a time, as the readers parse them (Polars lets go of the GIL): both cores busy.
     with ThreadPoolExecutor(IN_FLIGHT) as pool:
-        for (file,), mine in rows.group_by("file"):
-            mine = mine.sort("line")
+        for file in files:
+            mine = events.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"), "line").filter(unheld & (events["file"] == file))
+            if not mine["line"].is_sorted():  # (a flood's lines, in time order, are in line order already)
+                mine = mine.sort("line")
             in_flight: list[Future[pl.DataFrame]] = []
             for block in iter_lines_at(str(file), mine["line"]):
                 in_flight.append(pool.submit(evaluated, mine, block))
