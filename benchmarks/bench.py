@@ -1331,7 +1331,7 @@ def main() -> None:
             (n0, r0), (n1, r1) = points[0], points[-1]
             say()
             say(f"Peak RSS ×{r1 / r0:.2f} for ×{n1 / n0:.0f} the events, {(r1 - r0) * 2**20 / (n1 - n0):,.0f} bytes more an event "
-                f"(every event is held, with its line's text: `events` lists each one) — {flat(r1 / r0, [r for _, r in points])}.")
+                f"(every event is held, with its place in its file; past the first few of a batch, not its text: that is read back where it is quoted or exported) — {flat(r1 / r0, [r for _, r in points])}.")
 
     if args.report:
         args.report.write_text("\n".join(out) + "\n")

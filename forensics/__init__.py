@@ -26,6 +26,7 @@ if _typing.TYPE_CHECKING:
         UnusableInput,
     )
     from forensics.model import Analysis, Checkpoint, Evidence, Incident, Recommendation, RunAnalysis
+    from forensics.texts import with_messages
 
 _HOMES = {
     "analysis": ("analyze", "analyze_each", "analyze_run"),
@@ -34,6 +35,7 @@ _HOMES = {
     "errors": ("ForensicsError", "NoCheckpoint", "NoCheckpointBeforeIncident", "NoCheckpointSaved", "NoRunsFound",
                "PathNotFound", "UnusableInput"),
     "model": ("Analysis", "Checkpoint", "Evidence", "Incident", "Recommendation", "RunAnalysis"),
+    "texts": ("with_messages",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -57,6 +59,7 @@ __all__ = [
     "analyze_each",
     "analyze_run",
     "default_cache_dir",
+    "with_messages",
 ]
 
 
