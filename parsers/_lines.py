@@ -62,21 +62,63 @@ def iter_lines_at(path: Path | str, numbers: pl.Series) -> Iterator[pl.DataFrame
     wanted = numbers.cast(pl.Int64).drop_nulls().unique().sort()
     if wanted.is_empty():
         return
-    first, last = 1, int(wanted[-1])
+    last = int(wanted[-1])
     try:
-        with contextlib.closing(_line_blocks(Path(path), BATCH_BYTES)) as blocks:
-            for data in blocks:
+        with contextlib.closing(_numbered_blocks(Path(path), int(wanted[0]))) as blocks:
+            for first, data in blocks:
                 # (a block holding no wanted line is only counted)
-                n = data.count(b"\n") + (not data.endswith(b"\n"))
+                n = _line_count(data)
                 lo, hi = wanted.search_sorted(first), wanted.search_sorted(first + n - 1, side="right")
                 if hi > lo:
                     texts = _numbered(_texts(data), first)
                     yield texts.join(wanted.slice(lo, hi - lo).to_frame("line"), on="line", how="semi")
-                first += n
-                if first > last:
+                if first + n > last:
                     return
     except OSError:
         return  # (what was read stands; the rest is missing)
+
+
+#: Where blocks of plain logs began when lines were read back: per file (device and inode), each
+#: block's first line → its offset and the bytes just before it. A line deep in a log of gigabytes is
+#: then read from near it, not from the top (each poll of ``watch``, each line an analysis quotes);
+#: a rewritten file no longer has those bytes there, and is read from the top.
+_MARKS: dict[tuple[int, int], dict[int, tuple[int, bytes]]] = {}
+_MARK_BYTES = 64
+
+
+def _numbered_blocks(path: Path, line: int) -> Iterator[tuple[int, bytes]]:
+    """The blocks of ``path`` as :func:`_line_blocks` reads them, each with its first line's
+    number: of a plain file, from the last block marked (see :data:`_MARKS`) at or before ``line``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if os.pread(fd, 2, 0) == b"\x1f\x8b":  # (gzip: no seeking, from the top)
+            first = 1
+            for data in _line_blocks(path, BATCH_BYTES):
+                yield first, data
+                first += _line_count(data)
+            return
+        stat = os.fstat(fd)
+        marks = _MARKS.setdefault((stat.st_dev, stat.st_ino), {})
+        first, offset = 1, 0
+        for at_line in sorted((m for m in marks if m <= line), reverse=True):
+            at, before = marks[at_line]
+            if os.pread(fd, len(before), at - len(before)) == before:
+                first, offset = at_line, at
+                break
+        for at, data in _positioned_blocks(fd, BATCH_BYTES, offset):
+            if at == 0:
+                data = _file_start(data)
+            elif at >= _MARK_BYTES and first not in marks:
+                marks[first] = (at, os.pread(fd, _MARK_BYTES, at - _MARK_BYTES))
+            yield first, data
+            first += _line_count(data)
+    finally:
+        os.close(fd)
+
+
+def _line_count(data: bytes) -> int:
+    """The lines of a block as Polars splits them (a last one without its newline counts)."""
+    return data.count(b"\n") + (not data.endswith(b"\n"))
 
 
 def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.LazyFrame]:
@@ -378,16 +420,22 @@ def _line_blocks(path: Path, size: int) -> Iterator[bytes]:
     blocks = _blocks(path, size)
     first = next(blocks, None)
     if first is not None:
-        first = first.lstrip(b"\0") if first[:1] == b"\0" else first
-        yield first[3:] if first[:3] == b"\xef\xbb\xbf" else first
+        yield _file_start(first)
         yield from blocks
+
+
+def _file_start(block: bytes) -> bytes:
+    """A file's first block without what comes before its first line (see :func:`_line_blocks`)."""
+    block = block.lstrip(b"\0") if block[:1] == b"\0" else block
+    return block[3:] if block[:3] == b"\xef\xbb\xbf" else block
 
 
 def _blocks(path: Path, size: int) -> Iterator[bytes]:
     fd = os.open(path, os.O_RDONLY)  # opened once: a session's thousands of small files
     try:
         if os.pread(fd, 2, 0) != b"\x1f\x8b":
-            yield from _positioned_blocks(fd, size)
+            for _, block in _positioned_blocks(fd, size):
+                yield block
             return
     finally:
         os.close(fd)
@@ -411,17 +459,17 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
         yield rest.take()
 
 
-def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
-    """:func:`_line_blocks` of a plain file (open as ``fd``) by positioned reads: each block is
-    read from where the last whole line of the one before ended, so a cut-off line is read again,
-    never joined. A file that stops short (truncated, or still being written) just ends the read there."""
-    offset = 0
+def _positioned_blocks(fd: int, size: int, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """:func:`_line_blocks` of a plain file (open as ``fd``) by positioned reads, from ``offset``,
+    each with the offset it starts at: each block is read from where the last whole line of the one
+    before ended, so a cut-off line is read again, never joined. A file that stops short
+    (truncated, or still being written) just ends the read there."""
     while True:
         end = _last_line_end(fd, offset, size)
         if end is not None:  # read to exactly there: one copy, made by the kernel outside the GIL
             block = os.pread(fd, end, offset)
             if block:
-                yield block
+                yield offset, block
             if len(block) < end:  # cut short since the probe
                 return
             offset += end
@@ -429,7 +477,7 @@ def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
         block = os.pread(fd, size, offset)
         if len(block) < size:  # the end of the file, as far as it is written
             if block:
-                yield block
+                yield offset, block
             return
         cut = block.rfind(b"\n") + 1
         if not cut:  # a line longer than a block: read on to its end, keeping its head and tail
@@ -440,10 +488,11 @@ def _positioned_blocks(fd: int, size: int) -> Iterator[bytes]:
                 line.add(more if end < 0 else more[:end])
                 if end >= 0:
                     break
-            offset += line.size + (end >= 0)
-            yield line.take() + (b"\n" if end >= 0 else b"")
+            taken = line.size + (end >= 0)
+            yield offset, line.take() + (b"\n" if end >= 0 else b"")
+            offset += taken
             continue
-        yield block if cut == len(block) else block[:cut]
+        yield offset, block if cut == len(block) else block[:cut]
         offset += cut
 
 

@@ -551,14 +551,14 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
-            tracebacks.lazy().select("time", *_named("kind", "severity"), pl.col("cited").alias("line"), "message"),
-            bare.lazy().select("time", *_named("kind", "severity"), "line", pl.col("text").alias("message")),
+            tracebacks.lazy().select("time", *_as_categories("kind", "severity"), pl.col("cited").alias("line"), "message"),
+            bare.lazy().select("time", *_as_categories("kind", "severity"), "line", pl.col("text").alias("message")),
         ]
     ).with_columns(pl.lit(fmt.source, pl.Categorical).alias("source"), pl.lit(path, pl.Categorical).alias("file"))
     return conform(events.collect(), EVENT_SCHEMA)
 
 
-def _named(*columns: str) -> list[pl.Expr]:
+def _as_categories(*columns: str) -> list[pl.Expr]:
     """Names as categories, as a flood's are from the start (see :func:`_classified`)."""
     return [pl.col(c).cast(pl.Categorical) for c in columns]
 

@@ -24,7 +24,7 @@ from forensics.cli import app
 from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
 from forensics.texts import with_messages
-from parsers._lines import lines_at
+from parsers._lines import _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
 
@@ -255,3 +255,24 @@ def test_lines_are_read_back_across_blocks_and_past_the_end(tmp_path: Path, monk
     assert found["line"].to_list() == [1, 3, 250, 400]
     assert [t.split()[1] for t in found["text"]] == ["1", "3", "250", "400"]
     assert lines_at(tmp_path / "gone.log", wanted).is_empty()
+
+
+def test_lines_read_back_again_start_near_them_unless_the_file_was_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second read of lines deep in a log starts at the block marked before them, not at the top;
+    the same file rewritten in place (same inode, other lines) is read from the top."""
+    monkeypatch.setattr(parsers._lines, "BATCH_BYTES", 256)
+    log = tmp_path / "trainer.log"
+    log.write_bytes(b"\0\0\xef\xbb\xbf" + b"".join(f"a {i:05d}\n".encode() for i in range(1, 2001)))
+    assert lines_at(log, pl.Series([1900]))["text"].to_list() == ["a 01900"]
+    [marks] = [m for key, m in parsers._lines._MARKS.items() if key == (log.stat().st_dev, log.stat().st_ino)]
+    assert len(marks) > 10
+    starts = []
+    monkeypatch.setattr(parsers._lines, "_positioned_blocks",
+                        lambda fd, size, offset=0: starts.append(offset) or _positioned_blocks(fd, size, offset))
+    assert lines_at(log, pl.Series([1990, 1901, 1]))["text"].to_list() == ["a 00001", "a 01901", "a 01990"]
+    assert lines_at(log, pl.Series([1999, 1950]))["text"].to_list() == ["a 01950", "a 01999"]
+    line_1950 = 5 + 8 * 1949
+    assert starts[0] == 0 and line_1950 - 256 <= starts[1] <= line_1950  # (from the block before 1950's, not the top)
+    with open(log, "r+b") as fh:  # (rewritten in place: the bytes before each mark are others now)
+        fh.write(b"".join(f"bb {i:05d}\n".encode() for i in range(1, 2001)))
+    assert lines_at(log, pl.Series([1950]))["text"].to_list() == ["bb 01950"]
