@@ -536,7 +536,7 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
                      f"({', '.join(sorted(set(own['kind'])))}; first: {exception}, at step {first['step']}):")
             cited = _cited(_by_time(own, 8))
         elif usual.is_empty() and undated.height:  # (not "no failure of any kind": these may be the onset's)
-            first = undated.row(0, named=True)
+            first = with_messages(undated.head(1)).row(0, named=True)
             found = (f"No dated failure was logged in {step_span(*spans.window)}, but {undated.height} error"
                      f"{'s' if undated.height > 1 else ''} with no time of {'their' if undated.height > 1 else 'its'} own "
                      f"{'were' if undated.height > 1 else 'was'} ({', '.join(sorted(set(undated['kind'])))}; first: "

@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.texts import from_lines
 from parsers.schema import relaunches
 
 #: Keys tried in order for the primary metric, then any key that ends like them.
@@ -717,7 +718,8 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
         return []
     up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).with_columns(at).collect()
     # (only calls after an exit are read for the server they name: a flood before it can be millions)
-    calls = dated.filter(pl.col("kind").is_in(_CALLING) & (pl.col("time") > exits["time"].min())).with_columns(at).collect()
+    calls = dated.filter(pl.col("kind").is_in(_CALLING) & (pl.col("time") > exits["time"].min())).collect()
+    calls = calls.with_columns(_servers_called(calls))
     found: list[Finding] = []
     for death in exits.iter_rows(named=True):
         same = pl.lit(True) if death["at"] is None else pl.col("at").is_null() | (pl.col("at") == death["at"])
@@ -737,6 +739,13 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
                              + (f"until a server came up again in step {end}" if end is not None else "with no server launched in its place"),
                              failed_at=death["time"]))
     return found
+
+
+def _servers_called(calls: pl.DataFrame) -> pl.Series:
+    """The server each call names, read from its line where a flood's text was not held."""
+    held = calls.select(server_named(pl.col("message")).alias("at")).to_series()
+    read = from_lines(calls, {"at": server_named(pl.col("message"))})
+    return held if read is None else held.fill_null(read["at"])
 
 
 #: Events that mean a training process died or a collective hung for good.

@@ -312,7 +312,7 @@ def _event_markers(run: RunAnalysis) -> pl.DataFrame:
         .sort("step", "time", "line", nulls_last=True)
     )
     if ev.height <= MAX_EVENT_MARKERS:
-        return ev.with_columns(pl.lit(1).alias("n"), pl.col("step").alias("last"))
+        return with_messages(ev).with_columns(pl.lit(1).alias("n"), pl.col("step").alias("last"))
     width = 1
     while True:
         grouped = (

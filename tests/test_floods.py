@@ -27,6 +27,7 @@ from forensics.texts import with_messages
 from parsers._lines import _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
+from reports.timeline import MAX_EVENT_MARKERS, _event_markers
 
 FLOOD = 200_000
 
@@ -276,3 +277,38 @@ def test_lines_read_back_again_start_near_them_unless_the_file_was_rewritten(tmp
     with open(log, "r+b") as fh:  # (rewritten in place: the bytes before each mark are others now)
         fh.write(b"".join(f"bb {i:05d}\n".encode() for i in range(1, 2001)))
     assert lines_at(log, pl.Series([1950]))["text"].to_list() == ["bb 01950"]
+
+
+def test_calls_to_another_server_after_one_exits_are_not_calls_to_it_whether_their_text_is_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server A exits; every refused call after it names server B. Held or not, a call's server is
+    read from its line: no "server_down" for A."""
+    start = schedule(RunSpec(last_step=60))[28].time
+    spec = RunSpec(last_step=60, request_timeout=120,
+                   outages=(Outage(start=start, end=start + timedelta(minutes=40), kind="refused", server_exit=True),))
+    paths = write_run(tmp_path / "outputs", spec)
+    out, flooded = [], False
+    for line in paths.trainer_log.read_text().splitlines(keepends=True):
+        if any(said in line for said in ("Cannot connect", "Workflow execution failed", "Failed after")):
+            line = line.replace("172.17.0.2:30000", "172.17.0.9:30000").replace("'172.17.0.2', 30000", "'172.17.0.9', 30000")
+            if "Cannot connect" in line and not flooded:
+                out, flooded = out + [line] * 300, True
+        out.append(line)
+    paths.trainer_log.write_text("".join(out))
+    thin = analyze([paths.fileroot])
+    assert thin.runs[0].events.filter(pl.col("kind") == "connection_refused")["message"].null_count() > 0
+    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    whole = analyze([paths.fileroot])
+    assert "server_down" not in [i.kind for i in whole.runs[0].incidents]
+    assert thin.to_document() == whole.to_document()
+
+
+def test_the_timelines_markers_quote_a_floods_lines(tmp_path: Path) -> None:
+    """Fewer problem events than markers: each its own marker, quoting its line."""
+    fileroot, first = _flooded(tmp_path, 500, outage="refused")
+    [run] = analyze([fileroot]).runs
+    assert run.events["message"].null_count() > 0
+    markers = _event_markers(run)
+    assert markers.height <= MAX_EVENT_MARKERS and markers["message"].null_count() == 0
+    log = next(fileroot.rglob("trainer.log")).read_text().splitlines()
+    assert all(m == re.sub(r"\x1b\[[0-9;]*m", "", log[n - 1]).rstrip() for m, n in markers.select("message", "line").iter_rows())
