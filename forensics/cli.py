@@ -37,7 +37,7 @@ from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
-from forensics.texts import with_messages
+from forensics.texts import iter_with_messages
 
 
 def run_analysis(paths: list[Path], **options: Any) -> Analysis:
@@ -355,9 +355,10 @@ def events(
             seen.update(frame["kind"].unique().drop_nulls())
             if kind:
                 frame = frame.filter(frame["kind"].is_in(kind))
-            for row in with_messages(frame).iter_rows(named=True):
-                row["time"] = iso(row["time"])
-                sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
+            for part in iter_with_messages(frame):  # (a flood's texts a slice at a time)
+                for row in part.iter_rows(named=True):
+                    row["time"] = iso(row["time"])
+                    sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
         if kind and not seen & set(kind):  # a typo must not look like a clean run
             typer.echo(f"grpo-forensics: no event of kind {', '.join(kind)}; found: {', '.join(sorted(seen)) or 'none'}", err=True)
         _no_run_under(paths, log_format)

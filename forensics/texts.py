@@ -9,11 +9,13 @@ Either way a line is cleaned as the readers clean it, in one pass per file.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import polars as pl
 
-from parsers._lines import IN_FLIGHT, cleaned, iter_lines_at
+from parsers._lines import IN_FLIGHT, cleaned, is_gzip, iter_lines_at
 from parsers.schema import REPEATED_KINDS
 
 #: A row whose message a reader did not hold (and can be read back).
@@ -26,6 +28,25 @@ def with_messages(events: pl.DataFrame) -> pl.DataFrame:
     left unheld read back, in the same row order. A line its file no longer has stays null."""
     read = from_lines(events, {"message": pl.col("message")})
     return events if read is None else events.with_columns(pl.coalesce(pl.col("message"), read["message"]))
+
+
+def iter_with_messages(events: pl.DataFrame, rows: int = 500_000) -> Iterator[pl.DataFrame]:
+    """``events`` a slice of ``rows`` at a time, each :func:`with_messages`: an export of a flood
+    holds one slice's texts at a time. Each slice's lines are read from the block before them (what
+    one pass read is marked: see :data:`parsers._lines._MARKS`); a gzipped log cannot be read from
+    the middle, and a flood in one is read back whole at once."""
+    unheld = events["file"].filter(events.select(UNHELD.fill_null(False)).to_series()).unique().drop_nulls()
+    if any(_packed(str(file)) for file in unheld):
+        rows = max(rows, events.height)
+    for start in range(0, events.height, rows):
+        yield with_messages(events.slice(start, rows))
+
+
+def _packed(path: str) -> bool:
+    try:
+        return is_gzip(Path(path))
+    except OSError:
+        return False
 
 
 def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, pl.Series] | None:

@@ -72,7 +72,7 @@ from forensics.errors import NoCacheDir, NoRunsFound, PathNotFound, UnusableInpu
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
-from forensics.texts import with_messages
+from forensics.texts import iter_with_messages
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
@@ -572,7 +572,7 @@ class _Follower:
         if self._event_mark is not None:
             events = events.filter(pl.col("time").is_null() | (pl.col("time") >= self._event_mark - slack))
         fresh = []
-        for row in with_messages(events).iter_rows(named=True):
+        for row in (row for part in iter_with_messages(events) for row in part.iter_rows(named=True)):
             key = (row["time"], row["kind"], row["message"]) if row["time"] else (Path(row["file"]).name, row["line"])
             if key in self._recent:
                 continue

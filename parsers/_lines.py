@@ -209,10 +209,11 @@ def _inflate_until_error(inflate: Any, raw: bytes, piece: int = 4096) -> bytes:
 
 def open_log(path: Path) -> Any:
     """``path`` opened for bytes, plain or gzipped (known by its magic bytes, read up to a tear)."""
-    return _GzipTolerant(path) if _is_gzip(path) else open(path, "rb")  # noqa: SIM115
+    return _GzipTolerant(path) if is_gzip(path) else open(path, "rb")  # noqa: SIM115
 
 
-def _is_gzip(path: Path) -> bool:
+def is_gzip(path: Path) -> bool:
+    """Whether ``path`` starts as a gzip stream does (raises ``OSError`` when it cannot be read)."""
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"
 

@@ -23,7 +23,7 @@ from forensics.causes import _evidence, _later_evidence, _Windows
 from forensics.cli import app
 from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
-from forensics.texts import with_messages
+from forensics.texts import iter_with_messages, with_messages
 from parsers._lines import _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
@@ -312,3 +312,18 @@ def test_the_timelines_markers_quote_a_floods_lines(tmp_path: Path) -> None:
     assert markers.height <= MAX_EVENT_MARKERS and markers["message"].null_count() == 0
     log = next(fileroot.rglob("trainer.log")).read_text().splitlines()
     assert all(m == re.sub(r"\x1b\[[0-9;]*m", "", log[n - 1]).rstrip() for m, n in markers.select("message", "line").iter_rows())
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_flood_read_back_a_slice_at_a_time_is_read_back_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packed: bool) -> None:
+    fileroot, _ = _flooded(tmp_path, 5000)
+    if packed:
+        log = next(fileroot.rglob("trainer.log"))
+        log.with_suffix(".log.gz").write_bytes(gzip.compress(log.read_bytes()))
+        log.unlink()
+    monkeypatch.setattr(parsers._lines, "BATCH_BYTES", 64 << 10)  # (many blocks, many marks)
+    [run] = analyze([fileroot]).runs
+    parts = list(iter_with_messages(run.events, rows=700))
+    assert len(parts) == (1 if packed else -(-run.events.height // 700))
+    assert pl.concat(parts).equals(with_messages(run.events))
+    assert pl.concat(parts).filter(pl.col("kind") == "request_timeout")["message"].null_count() == 0
