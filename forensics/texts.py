@@ -4,7 +4,8 @@ A flood's events keep their place (``file``, ``line``) but not their text (see
 :data:`parsers.schema.REPEATED_KINDS`): millions of request timeouts cost a few bytes each. What
 the analysis reads in them, it reads from their lines, a block at a time (:func:`from_lines`);
 the few messages it quotes, and those a user exports, are read back whole (:func:`with_messages`).
-Either way a line is cleaned as the readers clean it, in one pass per file.
+Either way a line is cleaned as the readers clean it, and a pass over a file stops after the
+last line wanted (and starts at the block before the first, where an earlier pass marked it).
 """
 
 from __future__ import annotations
