@@ -22,7 +22,7 @@ import polars as pl
 from forensics.advice import suggest
 from forensics.align import relaunch_gaps, step_clock, step_durations
 from forensics.cache import ParseCache
-from forensics.causes import attribute, explain
+from forensics.causes import attribute, explain, named_servers, read_said
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
@@ -231,14 +231,33 @@ def framework_of(run: RunData) -> str:
 
 class _Attribution:
     """A run's events attributed to causes (:func:`forensics.causes.attribute`), made once, when
-    first asked for, for all its incidents: a log may hold millions of events."""
+    first asked for, for all its incidents: a log may hold millions of events. What a flood's
+    lines say is read from them once, for the attribution and the servers they name."""
 
     def __init__(self, events: pl.DataFrame, clock: pl.DataFrame) -> None:
         self.events, self.clock = events, clock
 
     @functools.cached_property
+    def read(self) -> dict[str, pl.Series] | None:
+        return read_said(self.events)
+
+    @functools.cached_property
     def frame(self) -> pl.DataFrame:
-        return attribute(self.events, self.clock)
+        frame = attribute(self.events, self.clock, self.read)
+        self._let_go_of_read()
+        return frame
+
+    @functools.cached_property
+    def servers(self) -> pl.Series:
+        servers = named_servers(self.events, self.read)
+        self._let_go_of_read()
+        return servers
+
+    def _let_go_of_read(self) -> None:
+        """Called as ``frame`` or ``servers`` is made: where the other is made already, what was read
+        (a few columns of a flood's millions of rows) is not held through the incidents' explanations."""
+        if "frame" in self.__dict__ or "servers" in self.__dict__:
+            self.__dict__.pop("read", None)
 
 
 def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, alike: list[tuple[int, int]],
@@ -286,7 +305,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
         found.append(ended)
     # A server gone while the run went on: an incident of its own where nothing else tells of it.
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
-    found += [d for d in servers_down(events, t, run.steps, planned) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
+    found += [d for d in servers_down(events, t, run.steps, planned, lambda: attribution.servers) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
     return found
 
 

@@ -196,19 +196,33 @@ def _root_cause(deciding: pl.DataFrame) -> Cause:
     return first["cause"]
 
 
-def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None) -> pl.DataFrame:
+def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None, read: dict[str, pl.Series] | None = None) -> pl.DataFrame:
     """``events`` with a step, each with the cause it points to (``cause``, null for bookkeeping),
     the step it began in (``since``: a timed-out request's, when it was sent; see :func:`explain`)
     and the server a failure names (``at``; null for bookkeeping). ``cause`` and ``at`` are
-    categorical: a flood's millions of rows name a few causes and servers."""
-    # What a flood's messages say is read from their lines (their texts were not held).
-    read = from_lines(events, _said(pl.col("message")))
+    categorical: a flood's millions of rows name a few causes and servers. ``read``: what
+    :func:`read_said` read for ``events``, where the caller has it already."""
+    read = read if read is not None else read_said(events)
     if read is not None:
         events = events.with_columns(series.alias(f"read_{name}") for name, series in read.items())
     failure = pl.when(pl.col("cause").is_not_null()).then(pl.col("message"))  # (a regex is not run over the rest)
     at = _or_read(server_named(failure).cast(pl.Categorical), "at", read, pl.col("cause").is_not_null())
     return _waiting_since(_attribute(events, read), clock, read).with_columns(at.alias("at")).drop(
         [f"read_{name}" for name in read or ()])
+
+
+def read_said(events: pl.DataFrame) -> dict[str, pl.Series] | None:
+    """What the attribution reads in the messages of ``events`` a reader did not hold (a flood's),
+    read from their lines: ``cause``, ``at`` and ``waited`` (see :func:`_said`), one series each,
+    aligned with ``events`` and null at held rows. ``None`` when every message is held."""
+    return from_lines(events, _said(pl.col("message")))
+
+
+def named_servers(events: pl.DataFrame, read: dict[str, pl.Series] | None) -> pl.Series:
+    """The server each of ``events`` names (categorical, null for none): in its message, or in its
+    line as ``read`` by :func:`read_said`."""
+    held = events.select(server_named(pl.col("message")).cast(pl.Categorical).alias("at")).to_series()
+    return held if read is None else held.fill_null(read["at"])
 
 
 def _said(message: pl.Expr) -> dict[str, pl.Expr]:

@@ -13,7 +13,7 @@ import itertools
 import math
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -703,12 +703,17 @@ def server_in(text: str) -> str | None:
 _CALLING = ("connection_refused", "connection_reset", "retries_exhausted", "workflow_failed", "request_timeout")
 
 
-def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None = None, planned: int | None = None) -> list[Finding]:
+def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None = None, planned: int | None = None,
+                 named: Callable[[], pl.Series] | None = None) -> list[Finding]:
     """An inference server that exited while the trainer went on calling it — for at least
     ``t.server_down_minutes``, no server launched on its address in that time. With several
     servers the reward falls only part of the way, or not at all: no number shows it, the logs do.
     One finding per exit; it ends at the step the server came back in, if it did. Once the run
-    logged all ``planned`` steps (its ``steps``), an exit after the last is its teardown."""
+    logged all ``planned`` steps (its ``steps``), an exit after the last is its teardown.
+
+    ``named``: gives the server each of ``events`` names, where the caller reads it for more than
+    this (a flood's lines are read once); asked only once a server exited. Without it, the calls
+    after an exit are read for it."""
     at = server_named(pl.col("message")).alias("at")
     dated = events.lazy().filter(pl.col("time").is_not_null())
     exits = dated.filter((pl.col("kind") == "server_exit") & pl.col("step").is_not_null()).sort("time").with_columns(at).collect()
@@ -718,8 +723,14 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
         return []
     up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).with_columns(at).collect()
     # (only calls after an exit are read for the server they name: a flood before it can be millions)
-    calls = dated.filter(pl.col("kind").is_in(_CALLING) & (pl.col("time") > exits["time"].min())).collect()
-    calls = calls.with_columns(_servers_called(calls))
+    calls = events.lazy().with_row_index("row").filter(pl.col("time").is_not_null() & pl.col("kind").is_in(_CALLING)
+                                                      & (pl.col("time") > exits["time"].min()))
+    if named:  # (a flood after an exit is millions of calls: only their time and server are kept)
+        calls = calls.select("row", "time").collect()
+        calls = calls.with_columns(named()[calls["row"]].alias("at"))
+    else:
+        calls = calls.collect()
+        calls = calls.with_columns(_servers_called(calls))
     found: list[Finding] = []
     for death in exits.iter_rows(named=True):
         same = pl.lit(True) if death["at"] is None else pl.col("at").is_null() | (pl.col("at") == death["at"])

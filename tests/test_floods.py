@@ -17,6 +17,7 @@ from conftest import FIXTURES
 from typer.testing import CliRunner
 
 import forensics.run
+import forensics.texts
 import parsers._lines
 from forensics import analyze
 from forensics.causes import _evidence, _later_evidence, _Windows
@@ -301,6 +302,29 @@ def test_calls_to_another_server_after_one_exits_are_not_calls_to_it_whether_the
     whole = analyze([paths.fileroot])
     assert "server_down" not in [i.kind for i in whole.runs[0].incidents]
     assert thin.to_document() == whole.to_document()
+
+
+def test_a_flood_after_a_servers_exit_is_read_back_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refused calls after a server's exit are read for what they say (the attribution) and the
+    server they name (``server_down``) in one pass over their lines, not one each."""
+    start = schedule(RunSpec(last_step=60))[28].time
+    spec = RunSpec(last_step=60, request_timeout=120,
+                   outages=(Outage(start=start, end=start + timedelta(minutes=40), kind="refused", server_exit=True),))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    i = next(i for i, line in enumerate(lines) if "Cannot connect" in line)
+    paths.trainer_log.write_text("".join(lines[: i + 1] + [lines[i]] * 20_000 + lines[i + 1 :]))
+    asked: list[int] = []
+
+    def counted(path: str, numbers: pl.Series):
+        asked.append(len(numbers))
+        return parsers._lines.iter_lines_at(path, numbers)
+
+    monkeypatch.setattr(forensics.texts, "iter_lines_at", counted)
+    [run] = analyze([paths.fileroot]).runs
+    unheld = run.events["message"].null_count()
+    assert unheld > 19_000 and "server_down" in [i.kind for i in run.incidents]
+    assert unheld <= sum(asked) < 1.1 * unheld  # (and the few lines quoted)
 
 
 def test_the_timelines_markers_quote_a_floods_lines(tmp_path: Path) -> None:
