@@ -364,21 +364,26 @@ def _cut_line(parsed: Parsed) -> int:
     """A line from which parsing can restart with no state carried over.
 
     The last step header (its table follows it); else the first line of the last minute of
-    timed values (server access counts are folded per minute); else the file's last line
-    (it may have been cut mid-line when it was read) — in both, no later than the last event's
+    timed values (server access counts are folded per minute); else the first line of undated
+    values (a step not logged yet, whose values are folded when it is); else the file's last line
+    (it may have been cut mid-line when it was read) — in all, no later than the last event's
     first line (a traceback still being written when the file was read goes on past it).
     """
     if parsed.steps.height:
         return int(parsed.steps["line"].max())
     last = parsed.metrics["time"].max()
+    first_value = parsed.metrics["line"].min()
     if last is not None:
         # Lazy: a long server log's rows are millions; only the last minute's lines are read.
         last_minute = last.replace(second=0, microsecond=0)
         cut = int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
+    elif first_value is not None:
+        cut = int(first_value)
     else:
         cut = max(1, parsed.lines)
-    last_event = int(parsed.events["line"].max()) if parsed.events.height else 0
-    return min(cut, last_event) if last_event > parsed.lines - _OPEN_EVENT_LINES else cut
+    last_event = parsed.events["line"].max()
+    # (a short log with no event yet has nothing still being written)
+    return min(cut, int(last_event)) if last_event is not None and last_event > parsed.lines - _OPEN_EVENT_LINES else cut
 
 
 def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:

@@ -90,6 +90,32 @@ def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path,
         assert notes(grown) == notes(fresh)
 
 
+@pytest.mark.parametrize(
+    ("trial", "log", "skipped", "first"),
+    [
+        (SEED000_TRIAL, "trainer.log.gz", 9, 3),  # torchrun started by hand: no launcher lines, no step yet
+        (OOM_TRIAL, "llm_server.log.gz", 30, 5),  # stats lines only
+        (FIXTURES / "seed003", "train.log", 0, 25),  # a hand-rolled loop's config, before its first "iter N"
+    ],
+)
+def test_a_log_first_read_before_its_first_step_or_event_is_spliced_as_a_fresh_parse_reads_it(
+        tmp_path: Path, trial: Path, log: str, skipped: int, first: int) -> None:
+    live = tmp_path / "run"
+    shutil.copytree(trial, live)
+    lines = unpacked(trial / log).splitlines(keepends=True)[skipped:]
+    target = live / log.removesuffix(".gz")
+    (live / log).unlink(missing_ok=True)
+    cache = ParseCache(tmp_path / "cache")
+    target.write_bytes(b"".join(lines[:first]))
+    early = load(live, cache)
+    assert early.events.filter(pl.col("file") == str(target)).is_empty()
+    with open(target, "ab") as fh:
+        fh.write(b"".join(lines[first:]))
+    grown = load(live, cache)
+    assert cache.outcomes[str(target)] == "grown"
+    assert_same_run(grown, load(live, None))
+
+
 def test_a_grown_server_logs_stats_count_is_the_whole_files(tmp_path: Path) -> None:
     """The hang fixture's server log read at 93 % and again once complete: the stats lines its note
     counts are the whole file's, as a fresh parse says (the grown part, none of whose lines shared
