@@ -158,6 +158,15 @@ class ParseCache:
         if unchanged:
             _write_later(entry, lambda: self._store(entry, identity, parsed, str(path)))
 
+    def writable(self) -> bool:
+        """Whether entries can be written here now (the folder made if need be, a file made and removed)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            with tempfile.NamedTemporaryFile(prefix=".probe-", dir=self.directory):
+                return True
+        except OSError:
+            return False
+
     def clear(self) -> None:
         """Remove every entry."""
         wait_for_writes()

@@ -209,9 +209,12 @@ def analyze_fleet(
         size = functools.cache(_source_bytes)  # each log's bytes, walked once for the order and the split
         queue = [tasks[i] for i in largest_first([task.location for task in tasks], size=size)]
         if ray is not None:
-            split = {task.slug: _split_sources(task, split_bytes, size) for task in queue}
+            # (a parse task hands its frames over through the cache: with none to write, a run stays one task)
+            unwritable = f"the cache {cache.directory} cannot be written" if cache is not None and not cache.writable() else None
+            split = {task.slug: [] if unwritable else _split_sources(task, split_bytes, size) for task in queue}
             files = sum(map(len, split.values()))
-            backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files else "")
+            backend = "Ray" + (f" ({files} large logs parsed in tasks of their own)" if files
+                               else f" ({unwritable}: each run parsed in its own task)" if unwritable else "")
             outcomes = _on_ray(ray, queue, split)
         elif not _enterable(_current_folder()):
             # (worker processes start in the caller's folder: ``su nobody`` from /root, or one deleted)

@@ -389,23 +389,30 @@ print(json.dumps({"backend": result.backend, "document": result.to_document()}))
 
 
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
-def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict[str, dict], tmp_path: Path) -> None:
+@pytest.mark.parametrize("writable", [True, False])
+def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict[str, dict], tmp_path: Path, writable: bool) -> None:
+    """... handed over through the cache: where it cannot be written, each would be parsed twice,
+    and a run stays one task."""
     temp_root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(temp_root), "RAY_USAGE_STATS_ENABLED": "0"}
     paths = ["tests/fixtures/areal_seed000/outputs", "tests/fixtures/sglang_oom/outputs", "tests/fixtures/seed003"]
+    (tmp_path / "a file").write_text("not a folder")
+    cache = tmp_path / "cache" if writable else tmp_path / "a file" / "cache"
     try:
-        done = subprocess.run([sys.executable, "-c", SPLIT, str(tmp_path / "out"), str(tmp_path / "cache"), *paths],
+        done = subprocess.run([sys.executable, "-c", SPLIT, str(tmp_path / "out"), str(cache), *paths],
                               env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     finally:
         shutil.rmtree(temp_root, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     # Trainer and server log of each AReaL run; seed003's loop has one log, so it stays whole.
-    assert found["backend"] == "Ray (4 large logs parsed in tasks of their own)"
+    assert found["backend"] == ("Ray (4 large logs parsed in tasks of their own)" if writable
+                                else f"Ray (the cache {cache} cannot be written: each run parsed in its own task)")
     assert {r["root"]: r for r in found["document"]["runs"]} == {root: run for root, run in singles.items()
                                                                  if root.startswith(tuple(paths))}
-    assert len(list((tmp_path / "cache" / "parsed").iterdir())) >= 4
+    if writable:
+        assert len(list((cache / "parsed").iterdir())) >= 4
 
 
 def test_each_run_is_reported_on_stderr_as_it_finishes(fixture_run, tmp_path: Path) -> None:
