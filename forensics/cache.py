@@ -39,6 +39,7 @@ import polars as pl
 from forensics.discover import RunLocation
 from forensics.errors import NoCacheDir
 from forensics.parsed import FRAMES, Parsed, rows_where
+from parsers import sglang
 from parsers._walk import walk
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 
@@ -50,6 +51,8 @@ EDGE = 64 << 10
 MAX_REWIND = 64 << 20
 #: Readers whose text logs can be parsed from a cut and spliced (line-numbered rows, no whole-file state).
 SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
+#: Readers whose result depends on where a part's line numbers start, modulo this (see _splice).
+ALIGNED_LINES = {"sglang": sglang.ALIGNED_LINES}
 #: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
 #: a splice must apply the same rule across the cut. ``header``: a step going back abandons every
 #: earlier table from that step on; ``key``: each key's later value; ``lineage``: as ``key``, every
@@ -245,26 +248,30 @@ class ParseCache:
         offset = _offset_of_line(path, old_identity.size, old.lines, cut_line)
         if offset is None:
             return None
+        # Blank lines before the part read put its lines where they are in the log, modulo what the reader folds by.
+        pad = (cut_line - 1) % ALIGNED_LINES.get(reader, 1)
+        before = cut_line - 1 - pad  # (the lines before the part's first, blank or not)
         scratch = self.directory / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse)
-            new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse)
-        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1):
+            old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse, pad)
+            new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse, pad)
+        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
             return None  # the cut is not where the last step header was: do not trust the splice
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
         if notes is None:
             return None
-        if not _same_events(old.events.filter(pl.col("line") >= cut_line), old_tail.shifted(cut_line - 1, str(path)).events):
+        if not _same_events(old.events.filter(pl.col("line") >= cut_line), old_tail.shifted(before, str(path)).events):
             return None  # the reader's events depend on lines before the cut (one warning per streak): parse it all
         head = old.before(cut_line)
-        tail = new_tail.shifted(cut_line - 1, str(path))
+        tail = new_tail.shifted(before, str(path))
         if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
             return None
         return replace(
             old,
             **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
-            lines=cut_line - 1 + new_tail.lines,
+            lines=before + new_tail.lines,
+            restart_line=old.restart_line if new_tail.restart_line is None else before + new_tail.restart_line,
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
             notes=notes,
             facts={**old.facts, **new_tail.facts},
@@ -373,7 +380,8 @@ def _cut_line(parsed: Parsed) -> int:
     """A line from which parsing can restart with no state carried over.
 
     The last step header (its table follows it); else the first line of the last minute of
-    timed values (server access counts are folded per minute); else the first line of undated
+    timed values (server access counts and stats are folded per minute: the reader says where that
+    minute's first line is, where it can tell; else its first row's); else the first line of undated
     values (a step not logged yet, whose values are folded when it is); else the file's last line
     (it may have been cut mid-line when it was read) — in all, no later than the last event's
     first line (a traceback still being written when the file was read goes on past it).
@@ -382,7 +390,9 @@ def _cut_line(parsed: Parsed) -> int:
         return int(parsed.steps["line"].max())
     last = parsed.metrics["time"].max()
     first_value = parsed.metrics["line"].min()
-    if last is not None:
+    if parsed.restart_line is not None:  # (a folded minute's rows are not at its first line: the reader knows where that is)
+        cut = parsed.restart_line
+    elif last is not None:
         # Lazy: a long server log's rows are millions; only the last minute's lines are read.
         last_minute = last.replace(second=0, microsecond=0)
         cut = int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
@@ -422,9 +432,11 @@ def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:
     return None
 
 
-def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse: Callable[[Path], Parsed]) -> Parsed:
-    """``parse`` of bytes ``start:stop`` of ``path``, copied to ``scratch`` (never written near ``path``)."""
+def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse: Callable[[Path], Parsed], pad: int = 0) -> Parsed:
+    """``parse`` of bytes ``start:stop`` of ``path``, copied to ``scratch`` (never written near ``path``)
+    after ``pad`` blank lines."""
     with open(path, "rb") as src, open(scratch, "wb") as dst:
+        dst.write(b"\n" * pad)
         src.seek(start)
         remaining = None if stop is None else stop - start
         while remaining is None or remaining > 0:

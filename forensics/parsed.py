@@ -30,6 +30,9 @@ class Parsed:
     """Per-file coverage when one source is many files (a Ray session)."""
     superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
     """Metric rows of attempts a relaunch abandoned (``metrics`` has the run's own)."""
+    restart_line: int | None = None
+    """Where the reader says its file can be read again from with nothing carried over, if it
+    knows better than its rows tell (a server log's last minute, whose rows are folded)."""
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAMES}
@@ -43,13 +46,15 @@ class Parsed:
             "notes": list(self.notes),
             "facts": self.facts,
             "reports": [r.to_dict() for r in self.reports],
+            "restart_line": self.restart_line,
         }
 
     @staticmethod
     def from_parts(meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> Parsed:
         reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
         return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
-                      meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"])
+                      meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"],
+                      meta.get("restart_line"))
 
     def before(self, line: int) -> Parsed:
         """The rows that come from lines before ``line`` (counts are the caller's to fix)."""

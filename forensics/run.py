@@ -454,7 +454,8 @@ def _read_sglang(path: Path, keys: str | None) -> Parsed:
     # In time order, as the run's frames are kept (the values have no step yet); the counts of
     # endpoints no analysis reads are dropped first (a long log has one or more a minute).
     metrics = pl.concat([server.metrics, with_keys(conform(http, METRIC_SCHEMA), keys)]).sort("time", nulls_last=True, maintain_order=True)
-    return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes)
+    return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes,
+                  restart_line=server.restart_line)
 
 
 #: Which parsers read each kind of source. ``llm_server.log`` interleaves AReaL's wrapper

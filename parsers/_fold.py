@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["last_and_peak_per_minute"]
+__all__ = ["folded_across", "last_and_peak_per_minute"]
 
 
 def last_and_peak_per_minute(values: pl.DataFrame, *, counts_suffix: str = "_lines") -> pl.DataFrame:
@@ -40,3 +40,26 @@ def last_and_peak_per_minute(values: pl.DataFrame, *, counts_suffix: str = "_lin
     kept = pl.concat([last, peaks, untimed], how="diagonal").sort("__row")
     reduced = rows[kept["__row"]].with_columns(kept["__total"])
     return reduced.with_columns(pl.col("__total").fill_null(pl.col("value")).alias("value")).drop("__row", "__total")
+
+
+def folded_across(batches: list[pl.DataFrame], *, counts_suffix: str = "_lines") -> list[pl.DataFrame]:
+    """``batches`` (each folded on its own, in line order, in file order) with the minutes two or more
+    of them share folded again as one: the result does not depend on where batches were cut. A fold
+    of folds is the fold: the last of the lasts, the peak of the peaks and lasts (ties: the latest
+    row), the counts summed. Each batch keeps its own rows, in line order."""
+    minute = pl.col("time").cast(pl.Int64) // 60_000
+    seen = pl.concat([b.lazy().select(minute.alias("minute")).drop_nulls().unique() for b in batches]) if batches else None
+    shared = (seen.group_by("minute").len().filter(pl.col("len") > 1).collect()["minute"]
+              if seen is not None else pl.Series("minute", [], pl.Int64))
+    if shared.is_empty():
+        return batches
+    at_edge = minute.is_in(shared.implode()).fill_null(False)
+    edges = [b.filter(at_edge) for b in batches]
+    owner = pl.concat([pl.Series([i] * e.height, dtype=pl.UInt32) for i, e in enumerate(edges)])
+    refolded = last_and_peak_per_minute(pl.concat(edges).with_columns(owner.alias("__batch")), counts_suffix=counts_suffix)
+    out = []
+    for i, batch in enumerate(batches):
+        mine = refolded.filter(pl.col("__batch") == i).drop("__batch")
+        rest = batch.filter(~at_edge)
+        out.append(pl.concat([rest, mine]).sort("line", maintain_order=True) if mine.height else rest)
+    return out

@@ -42,7 +42,7 @@ from typing import Any
 
 import polars as pl
 
-from parsers._fold import last_and_peak_per_minute
+from parsers._fold import folded_across, last_and_peak_per_minute
 from parsers._formats import LogFormat, MetricPattern, load_format
 from parsers._lines import ANSI, is_gzip, iter_line_chunks, line_frames, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, in_order, with_keys
@@ -78,6 +78,9 @@ _REQUEST_LOG = r"\] (?:Receive|Finish): obj="
 #: later never lands in the same fold. Batches hold whole blocks, so no fold spans two batches.
 _FOLD_BLOCK = 4096
 _BATCH_LINES = 64 * _FOLD_BLOCK
+#: A part of a log read on its own is read as the whole log reads it when its line numbers count
+#: from a multiple of this, plus one (stats samples are folded within blocks of lines).
+ALIGNED_LINES = _FOLD_BLOCK
 _WORKERS = 2
 #: Batches whose access groups are read together (each read has a fixed cost of a few ms).
 _READ_EVERY = 8
@@ -109,6 +112,10 @@ class SGLangLog:
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...] = ()
+    restart_line: int | None = None
+    """The first line of the last minute its stats samples and access lines were logged in (what it
+    counts and folds per minute): the log read from there on reads that minute whole. ``None``
+    where a sample or access line has no date to tell its minute by."""
 
 
 @cache
@@ -279,11 +286,17 @@ class _Parts:
     stats_values: int = 0
     dull: int = 0
     """Lines of no known shape counted in their batch and let go (see :func:`_without_dull`)."""
+    last_minute: tuple[datetime, int] | None = None
+    """The last minute a dated sample or access line was logged in, and its first line there."""
+    undated_minutes: bool = False
+    """A sample or access line whose minute cannot be told from it alone."""
 
     @staticmethod
     def merge(parts: list[_Parts]) -> _Parts:
         frames = {name: pl.concat([getattr(p, name) for p in parts]) for name in _FRAMES}
         counts = {name: sum(getattr(p, name) for p in parts) for name in _COUNTS}
+        minutes = [p.last_minute for p in parts if p.last_minute is not None]
+        latest = max((m for m, _ in minutes), default=None)
         return _Parts(
             **frames,
             metrics=[m for p in parts for m in p.metrics],
@@ -291,6 +304,8 @@ class _Parts:
             first_sample=min((p.first_sample for p in parts if p.first_sample is not None), default=None),
             last_line=max(p.last_line for p in parts),
             **counts,
+            last_minute=None if latest is None else (latest, min(line for m, line in minutes if m == latest)),
+            undated_minutes=any(p.undated_minutes for p in parts),
         )
 
 
@@ -324,10 +339,12 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
     metrics = metrics.with_columns(pl.col("key").cast(pl.Categorical))  # kept to the end: 4 bytes a key
     last_line = int(batch["line"][-1]) if batch.height else 0
     firsts = [int(f["line"][0]) for f in (fast, slow) if f.height]
+    groups = _access_groups(access)
+    minutes = _minutes_of(groups)
     return _Parts(
         other=pl.concat([kept, quiet]).sort("line").with_columns(_copy("text")),
         anchors=_anchors(batch, kept, bars),
-        access=_access_groups(access),
+        access=groups,
         samples=_clock(fast),
         stats_rest=pl.concat([slow, fast[left].select(slow.columns)]).sort("line").with_columns(_copy("text")),
         clues=_distinct_clues(clues, kept["line"]),
@@ -341,7 +358,36 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
         stats_unparsed=unparsed,
         stats_values=values,
         dull=dull,
+        last_minute=_last_minute(fast, groups, minutes),
+        undated_minutes=fast["dt"].null_count() > 0 or minutes["at"].null_count() > 0,
     )
+
+
+def _minutes_of(access: pl.DataFrame) -> pl.DataFrame:
+    """The distinct minutes of access lines (or their groups: see :func:`_access_groups`) —
+    ``minute``: ``[YYYY-MM-DD HH:MM:`` — and when each is (``at``; null where the prefix is another)."""
+    minutes = access["text"].str.slice(0, 18).unique()
+    at = minutes.str.slice(1, 16).str.to_datetime("%Y-%m-%d %H:%M", strict=False, time_unit="ms", cache=False)
+    return pl.DataFrame({"minute": minutes, "at": at})
+
+
+def _last_minute(samples: pl.DataFrame, access: pl.DataFrame, minutes: pl.DataFrame) -> tuple[datetime, int] | None:
+    """The last minute a dated sample or access line of one batch was logged in, and its first line
+    there (a sample's: the first of the lines behind it). ``access``: the batch's access groups, each
+    at its first line; ``minutes``: :func:`_minutes_of` them."""
+    candidates = []
+    dated = samples.filter(pl.col("dt").is_not_null())
+    if dated.height:
+        latest = dated["dt"].dt.truncate("1m").max()
+        candidates.append((latest, dated.filter(pl.col("dt") >= latest)["first"].min()))
+    minutes = minutes.drop_nulls()
+    if minutes.height:
+        latest = minutes.sort("at").row(-1, named=True)
+        candidates.append((latest["at"], access.filter(pl.col("text").str.starts_with(latest["minute"]))["line"].min()))
+    if not candidates:
+        return None
+    latest = max(at for at, _ in candidates)
+    return latest, int(min(line for at, line in candidates if at == latest))
 
 
 def _distinct_clues(clues: pl.DataFrame, between: pl.Series) -> pl.DataFrame:
@@ -535,8 +581,8 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
     """The last stats line per second and rank prefix (within a block), with the count behind it.
 
     Returns the samples whose record prefix opens the line (``line``, ``n``, ``text``, ``time``,
-    ``tags``, ``message``, ``dt``, and ``stamp`` where the time has no date) and the rest
-    (``line``, ``text``, ``n``).
+    ``tags``, ``message``, ``dt``, ``first``: the first line behind it, and ``stamp`` where the
+    time has no date) and the rest (``line``, ``text``, ``n``).
     """
     text = pl.col("text")
     keys = stats.select(
@@ -544,14 +590,14 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
         (pl.col("line") // _FOLD_BLOCK).alias("block"),
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("row"),
     )
-    last = keys.group_by("key", "block").agg(pl.col("row").last(), pl.len().alias("n")).sort("row")
-    samples = stats[last["row"]].with_columns(last["n"])
+    last = keys.group_by("key", "block").agg(pl.col("row").last(), pl.col("row").first().alias("first"), pl.len().alias("n")).sort("row")
+    samples = stats[last["row"]].with_columns(last["n"], stats["line"].gather(last["first"]).alias("first"))
     # Most samples open with ``[YYYY-MM-DD HH:MM:SS] `` and nothing else in the brackets.
     plain = samples.with_columns(text.str.slice(1, 19).alias("time"))
     plain = plain.with_columns(_dated(pl.col("time"), fraction=False).alias("dt"))
     is_plain = (plain["text"].str.slice(20, 2) == "] ") & plain["dt"].is_not_null() & plain["text"].str.starts_with("[")
     fast = plain.filter(is_plain).select(
-        "line", "n", "text", "time", pl.lit("").alias("tags"), text.str.slice(22).alias("message"), "dt"
+        "line", "n", "text", "time", pl.lit("").alias("tags"), text.str.slice(22).alias("message"), "dt", "first"
     )
     parsed = samples.filter(~is_plain).with_columns(text.str.extract_groups(rules.head).alias("g")).unnest("g")
     headed = parsed.filter(pl.col("time").is_not_null()).select(
@@ -562,6 +608,7 @@ def _stats_samples(stats: pl.DataFrame, rules: _Rules) -> tuple[pl.DataFrame, pl
         pl.col("tags").str.strip_chars(),
         text.str.replace(rules.head, "").alias("message"),
         _dated(pl.col("time")).alias("dt"),
+        "first",
     )
     fast = pl.concat([fast, headed]).sort("line")
     fast = fast.with_columns(pl.when(pl.col("dt").is_null()).then(pl.col("time")).alias("stamp"))
@@ -809,6 +856,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
         lines=total,
         unparsed_lines=unparsed,
         notes=tuple(notes),
+        restart_line=None if parts.undated_minutes or parts.last_minute is None else parts.last_minute[1],
     )
 
 
@@ -1243,7 +1291,10 @@ def _metrics(
     for i, batch in enumerate(batches):
         if batch["time"].null_count():  # time-only samples take their date from the timeline
             batch = _time_at(batch, timeline, exact=True).select(_EMPTY_LONG.columns).sort("line", maintain_order=True)
-            batch = last_and_peak_per_minute(batch) if fold else batch
+            batches[i] = last_and_peak_per_minute(batch) if fold else batch
+    if fold:  # (a minute on both sides of a batch's edge, as if no batch had been cut there)
+        batches[:] = folded_across(batches)
+    for i, batch in enumerate(batches):
         extra = few.filter(which == i)
         batches[i] = pl.concat([batch, extra]).sort("line", maintain_order=True) if extra.height else batch
     metrics = pl.concat(batches).with_columns(pl.lit(file).alias("file"))

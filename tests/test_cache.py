@@ -116,6 +116,36 @@ def test_a_log_first_read_before_its_first_step_or_event_is_spliced_as_a_fresh_p
     assert_same_run(grown, load(live, None))
 
 
+def test_a_grown_server_log_of_many_batches_is_folded_as_a_fresh_parse_folds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stats are folded per minute within batches of lines, and samples per second within blocks:
+    a minute on both sides of a batch's edge is folded as one, and the grown part's lines are read
+    where they are in the log, so its blocks are the whole log's (shrunken here to many of each)."""
+    import parsers.sglang as sglang
+
+    monkeypatch.setattr(sglang, "_FOLD_BLOCK", 8)
+    monkeypatch.setattr(sglang, "_BATCH_LINES", 64)
+    lines = ["20251111-23:50:00.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --port 30000"]
+    for i in range(1500):  # three samples a second, each with its own values
+        s = f"2025-11-12 00:{i // 3 // 60:02d}:{i // 3 % 60:02d}"
+        lines.append(f"[{s} TP0] Decode batch, #running-req: {i % 17}, #token: {i % 101}, token usage: 0.{i % 89:02d}, "
+                     "cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0, ")
+    data = "".join(line + "\n" for line in lines).encode()
+    live = tmp_path / "run"
+    live.mkdir()
+    target = live / "llm_server.log"
+    cache = ParseCache(tmp_path / "cache")
+    for cut in (len(data) * 2 // 5, len(data) * 3 // 4, len(data)):
+        with open(target, "ab") as fh:
+            fh.write(data[target.stat().st_size if target.exists() else 0 : cut])
+        grown = load(live, cache)
+        fresh = load(live, None)
+        assert_same_run(grown, fresh)
+        assert [s.notes for s in grown.sources] == [s.notes for s in fresh.sources]
+    assert cache.outcomes[str(target)] == "grown"
+    monkeypatch.setattr(sglang, "_BATCH_LINES", 10**6)  # (and as one batch folds it)
+    assert_same_run(load(live, None), fresh)
+
+
 def test_a_grown_server_logs_stats_count_is_the_whole_files(tmp_path: Path) -> None:
     """The hang fixture's server log read at 93 % and again once complete: the stats lines its note
     counts are the whole file's, as a fresh parse says (the grown part, none of whose lines shared
