@@ -47,10 +47,11 @@ def folded_across(batches: list[pl.DataFrame], *, counts_suffix: str = "_lines")
     of them share folded again as one: the result does not depend on where batches were cut. A fold
     of folds is the fold: the last of the lasts, the peak of the peaks and lasts (ties: the latest
     row), the counts summed. Each batch keeps its own rows, in line order."""
+    if len(batches) < 2:
+        return batches
     minute = pl.col("time").cast(pl.Int64) // 60_000
-    seen = pl.concat([b.lazy().select(minute.alias("minute")).drop_nulls().unique() for b in batches]) if batches else None
-    shared = (seen.group_by("minute").len().filter(pl.col("len") > 1).collect()["minute"]
-              if seen is not None else pl.Series("minute", [], pl.Int64))
+    seen = pl.concat([b.lazy().select(minute.alias("minute")).drop_nulls().unique() for b in batches])
+    shared = seen.group_by("minute").len().filter(pl.col("len") > 1).collect()["minute"]
     if shared.is_empty():
         return batches
     at_edge = minute.is_in(shared.implode()).fill_null(False)

@@ -74,12 +74,13 @@ SERVER_SCHEMA: dict[str, pl.DataType] = {
 _STATS = r"(?:Decode|Prefill) batch"
 _ACCESS_HINT = r'HTTP/1\.\d" \d'
 _REQUEST_LOG = r"\] (?:Receive|Finish): obj="
-#: Lines are folded within blocks of this many lines, so a time-only prefix that repeats a day
-#: later never lands in the same fold. Batches hold whole blocks, so no fold spans two batches.
+#: Samples (and access lines without a date) are folded per second within blocks of this many
+#: lines, so a time-only prefix that repeats a day later never lands in the same fold. Batches hold
+#: whole blocks, so no such fold spans two batches (a minute's does: see :func:`folded_across`).
 _FOLD_BLOCK = 4096
 _BATCH_LINES = 64 * _FOLD_BLOCK
 #: A part of a log read on its own is read as the whole log reads it when its line numbers count
-#: from a multiple of this, plus one (stats samples are folded within blocks of lines).
+#: from a multiple of this, plus one: its blocks are then the whole log's.
 ALIGNED_LINES = _FOLD_BLOCK
 _WORKERS = 2
 #: Batches whose access groups are read together (each read has a fixed cost of a few ms).

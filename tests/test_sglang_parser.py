@@ -717,19 +717,21 @@ def _same(a, b) -> None:
 
 
 @pytest.mark.parametrize("dated", [True, False])
-def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dated: bool) -> None:
+@pytest.mark.parametrize("per_minute", [False, True])
+def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dated: bool, per_minute: bool) -> None:
+    """... folded per minute or not: a minute on both sides of a batch's edge is folded as one."""
     import parsers.sglang as sglang
 
     path = write(tmp_path, _busy_log(dated))
     monkeypatch.setattr(sglang, "_FOLD_BLOCK", 8)
-    whole = read_sglang_log(path)
-    assert whole.events.height > 10 and whole.metrics.height > 1000 and whole.http.height > 5
+    whole = read_sglang_log(path, stats_per_minute=per_minute)
+    assert whole.events.height > 10 and whole.metrics.height > (300 if per_minute else 1000) and whole.http.height > 5
     assert whole.metrics["time"].null_count() == 0 and whole.metrics["time"].max() > datetime(2025, 11, 12)
     monkeypatch.setattr(sglang, "_BATCH_LINES", 64)
-    _same(read_sglang_log(path), whole)
+    _same(read_sglang_log(path, stats_per_minute=per_minute), whole)
     zipped = tmp_path / "llm_server.log.gz"
     zipped.write_bytes(gzip.compress(path.read_bytes()))
-    _same(read_sglang_log(zipped), whole)
+    _same(read_sglang_log(zipped, stats_per_minute=per_minute), whole)
 
 
 def test_an_instance_without_stats_takes_no_clue_from_its_neighbours_stats(tmp_path: Path) -> None:
