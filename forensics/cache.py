@@ -245,6 +245,8 @@ class ParseCache:
     def _splice(self, reader: str, path: Path, old: Parsed, old_identity: Identity, parse: Callable[[Path], Parsed]) -> Parsed | None:
         """``old`` extended by a parse of what ``path`` grew by, or ``None`` when no clean cut is found."""
         cut_line = _cut_line(old)
+        if cut_line is None:
+            return None
         offset = _offset_of_line(path, old_identity.size, old.lines, cut_line)
         if offset is None:
             return None
@@ -267,11 +269,13 @@ class ParseCache:
         tail = new_tail.shifted(before, str(path))
         if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
             return None
+        if reader in ALIGNED_LINES and _reaches_back(head, tail):
+            return None  # (a relaunch whose clock is behind: its minutes are folded with the head's in a fresh parse)
         return replace(
             old,
             **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
             lines=before + new_tail.lines,
-            restart_line=old.restart_line if new_tail.restart_line is None else before + new_tail.restart_line,
+            restart_lines=_restarts(old.restart_lines, cut_line, new_tail.restart_lines, before),
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
             notes=notes,
             facts={**old.facts, **new_tail.facts},
@@ -289,7 +293,8 @@ def _spliced_notes(old: tuple[str, ...], old_tail: tuple[str, ...], new_tail: tu
     counts are the old file's less the re-read part's plus the grown part's (``789 stats lines kept
     as 595``); a note of the re-read part stays only if the grown part says it too (a table cut
     off mid-row, completed since); what a tail says of itself alone and the whole did not (no
-    launch line in it) is not said. ``None`` when the counts do not add up."""
+    launch line in it) is not said. ``None`` when the counts do not add up, or the grown part alone
+    says something of the whole file that neither the old parse nor the re-read part said."""
     def shape(note: str) -> str:
         return _NUMBER.sub("#", note)
 
@@ -314,7 +319,11 @@ def _spliced_notes(old: tuple[str, ...], old_tail: tuple[str, ...], new_tail: tu
             return None
         if any(total):
             out.append(_renumbered(note, total))
-    out += [note for key, note in grown.items() if key not in said and key not in reread]
+    for key, note in grown.items():
+        if key not in said and key not in reread:
+            if not numbers(note):  # (a judgment of the whole file, "no launch line", the grown part cannot make alone)
+                return None
+            out.append(note)
     return tuple(out)
 
 
@@ -376,23 +385,28 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     return frames
 
 
-def _cut_line(parsed: Parsed) -> int:
-    """A line from which parsing can restart with no state carried over.
+def _cut_line(parsed: Parsed) -> int | None:
+    """A line from which parsing can restart with no state carried over (``None``: none is known).
 
-    The last step header (its table follows it); else the first line of the last minute of
-    timed values (server access counts and stats are folded per minute: the reader says where that
-    minute's first line is, where it can tell; else its first row's); else the first line of undated
-    values (a step not logged yet, whose values are folded when it is); else the file's last line
-    (it may have been cut mid-line when it was read) — in all, no later than the last event's
-    first line (a traceback still being written when the file was read goes on past it).
+    The last step header (its table follows it); else, where the reader names lines it can restart
+    from (the first lines of a server log's last minutes: its access counts and stats are folded per
+    minute), the last of them before the last event near the end (a traceback still being written
+    when the file was read goes on past its first line); else the first line of the last minute of
+    timed values; else the first line of undated values (a step not logged yet, whose values are
+    folded when it is); else the file's last line (it may have been cut mid-line when it was read)
+    — in these three, no later than the last event near the end.
     """
     if parsed.steps.height:
         return int(parsed.steps["line"].max())
+    last_event = parsed.events["line"].max()
+    # (a short log with no event yet has nothing still being written)
+    open_at = int(last_event) if last_event is not None and last_event > parsed.lines - _OPEN_EVENT_LINES else None
+    if parsed.restart_lines is not None:
+        before_event = [line for line in parsed.restart_lines if open_at is None or line <= open_at]
+        return max(before_event, default=None)
     last = parsed.metrics["time"].max()
     first_value = parsed.metrics["line"].min()
-    if parsed.restart_line is not None:  # (a folded minute's rows are not at its first line: the reader knows where that is)
-        cut = parsed.restart_line
-    elif last is not None:
+    if last is not None:
         # Lazy: a long server log's rows are millions; only the last minute's lines are read.
         last_minute = last.replace(second=0, microsecond=0)
         cut = int(parsed.metrics.lazy().filter(pl.col("time") >= last_minute).select(pl.col("line").min()).collect().item())
@@ -400,9 +414,25 @@ def _cut_line(parsed: Parsed) -> int:
         cut = int(first_value)
     else:
         cut = max(1, parsed.lines)
-    last_event = parsed.events["line"].max()
-    # (a short log with no event yet has nothing still being written)
-    return min(cut, int(last_event)) if last_event is not None and last_event > parsed.lines - _OPEN_EVENT_LINES else cut
+    return cut if open_at is None else min(cut, open_at)
+
+
+def _restarts(old: tuple[int, ...] | None, cut: int, grown: tuple[int, ...] | None, before: int) -> tuple[int, ...] | None:
+    """The restart lines (see :attr:`Parsed.restart_lines`) of a file spliced at ``cut``: the old
+    parse's before it and the grown part's (its lines ``before`` on), as many as a parse keeps."""
+    if grown is None or old is None:
+        return old if grown is None else tuple(before + line for line in grown)
+    if not grown or not old:
+        return ()
+    kept = max(len(old), len(grown))
+    return tuple(sorted({line for line in old if line < cut} | {before + line for line in grown}))[-kept:]
+
+
+def _reaches_back(head: Parsed, tail: Parsed) -> bool:
+    """Whether the grown part has values dated before the minute of the head's last (a relaunch
+    whose clock is behind). A record's value may be dated in the minute the grown part begins in."""
+    first, last = tail.metrics["time"].min(), head.metrics["time"].max()
+    return first is not None and last is not None and first < last.replace(second=0, microsecond=0)  # type: ignore[union-attr,operator]
 
 
 def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:

@@ -30,9 +30,10 @@ class Parsed:
     """Per-file coverage when one source is many files (a Ray session)."""
     superseded: pl.DataFrame = field(default_factory=lambda: empty(METRIC_SCHEMA))
     """Metric rows of attempts a relaunch abandoned (``metrics`` has the run's own)."""
-    restart_line: int | None = None
-    """Where the reader says its file can be read again from with nothing carried over, if it
-    knows better than its rows tell (a server log's last minute, whose rows are folded)."""
+    restart_lines: tuple[int, ...] | None = None
+    """Lines the reader says its file can be read again from with nothing carried over, where it
+    knows better than its rows tell (a server log's last minutes, whose rows are folded); empty
+    where it knows no line is (a grown file is then parsed afresh); ``None``: it says nothing."""
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAMES}
@@ -46,7 +47,7 @@ class Parsed:
             "notes": list(self.notes),
             "facts": self.facts,
             "reports": [r.to_dict() for r in self.reports],
-            "restart_line": self.restart_line,
+            "restart_lines": None if self.restart_lines is None else list(self.restart_lines),
         }
 
     @staticmethod
@@ -54,7 +55,7 @@ class Parsed:
         reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
         return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
                       meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"],
-                      meta.get("restart_line"))
+                      None if meta.get("restart_lines") is None else tuple(meta["restart_lines"]))
 
     def before(self, line: int) -> Parsed:
         """The rows that come from lines before ``line`` (counts are the caller's to fix)."""

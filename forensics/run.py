@@ -455,7 +455,7 @@ def _read_sglang(path: Path, keys: str | None) -> Parsed:
     # endpoints no analysis reads are dropped first (a long log has one or more a minute).
     metrics = pl.concat([server.metrics, with_keys(conform(http, METRIC_SCHEMA), keys)]).sort("time", nulls_last=True, maintain_order=True)
     return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes,
-                  restart_line=server.restart_line)
+                  restart_lines=server.restart_lines)
 
 
 #: Which parsers read each kind of source. ``llm_server.log`` interleaves AReaL's wrapper

@@ -33,7 +33,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
@@ -113,10 +113,11 @@ class SGLangLog:
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...] = ()
-    restart_line: int | None = None
-    """The first line of the last minute its stats samples and access lines were logged in (what it
-    counts and folds per minute): the log read from there on reads that minute whole. ``None``
-    where a sample or access line has no date to tell its minute by."""
+    restart_lines: tuple[int, ...] | None = None
+    """The first lines of the last few minutes (:data:`RESTART_MINUTES`) its stats samples and access
+    lines were logged in (what it counts and folds per minute), in line order: the log read from one
+    of them on reads those minutes whole. Empty where a sample or access line has no date to tell
+    its minute by; ``None`` where there is none."""
 
 
 @cache
@@ -287,8 +288,8 @@ class _Parts:
     stats_values: int = 0
     dull: int = 0
     """Lines of no known shape counted in their batch and let go (see :func:`_without_dull`)."""
-    last_minute: tuple[datetime, int] | None = None
-    """The last minute a dated sample or access line was logged in, and its first line there."""
+    minute_starts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"minute": pl.Datetime("ms"), "line": pl.Int64}))
+    """The last few minutes dated samples and access lines were logged in, and each one's first line."""
     undated_minutes: bool = False
     """A sample or access line whose minute cannot be told from it alone."""
 
@@ -296,8 +297,6 @@ class _Parts:
     def merge(parts: list[_Parts]) -> _Parts:
         frames = {name: pl.concat([getattr(p, name) for p in parts]) for name in _FRAMES}
         counts = {name: sum(getattr(p, name) for p in parts) for name in _COUNTS}
-        minutes = [p.last_minute for p in parts if p.last_minute is not None]
-        latest = max((m for m, _ in minutes), default=None)
         return _Parts(
             **frames,
             metrics=[m for p in parts for m in p.metrics],
@@ -305,7 +304,7 @@ class _Parts:
             first_sample=min((p.first_sample for p in parts if p.first_sample is not None), default=None),
             last_line=max(p.last_line for p in parts),
             **counts,
-            last_minute=None if latest is None else (latest, min(line for m, line in minutes if m == latest)),
+            minute_starts=_latest_starts(pl.concat([p.minute_starts for p in parts])),
             undated_minutes=any(p.undated_minutes for p in parts),
         )
 
@@ -359,7 +358,7 @@ def _reduce(batch: pl.DataFrame, rules: _Rules, fold: bool) -> _Parts:
         stats_unparsed=unparsed,
         stats_values=values,
         dull=dull,
-        last_minute=_last_minute(fast, groups, minutes),
+        minute_starts=_minute_starts(fast, groups, minutes),
         undated_minutes=fast["dt"].null_count() > 0 or minutes["at"].null_count() > 0,
     )
 
@@ -372,23 +371,24 @@ def _minutes_of(access: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"minute": minutes, "at": at})
 
 
-def _last_minute(samples: pl.DataFrame, access: pl.DataFrame, minutes: pl.DataFrame) -> tuple[datetime, int] | None:
-    """The last minute a dated sample or access line of one batch was logged in, and its first line
-    there (a sample's: the first of the lines behind it). ``access``: the batch's access groups, each
-    at its first line; ``minutes``: :func:`_minutes_of` them."""
-    candidates = []
-    dated = samples.filter(pl.col("dt").is_not_null())
-    if dated.height:
-        latest = dated["dt"].dt.truncate("1m").max()
-        candidates.append((latest, dated.filter(pl.col("dt") >= latest)["first"].min()))
-    minutes = minutes.drop_nulls()
-    if minutes.height:
-        latest = minutes.sort("at").row(-1, named=True)
-        candidates.append((latest["at"], access.filter(pl.col("text").str.starts_with(latest["minute"]))["line"].min()))
-    if not candidates:
-        return None
-    latest = max(at for at, _ in candidates)
-    return latest, int(min(line for at, line in candidates if at == latest))
+#: Minutes whose first lines a log keeps, for a grown log to be read again from (see ``restart_lines``).
+RESTART_MINUTES = 30
+
+
+def _minute_starts(samples: pl.DataFrame, access: pl.DataFrame, minutes: pl.DataFrame) -> pl.DataFrame:
+    """The last few minutes dated samples or access lines of one batch were logged in, each with its
+    first line (a sample's: the first of the lines behind it). ``access``: the batch's access groups,
+    each at its first line; ``minutes``: :func:`_minutes_of` them."""
+    starts = minutes.drop_nulls().join(
+        access.select(pl.col("text").str.slice(0, 18).alias("minute"), "line"), on="minute").select(
+        pl.col("at").alias("minute"), "line")
+    dated = samples.filter(pl.col("dt").is_not_null()).select(pl.col("dt").dt.truncate("1m").alias("minute"), pl.col("first").alias("line"))
+    return _latest_starts(pl.concat([dated, starts]))
+
+
+def _latest_starts(starts: pl.DataFrame) -> pl.DataFrame:
+    """Of minutes and lines in them, the last :data:`RESTART_MINUTES` minutes, each at its first line."""
+    return starts.group_by("minute").agg(pl.col("line").min()).sort("minute").tail(RESTART_MINUTES)
 
 
 def _distinct_clues(clues: pl.DataFrame, between: pl.Series) -> pl.DataFrame:
@@ -857,7 +857,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
         lines=total,
         unparsed_lines=unparsed,
         notes=tuple(notes),
-        restart_line=None if parts.undated_minutes or parts.last_minute is None else parts.last_minute[1],
+        restart_lines=() if parts.undated_minutes else tuple(sorted(parts.minute_starts["line"])) or None,
     )
 
 

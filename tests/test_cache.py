@@ -7,6 +7,7 @@ import gzip
 import os
 import re
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -144,6 +145,72 @@ def test_a_grown_server_log_of_many_batches_is_folded_as_a_fresh_parse_folds_it(
     assert cache.outcomes[str(target)] == "grown"
     monkeypatch.setattr(sglang, "_BATCH_LINES", 10**6)  # (and as one batch folds it)
     assert_same_run(load(live, None), fresh)
+
+
+def _server(start: datetime, seconds: int, *, first: int = 0, prefix: str = "", dated: bool = True,
+            launch: bool = False, port: int = 30000) -> list[str]:
+    """An SGLang server's lines: a launch, then three stats samples a second, a prefill now and then,
+    and an access line every other sample."""
+    def at(t: datetime) -> str:
+        return f"{prefix}[{t:%Y-%m-%d %H:%M:%S}]" if dated else f"{prefix}[{t:%H:%M:%S} TP0]"
+    lines = [f"{start:%Y%m%d-%H:%M:%S}.000 SGLangServer Wrapper INFO: Launch command: python3 -m sglang.launch_server --port {port}",
+             f"{at(start)} server_args=ServerArgs(model_path='m', port={port}, log_level='info')"] if launch else []
+    for i in range(first, first + 3 * seconds):
+        t = start + timedelta(seconds=i // 3 - first // 3)
+        lines.append(f"{at(t)} Decode batch. #running-req: {i % 17 + 1}, #token: {1000 + i * 37 % 4001}, token usage: 0.{i * 7 % 97:02d}, "
+                     f"cuda graph: True, gen throughput (token/s): {100 + i * 13 % 900}.00, #queue-req: {i % 5}, ")
+        if i % 7 == 0:
+            lines.append(f"{at(t)} Prefill batch. #new-seq: {i % 4 + 1}, #new-token: {i * 31 % 900 + 10}, #cached-token: 0, "
+                         f"token usage: 0.{i * 3 % 97:02d}, #running-req: {i % 17}, #queue-req: {i % 3}, ")
+        if i % 2 == 0:
+            lines.append(f'{at(t)} INFO:     10.0.0.2:{39000 + i % 1000} - "POST /generate HTTP/1.1" 200 OK')
+    return lines
+
+
+_T0 = datetime(2025, 11, 20, 13, 13, 59)
+_GROWN_SERVER_LOGS = {
+    # An event near the old end, in the minute before its last: the cut is a minute's first line before it.
+    "event before the last minute": ("grown",
+        _server(_T0, 230, launch=True) + ["[2025-11-20 13:17:49] KV cache pool is full. Retract requests. #retracted_reqs: 42"]
+        + _server(datetime(2025, 11, 20, 13, 17, 50), 25, first=5000), _server(datetime(2025, 11, 20, 13, 18, 15), 60, first=9000)),
+    # A relaunch whose clock is behind: the minutes it logs again are folded with the old ones.
+    "relaunch logged earlier": ("parsed",
+        _server(_T0, 240, launch=True), _server(datetime(2025, 11, 20, 13, 14, 40), 200, first=7000, launch=True, port=30001)),
+    # Time-only prefixes, dated by the wrapper's line: a part read alone has no date.
+    "time-only prefixes": ("parsed",
+        _server(_T0, 240, launch=True, dated=False), _server(datetime(2025, 11, 20, 13, 17, 59), 200, first=7000, dated=False)),
+    # Ray's prefix on every line: access lines counted per second and block.
+    "Ray prefixes": ("parsed",
+        _server(_T0, 240, prefix="(GenerationServer pid=661592) "),
+        _server(datetime(2025, 11, 20, 13, 17, 59), 200, first=7000, prefix="(GenerationServer pid=661592) ")),
+    # A traceback without a time near the old end: its time is the line's above it.
+    "untimed traceback": ("grown",
+        _server(_T0, 240, launch=True) + ["Exception in thread Thread-3 (watchdog):", "Traceback (most recent call last):",
+                                          '  File "threading.py", line 1075, in _bootstrap_inner', "RuntimeError: NCCL communicator was aborted."]
+        + _server(datetime(2025, 11, 20, 13, 18, 40), 20, first=8000), _server(datetime(2025, 11, 20, 13, 19, 0), 30, first=9000)),
+    # The old end's last minute only access lines: the grown part alone would say "no launch line".
+    "access lines at the old end": ("parsed",
+        _server(_T0, 240, launch=True) + ['[2025-11-20 13:18:30] INFO:     10.0.0.2:39000 - "POST /generate HTTP/1.1" 200 OK'],
+        _server(datetime(2025, 11, 20, 13, 18, 31), 60, first=9000)),
+}
+
+
+@pytest.mark.parametrize("shape", list(_GROWN_SERVER_LOGS))
+def test_a_grown_server_log_is_spliced_as_a_fresh_parse_reads_it_or_parsed_afresh(tmp_path: Path, shape: str) -> None:
+    """Where a part read from a cut would not be read as the whole file reads it, the file is parsed again."""
+    outcome, old, grown = _GROWN_SERVER_LOGS[shape]
+    live = tmp_path / "run"
+    live.mkdir()
+    target = live / "llm_server.log"
+    target.write_text("".join(line + "\n" for line in old))
+    cache = ParseCache(tmp_path / "cache")
+    load(live, cache)
+    with open(target, "a") as fh:
+        fh.write("".join(line + "\n" for line in grown))
+    spliced, fresh = load(live, cache), load(live, None)
+    assert cache.outcomes[str(target)] == outcome
+    assert_same_run(spliced, fresh)
+    assert [s.notes for s in spliced.sources] == [s.notes for s in fresh.sources]
 
 
 def test_a_grown_server_logs_stats_count_is_the_whole_files(tmp_path: Path) -> None:
