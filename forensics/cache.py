@@ -269,8 +269,8 @@ class ParseCache:
         tail = new_tail.shifted(before, str(path))
         if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
             return None
-        if reader in ALIGNED_LINES and _reaches_back(head, tail):
-            return None  # (a relaunch whose clock is behind: its minutes are folded with the head's in a fresh parse)
+        if reader in ALIGNED_LINES and (_shares_a_minute(head, tail) or _launches(new_tail) != _launches(old_tail)):
+            return None  # (values folded per minute on both sides of the cut; a relaunch: instances are counted whole)
         return replace(
             old,
             **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
@@ -419,20 +419,29 @@ def _cut_line(parsed: Parsed) -> int | None:
 
 def _restarts(old: tuple[int, ...] | None, cut: int, grown: tuple[int, ...] | None, before: int) -> tuple[int, ...] | None:
     """The restart lines (see :attr:`Parsed.restart_lines`) of a file spliced at ``cut``: the old
-    parse's before it and the grown part's (its lines ``before`` on), as many as a parse keeps."""
+    parse's before it and the grown part's (its lines ``before`` on), as many as the server reader keeps."""
     if grown is None or old is None:
         return old if grown is None else tuple(before + line for line in grown)
     if not grown or not old:
         return ()
-    kept = max(len(old), len(grown))
-    return tuple(sorted({line for line in old if line < cut} | {before + line for line in grown}))[-kept:]
+    return tuple(sorted({line for line in old if line < cut} | {before + line for line in grown}))[-sglang.RESTART_MINUTES:]
 
 
-def _reaches_back(head: Parsed, tail: Parsed) -> bool:
-    """Whether the grown part has values dated before the minute of the head's last (a relaunch
-    whose clock is behind). A record's value may be dated in the minute the grown part begins in."""
-    first, last = tail.metrics["time"].min(), head.metrics["time"].max()
-    return first is not None and last is not None and first < last.replace(second=0, microsecond=0)  # type: ignore[union-attr,operator]
+def _shares_a_minute(head: Parsed, tail: Parsed) -> bool:
+    """Whether a key has values in one minute on both sides of the cut, which a fresh parse folds
+    as one: a line of the minute before written after the first of the next (two processes, one
+    log), a rank's copy of a record, a relaunch whose clock is behind."""
+    first = tail.metrics["time"].min()
+    if first is None:
+        return False
+    minute = pl.col("time").dt.truncate("1m").alias("minute")
+    mine = head.metrics.lazy().filter(pl.col("time") >= first.replace(second=0, microsecond=0))  # type: ignore[union-attr]
+    both = [frame.select(minute, pl.col("key").cast(pl.String)).unique() for frame in (mine, tail.metrics.lazy())]
+    return both[0].join(both[1], on=["minute", "key"]).select(pl.len()).collect().item() > 0
+
+
+def _launches(parsed: Parsed) -> int:
+    return parsed.events.filter(pl.col("kind") == "server_launch").height
 
 
 def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:

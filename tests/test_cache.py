@@ -188,6 +188,13 @@ _GROWN_SERVER_LOGS = {
         _server(_T0, 240, launch=True) + ["Exception in thread Thread-3 (watchdog):", "Traceback (most recent call last):",
                                           '  File "threading.py", line 1075, in _bootstrap_inner', "RuntimeError: NCCL communicator was aborted."]
         + _server(datetime(2025, 11, 20, 13, 18, 40), 20, first=8000), _server(datetime(2025, 11, 20, 13, 19, 0), 30, first=9000)),
+    # A line of the minute before, written after the next one's first (two processes writing one log).
+    "a late line of the minute before": ("parsed",
+        _server(_T0, 241, launch=True) + _server(datetime(2025, 11, 20, 13, 18, 0), 1, first=723)[:1],
+        _server(datetime(2025, 11, 20, 13, 17, 59), 1, first=7000)[:1] + _server(datetime(2025, 11, 20, 13, 18, 0), 60, first=724)),
+    # A relaunch in the grown part: server instances are counted in the whole file.
+    "a relaunch": ("parsed",
+        _server(_T0, 240, launch=True), _server(datetime(2025, 11, 20, 13, 19, 0), 60, first=9000, launch=True)),
     # The old end's last minute only access lines: the grown part alone would say "no launch line".
     "access lines at the old end": ("parsed",
         _server(_T0, 240, launch=True) + ['[2025-11-20 13:18:30] INFO:     10.0.0.2:39000 - "POST /generate HTTP/1.1" 200 OK'],
