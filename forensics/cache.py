@@ -428,16 +428,22 @@ def _restarts(old: tuple[int, ...] | None, cut: int, grown: tuple[int, ...] | No
 
 
 def _shares_a_minute(head: Parsed, tail: Parsed) -> bool:
-    """Whether a key has values in one minute on both sides of the cut, which a fresh parse folds
-    as one: a line of the minute before written after the first of the next (two processes, one
-    log), a rank's copy of a record, a relaunch whose clock is behind."""
+    """Whether a folded key has values in one minute on both sides of the cut, which a fresh parse
+    folds as one (a line of the minute before written after the first of the next: two processes,
+    one log; a relaunch whose clock is behind), or a record's value is on both sides at one time
+    (ranks' copies of one record, which a fresh parse counts once)."""
     first = tail.metrics["time"].min()
     if first is None:
         return False
-    minute = pl.col("time").dt.truncate("1m").alias("minute")
+    key = pl.col("key").cast(pl.String)
+    folded = ~key.is_in(list(sglang.record_keys()))
     mine = head.metrics.lazy().filter(pl.col("time") >= first.replace(second=0, microsecond=0))  # type: ignore[union-attr]
-    both = [frame.select(minute, pl.col("key").cast(pl.String)).unique() for frame in (mine, tail.metrics.lazy())]
-    return both[0].join(both[1], on=["minute", "key"]).select(pl.len()).collect().item() > 0
+    theirs = tail.metrics.lazy()
+    for where, when in ((folded, pl.col("time").dt.truncate("1m")), (~folded, pl.col("time"))):
+        both = [frame.filter(where).select(when.alias("when"), key).unique() for frame in (mine, theirs)]
+        if both[0].join(both[1], on=["when", "key"]).select(pl.len()).collect().item():
+            return True
+    return False
 
 
 def _launches(parsed: Parsed) -> int:

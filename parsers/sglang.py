@@ -371,6 +371,12 @@ def _minutes_of(access: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame({"minute": minutes, "at": at})
 
 
+@cache
+def record_keys() -> frozenset[str]:
+    """Keys of the values read from records (startup and memory lines): a row a line, never folded."""
+    return frozenset(key for pattern in load_format("sglang").metrics for key in pattern.keys.values())
+
+
 #: Minutes whose first lines a log keeps, for a grown log to be read again from (see ``restart_lines``).
 RESTART_MINUTES = 30
 
