@@ -22,7 +22,7 @@ import polars as pl
 from forensics.advice import suggest
 from forensics.align import relaunch_gaps, step_clock, step_durations
 from forensics.cache import ParseCache
-from forensics.causes import attribute, explain, named_servers, read_said
+from forensics.causes import attribute, explain, read_said
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
@@ -44,6 +44,7 @@ from forensics.detect import (
     reward_drops,
     series,
     servers_down,
+    servers_named,
     stall,
     warm_up,
 )
@@ -249,7 +250,7 @@ class _Attribution:
 
     @functools.cached_property
     def servers(self) -> pl.Series:
-        servers = named_servers(self.events, self.read)
+        servers = servers_named(self.events, None if self.read is None else self.read["at"])
         self._let_go_of_read()
         return servers
 

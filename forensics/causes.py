@@ -218,13 +218,6 @@ def read_said(events: pl.DataFrame) -> dict[str, pl.Series] | None:
     return from_lines(events, _said(pl.col("message")))
 
 
-def named_servers(events: pl.DataFrame, read: dict[str, pl.Series] | None) -> pl.Series:
-    """The server each of ``events`` names (categorical, null for none): in its message, or in its
-    line as ``read`` by :func:`read_said`."""
-    held = events.select(server_named(pl.col("message")).cast(pl.Categorical).alias("at")).to_series()
-    return held if read is None else held.fill_null(read["at"])
-
-
 def _said(message: pl.Expr) -> dict[str, pl.Expr]:
     """What the attribution reads in a message: the cause its words name (in an event of an
     ambiguous kind), the server it names, and how long a timed-out request waited."""

@@ -752,11 +752,18 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
     return found
 
 
+def servers_named(events: pl.DataFrame, read: pl.Series | None) -> pl.Series:
+    """The server each of ``events`` names (categorical, null for none): in its message, or in its
+    line where a flood's text was not held (``read``: :func:`server_named` over the lines read back,
+    see :func:`forensics.texts.from_lines`)."""
+    held = events.select(server_named(pl.col("message")).cast(pl.Categorical).alias("at")).to_series()
+    return held if read is None else held.fill_null(read)
+
+
 def _servers_called(calls: pl.DataFrame) -> pl.Series:
-    """The server each call names, read from its line where a flood's text was not held."""
-    held = calls.select(server_named(pl.col("message")).alias("at")).to_series()
-    read = from_lines(calls, {"at": server_named(pl.col("message"))})
-    return held if read is None else held.fill_null(read["at"])
+    """The server each call names, its lines read back where their text was not held."""
+    read = from_lines(calls, {"at": server_named(pl.col("message")).cast(pl.Categorical)})
+    return servers_named(calls, None if read is None else read["at"])
 
 
 #: Events that mean a training process died or a collective hung for good.
