@@ -628,10 +628,10 @@ from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
 return_freed_memory_promptly()
 reuse_block_memory()
 from forensics.keys import ANALYSIS_KEYS
-from forensics.run import _read
+from forensics.readers import read
 reader, path = sys.argv[1], Path(sys.argv[2])
 cpu0, t0 = os.times(), time.perf_counter()
-_read(reader, path, None, ANALYSIS_KEYS)
+read(reader, path, None, ANALYSIS_KEYS)
 cpu1 = os.times()
 print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu1.user - cpu0.user + cpu1.system - cpu0.system}))
 """

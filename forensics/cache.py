@@ -39,7 +39,6 @@ import polars as pl
 from forensics.discover import RunLocation
 from forensics.errors import NoCacheDir
 from forensics.parsed import FRAMES, Parsed, rows_where
-from parsers import sglang
 from parsers._walk import walk
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 
@@ -49,17 +48,33 @@ CACHE_ENV = "GRPO_FORENSICS_CACHE"
 EDGE = 64 << 10
 #: How far back from a grown file's old end the cut may lie; further back, parse afresh.
 MAX_REWIND = 64 << 20
-#: Readers whose text logs can be parsed from a cut and spliced (line-numbered rows, no whole-file state).
-SPLICEABLE = frozenset({"areal", "sglang", "verl", "verl_jsonl", "custom"})
-#: Readers whose result depends on where a part's line numbers start, modulo this (see _splice).
-ALIGNED_LINES = {"sglang": sglang.ALIGNED_LINES}
-#: How each reader keeps the later copy of a step logged twice (a relaunch appending to its log);
-#: a splice must apply the same rule across the cut. ``header``: a step going back abandons every
-#: earlier table from that step on; ``key``: each key's later value; ``lineage``: as ``key``, every
-#: step copy listed — and a grown part going back is parsed afresh with the whole file, for the
-#: splice cannot judge such a restart from it alone (a loop's values may sit above their step line;
-#: a verl restart's validation line holds values of the step it resumed from).
-LATER_COPY_WINS = {"areal": "header", "verl": "lineage", "verl_jsonl": "key", "custom": "lineage"}
+
+
+@dataclass(frozen=True)
+class Splice:
+    """What a reader tells the cache of how a grown log of its own is parsed from a cut and joined
+    to the old parse (a reader with none is parsed afresh). See ``forensics.readers``."""
+
+    later_copy: str | None = None
+    """How the reader keeps the later copy of a step logged twice (a relaunch appending to its log),
+    which a splice must apply across the cut. ``header``: a step going back abandons every earlier
+    table from that step on; ``key``: each key's later value; ``lineage``: as ``key``, every step
+    copy listed — and a grown part going back is parsed afresh with the whole file, for the splice
+    cannot judge such a restart from it alone (a loop's values may sit above their step line; a
+    verl restart's validation line holds values of the step it resumed from)."""
+    aligned_lines: int = 1
+    """A part read alone is read as the whole file reads it when its line numbers start at a
+    multiple of this, plus one (the reader folds values in blocks of lines)."""
+    minute_folds: bool = False
+    """Values are folded per minute: a key with values in one minute on both sides of the cut is
+    folded as one by a fresh parse (the file is then parsed afresh)."""
+    record_keys: frozenset[str] = frozenset()
+    """With ``minute_folds``, the keys that are a row a line, not folded: compared at their own time."""
+    whole_file_kinds: frozenset[str] = frozenset()
+    """Events the reader counts over the whole file (a server's launches): a grown part with more
+    of them than the part it re-read is parsed afresh."""
+    restart_lines_kept: int | None = None
+    """How many of :attr:`Parsed.restart_lines` the reader keeps, its last ones (``None``: all)."""
 
 
 def default_cache_dir() -> Path:
@@ -122,8 +137,10 @@ class ParseCache:
         self.outcomes: dict[str, str] = {}
         """Per source path, what the last read did: ``hit``, ``grown`` or ``parsed``."""
 
-    def parsed(self, reader: str, path: Path, parse: Callable[[Path], Parsed], *, variant: str = "") -> Parsed:
-        """``parse(path)``, or its cached result when ``path`` has not changed since."""
+    def parsed(self, reader: str, path: Path, parse: Callable[[Path], Parsed], *, variant: str = "",
+               splice: Splice | None = None) -> Parsed:
+        """``parse(path)``, or its cached result when ``path`` has not changed since (grown, where
+        ``splice`` says how: parsed from a cut near its old end)."""
         try:
             identity = Identity.of(path)
         except OSError:
@@ -137,9 +154,9 @@ class ParseCache:
             if old_identity == identity:
                 self.outcomes[str(path)] = "hit"
                 return old
-            if reader in SPLICEABLE and identity.grew_from(old_identity, path):
+            if splice is not None and identity.grew_from(old_identity, path):
                 try:
-                    grown = self._splice(reader, path, old, old_identity, parse)
+                    grown = self._splice(splice, path, old, old_identity, parse)
                 except OSError:  # no room for the scratch copy of the tail: parse the whole file
                     grown = None
                 if grown is not None:
@@ -242,7 +259,8 @@ class ParseCache:
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _splice(self, reader: str, path: Path, old: Parsed, old_identity: Identity, parse: Callable[[Path], Parsed]) -> Parsed | None:
+    def _splice(self, policy: Splice, path: Path, old: Parsed, old_identity: Identity,
+                parse: Callable[[Path], Parsed]) -> Parsed | None:
         """``old`` extended by a parse of what ``path`` grew by, or ``None`` when no clean cut is found."""
         cut_line = _cut_line(old)
         if cut_line is None:
@@ -251,7 +269,7 @@ class ParseCache:
         if offset is None:
             return None
         # Blank lines before the part read put its lines where they are in the log, modulo what the reader folds by.
-        pad = (cut_line - 1) % ALIGNED_LINES.get(reader, 1)
+        pad = (cut_line - 1) % policy.aligned_lines
         before = cut_line - 1 - pad  # (the lines before the part's first, blank or not)
         scratch = self.directory / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
@@ -267,15 +285,17 @@ class ParseCache:
             return None  # the reader's events depend on lines before the cut (one warning per streak): parse it all
         head = old.before(cut_line)
         tail = new_tail.shifted(before, str(path))
-        if LATER_COPY_WINS.get(reader) == "lineage" and _goes_back(tail):
+        if policy.later_copy == "lineage" and _goes_back(tail):
             return None
-        if reader in ALIGNED_LINES and (_shares_a_minute(head, tail) or _launches(new_tail) != _launches(old_tail)):
-            return None  # (values folded per minute on both sides of the cut; a relaunch: instances are counted whole)
+        if policy.minute_folds and _shares_a_minute(head, tail, policy.record_keys):
+            return None
+        if _counted(new_tail, policy.whole_file_kinds) != _counted(old_tail, policy.whole_file_kinds):
+            return None  # (a relaunch in the grown part: instances are counted over the whole file)
         return replace(
             old,
-            **_later_copies(LATER_COPY_WINS.get(reader), head.frames(), tail.frames()),
+            **_later_copies(policy.later_copy, head.frames(), tail.frames()),
             lines=before + new_tail.lines,
-            restart_lines=_restarts(old.restart_lines, cut_line, new_tail.restart_lines, before),
+            restart_lines=_restarts(old.restart_lines, cut_line, new_tail.restart_lines, before, policy.restart_lines_kept),
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
             notes=notes,
             facts={**old.facts, **new_tail.facts},
@@ -417,17 +437,18 @@ def _cut_line(parsed: Parsed) -> int | None:
     return cut if open_at is None else min(cut, open_at)
 
 
-def _restarts(old: tuple[int, ...] | None, cut: int, grown: tuple[int, ...] | None, before: int) -> tuple[int, ...] | None:
+def _restarts(old: tuple[int, ...] | None, cut: int, grown: tuple[int, ...] | None, before: int,
+              kept: int | None) -> tuple[int, ...] | None:
     """The restart lines (see :attr:`Parsed.restart_lines`) of a file spliced at ``cut``: the old
-    parse's before it and the grown part's (its lines ``before`` on), as many as the server reader keeps."""
+    parse's before it and the grown part's (its lines ``before`` on), the last ``kept`` of them."""
     if grown is None or old is None:
         return old if grown is None else tuple(before + line for line in grown)
     if not grown or not old:
         return ()
-    return tuple(sorted({line for line in old if line < cut} | {before + line for line in grown}))[-sglang.RESTART_MINUTES:]
+    return tuple(sorted({line for line in old if line < cut} | {before + line for line in grown}))[-kept if kept else None:]
 
 
-def _shares_a_minute(head: Parsed, tail: Parsed) -> bool:
+def _shares_a_minute(head: Parsed, tail: Parsed, record_keys: frozenset[str]) -> bool:
     """Whether a folded key has values in one minute on both sides of the cut, which a fresh parse
     folds as one (a line of the minute before written after the first of the next: two processes,
     one log; a relaunch whose clock is behind), or a record's value is on both sides at one time
@@ -436,7 +457,7 @@ def _shares_a_minute(head: Parsed, tail: Parsed) -> bool:
     if first is None:
         return False
     key = pl.col("key").cast(pl.String)
-    folded = ~key.is_in(list(sglang.record_keys()))
+    folded = ~key.is_in(list(record_keys))
     mine = head.metrics.lazy().filter(pl.col("time") >= first.replace(second=0, microsecond=0))  # type: ignore[union-attr]
     theirs = tail.metrics.lazy()
     for where, when in ((folded, pl.col("time").dt.truncate("1m")), (~folded, pl.col("time"))):
@@ -446,8 +467,8 @@ def _shares_a_minute(head: Parsed, tail: Parsed) -> bool:
     return False
 
 
-def _launches(parsed: Parsed) -> int:
-    return parsed.events.filter(pl.col("kind") == "server_launch").height
+def _counted(parsed: Parsed, kinds: frozenset[str]) -> int:
+    return parsed.events.filter(pl.col("kind").cast(pl.String).is_in(list(kinds))).height if kinds else 0
 
 
 def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:

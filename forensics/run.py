@@ -27,22 +27,18 @@ from forensics.fingerprint import fingerprint
 from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
-from parsers import read_areal_log, read_sglang_log
+from forensics.readers import COPY_SOURCES, LINEAGE, READERS, SOURCE_READERS, read
 from parsers._formats import load_format
-from parsers._lines import gzip_damage
 from parsers.areal_checkpoints import read_areal_checkpoints
 from parsers.areal_config import read_areal_config
-from parsers.custom import CustomFormat, read_custom_log
-from parsers.ray import read_ray_session
+from parsers.custom import CustomFormat
 from parsers.schema import (
     CHECKPOINT_SCHEMA,
     EVENT_SCHEMA,
-    HELD_MESSAGES,
     METRIC_SCHEMA,
     STEP_SCHEMA,
     abandoned,
     abandoned_by_later_parts,
-    conform,
     cut_alike,
     empty,
     gather_in_place,
@@ -50,12 +46,9 @@ from parsers.schema import (
     stream_of,
     with_keys,
 )
-from parsers.tensorboard import read_tensorboard
 from parsers.trl_checkpoints import is_trl_checkpoint_root, read_trl_checkpoints
-from parsers.trl_state import read_trainer_state
-from parsers.verl import read_verl_log
 from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
-from parsers.wandb_run import WandbUnavailable, chain_wandb_runs, read_wandb_online, read_wandb_runs
+from parsers.wandb_run import WandbUnavailable, read_wandb_online
 
 
 @dataclass
@@ -119,7 +112,7 @@ def load_run(
             continue
         sources.extend(_coverage(source, parsed))
         for p in parsed:
-            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source in _LINEAGE).alias("lineage")))
+            steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source in LINEAGE).alias("lineage")))
             # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
             # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
@@ -140,7 +133,7 @@ def load_run(
 
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
-        latest[name], older = _latest_copy(metrics.pop(name), lineage=name in _LINEAGE)
+        latest[name], older = _latest_copy(metrics.pop(name), lineage=name in LINEAGE)
         abandoned.setdefault(name, []).append(older)
     shifted, shifts, units = _in_log_units(latest)
     del latest
@@ -327,7 +320,7 @@ def parse_source(
     Raises:
         OSError, polars.exceptions.PolarsError, ValueError: the source cannot be read.
     """
-    parsed = [_read_through(cache, reader, source.path, custom_format, keys) for reader in _READERS[source.kind]]
+    parsed = [_read_through(cache, reader, source.path, custom_format, keys) for reader in SOURCE_READERS[source.kind]]
     if source.kind == "areal_log":  # the server's lines only: AReaL's own are its reader's to tell
         areal = load_format("areal").kinds
         parsed = [replace(p, events=p.events.filter(~pl.col("kind").is_in(areal))) if p.source == "sglang" else p
@@ -383,104 +376,14 @@ def load_online_wandb(name: str, *, keys: str | None = None) -> RunData:
 def _read_through(
     cache: ParseCache | None, reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None
 ) -> Parsed:
-    keys = keys if reader in _FILTERING else None
+    keys = keys if READERS[reader].filters_keys else None
     if cache is None:
-        return _read(reader, path, custom_format, keys)
+        return read(reader, path, custom_format, keys)
     variant = repr(custom_format) if reader == "custom" and custom_format is not None else ""
     if keys is not None:
         variant += f"\0keys={keys}"
-    return cache.parsed(reader, path, lambda p: _read(reader, p, custom_format, keys), variant=variant)
-
-
-def _read(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
-    parsed = _parse(reader, path, custom_format, keys)
-    damage = gzip_damage(path)  # a torn or corrupt .gz reads as a shorter log: say so
-    return replace(parsed, notes=(*parsed.notes, damage)) if damage else parsed
-
-
-def _parse(reader: str, path: Path, custom_format: CustomFormat | None, keys: str | None = None) -> Parsed:
-    if reader == "areal":
-        log = read_areal_log(path, keys=keys, held=HELD_MESSAGES)
-        return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts,
-                      superseded=log.superseded)
-    if reader == "sglang":
-        return _read_sglang(path, keys)
-    if reader == "custom":
-        loop = read_custom_log(path, custom_format)
-        return Parsed("custom", loop.steps, loop.metrics, loop.events, loop.lines, loop.unparsed_lines, loop.notes,
-                      superseded=loop.superseded)
-    if reader in ("verl", "verl_jsonl"):
-        log = read_verl_log(path, keys=keys)
-        steps = log.steps if reader == "verl" else empty(STEP_SCHEMA)
-        return Parsed(reader, steps, log.metrics, conform(log.events, EVENT_SCHEMA), log.lines, log.unparsed_lines,
-                       log.notes, log.facts, superseded=log.superseded)
-    if reader == "console":  # Ray's and torch's failures in a console log verl did not write: the same reader
-        log = read_verl_log(path)
-        events = log.events.with_columns(pl.col("source").replace({"verl": "ray"}))
-        return Parsed(reader, empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(events, EVENT_SCHEMA), log.lines,
-                      log.unparsed_lines, tuple(n for n in log.notes if not n.startswith("no verl step")))
-    if reader == "ray":
-        session = read_ray_session(path)
-        reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes) for r in session.sources)
-        facts = {"ray_session_started": session.started.isoformat()} if session.started else {}
-        return Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
-                       sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)
-    if reader == "wandb":
-        chained = chain_wandb_runs(read_wandb_runs(path, keys=keys, summary=False))  # the summary is never read here
-        if chained is None:
-            return Parsed("wandb", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), empty(EVENT_SCHEMA), 0, 0, ())
-        return Parsed("wandb", empty(STEP_SCHEMA), chained.metrics, empty(EVENT_SCHEMA), chained.records_read,
-                       chained.records_skipped, chained.notes, superseded=chained.superseded)
-    if reader == "trl_state":
-        state = read_trainer_state(path)
-        return Parsed("trl_state", empty(STEP_SCHEMA), state.metrics, empty(EVENT_SCHEMA), state.lines, state.unparsed_lines, state.notes)
-    board = read_tensorboard(path, keys=keys)
-    return Parsed("tensorboard", empty(STEP_SCHEMA), board.metrics, empty(EVENT_SCHEMA), board.records_read,
-                   board.records_skipped, board.notes, superseded=board.superseded)
-
-
-def _read_sglang(path: Path, keys: str | None) -> Parsed:
-    server = read_sglang_log(path, stats_per_minute=True, keys=keys)
-    http = server.http.select(
-        pl.col("minute").alias("time"),
-        pl.format("sglang/http/{}/{}", pl.col("endpoint").str.strip_prefix("/"), pl.col("status")).alias("key"),
-        pl.col("count").cast(pl.Float64).alias("value"),
-        pl.lit(str(path)).alias("file"),
-        pl.col("first_line").alias("line"),
-    )
-    notes = server.notes
-    if server.servers.height > 1:
-        notes += (f"{server.servers.height} server instances in this log (launches or restarts)",)
-    # In time order, as the run's frames are kept (the values have no step yet); the counts of
-    # endpoints no analysis reads are dropped first (a long log has one or more a minute).
-    metrics = pl.concat([server.metrics, with_keys(conform(http, METRIC_SCHEMA), keys)]).sort("time", nulls_last=True, maintain_order=True)
-    return Parsed("sglang", empty(STEP_SCHEMA), metrics, server.events, server.lines, server.unparsed_lines, notes,
-                  restart_lines=server.restart_lines)
-
-
-#: Which parsers read each kind of source. ``llm_server.log`` interleaves AReaL's wrapper
-#: lines with SGLang's own output, so both read it.
-_READERS: dict[str, tuple[str, ...]] = {
-    "areal_trainer": ("areal",),
-    "areal_log": ("sglang", "areal"),  # a realhf worker's or merged log may carry the server's own lines too
-    "areal_server": ("sglang",),  # the SGLang parser reads the wrapper lines with AReaL's patterns
-    "sglang_server": ("sglang",),
-    "custom_log": ("custom",),
-    "wandb": ("wandb",),
-    "tensorboard": ("tensorboard",),
-    "verl_log": ("verl",),
-    "console_log": ("console",),
-    "verl_jsonl": ("verl_jsonl",),
-    "ray_session": ("ray",),
-    "trl_state": ("trl_state",),
-}
-#: Readers of copies of a run's numbers (no step log of their own).
-COPY_SOURCES = ("wandb", "tensorboard", "verl_jsonl", "trl_state")
-#: Step logs a relaunch appends to, listing every copy of a step: a later copy going back to a
-#: step abandons the attempt before it from there on (see :func:`parsers.schema.abandoned`).
-_LINEAGE = ("areal", "verl", "custom")
-#: Readers that drop unwanted metric keys as they read (the bulk of their rows); the others' few are filtered after.
-_FILTERING = ("areal", "sglang", "wandb", "tensorboard", "verl", "verl_jsonl")
+    return cache.parsed(reader, path, lambda p: read(reader, p, custom_format, keys), variant=variant,
+                        splice=READERS[reader].splice)
 
 
 def other_logs(run: RunData) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
-import forensics.run
+import forensics.readers
 import forensics.texts
 import parsers._lines
 from forensics import analyze
@@ -206,7 +206,7 @@ def test_a_floods_messages_are_not_held_but_read_back_wherever_they_are_read(
     assert quoted and all(e.text == re.sub(r"\x1b\[[0-9;]*m", "", log[e.line - 1]).rstrip()[:300] for e in quoted)
     assert max(e.line for e in quoted) > first + HELD_MESSAGES  # (one whose text was not held)
 
-    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    monkeypatch.setattr(forensics.readers, "HELD_MESSAGES", None)
     whole = analyze([fileroot])
     assert whole.runs[0].events["message"].null_count() == 0
     assert thin.to_document() == whole.to_document()
@@ -217,7 +217,7 @@ def test_the_events_command_writes_every_message_of_a_flood(tmp_path: Path, monk
     fileroot, _ = _flooded(tmp_path, 20_000)
     runner = CliRunner()
     thin = runner.invoke(app, ["events", str(fileroot), "--no-cache", "--kind", "request_timeout"])
-    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    monkeypatch.setattr(forensics.readers, "HELD_MESSAGES", None)
     whole = runner.invoke(app, ["events", str(fileroot), "--no-cache", "--kind", "request_timeout"])
     assert thin.exit_code == whole.exit_code == 0
     rows = [json.loads(line) for line in thin.stdout.splitlines()]
@@ -298,7 +298,7 @@ def test_calls_to_another_server_after_one_exits_are_not_calls_to_it_whether_the
     paths.trainer_log.write_text("".join(out))
     thin = analyze([paths.fileroot])
     assert thin.runs[0].events.filter(pl.col("kind") == "connection_refused")["message"].null_count() > 0
-    monkeypatch.setattr(forensics.run, "HELD_MESSAGES", None)
+    monkeypatch.setattr(forensics.readers, "HELD_MESSAGES", None)
     whole = analyze([paths.fileroot])
     assert "server_down" not in [i.kind for i in whole.runs[0].incidents]
     assert thin.to_document() == whole.to_document()
