@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -231,34 +230,40 @@ def framework_of(run: RunData) -> str:
 
 
 class _Attribution:
-    """A run's events attributed to causes (:func:`forensics.causes.attribute`), made once, when
-    first asked for, for all its incidents: a log may hold millions of events. What a flood's
-    lines say is read from them once, for the attribution and the servers they name."""
+    """A run's events attributed to causes (:func:`forensics.causes.attribute`) and the server each
+    names, each made once, when first asked for, for all its incidents: a log may hold millions of
+    events. What a flood's lines say is read from them once, for both, and let go once both are made."""
 
     def __init__(self, events: pl.DataFrame, clock: pl.DataFrame) -> None:
         self.events, self.clock = events, clock
+        self._read: dict[str, pl.Series] | None = None
+        self._wanted = 2  # (the two made from what was read: the attribution and the servers)
+        self._frame: pl.DataFrame | None = None
+        self._servers: pl.Series | None = None
 
-    @functools.cached_property
-    def read(self) -> dict[str, pl.Series] | None:
-        return read_said(self.events)
-
-    @functools.cached_property
+    @property
     def frame(self) -> pl.DataFrame:
-        frame = attribute(self.events, self.clock, self.read)
-        self._let_go_of_read()
-        return frame
+        if self._frame is None:
+            self._frame = attribute(self.events, self.clock, self._said())
+        return self._frame
 
-    @functools.cached_property
+    @property
     def servers(self) -> pl.Series:
-        servers = servers_named(self.events, None if self.read is None else self.read["at"])
-        self._let_go_of_read()
-        return servers
+        if self._servers is None:
+            read = self._said()
+            self._servers = servers_named(self.events, None if read is None else read["at"])
+        return self._servers
 
-    def _let_go_of_read(self) -> None:
-        """Called as ``frame`` or ``servers`` is made: where the other is made already, what was read
-        (a few columns of a flood's millions of rows) is not held through the incidents' explanations."""
-        if "frame" in self.__dict__ or "servers" in self.__dict__:
-            self.__dict__.pop("read", None)
+    def _said(self) -> dict[str, pl.Series] | None:
+        """What the flood's lines say (:func:`~forensics.causes.read_said`), read on the first call;
+        the second call is the last, and lets it go: a few columns of millions of rows."""
+        if self._wanted == 2:
+            self._read = read_said(self.events)
+        self._wanted -= 1
+        read = self._read
+        if not self._wanted:
+            self._read = None
+        return read
 
 
 def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, alike: list[tuple[int, int]],

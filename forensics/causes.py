@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.align import assign_steps
-from forensics.detect import Finding, from_server, raised, server_named
+from forensics.detect import Finding, from_server, raised, server_named, servers_named
 from forensics.model import Cause, Evidence, step_span
 from forensics.parsed import rows_where
 from forensics.server_context import ServerContext, server_context
@@ -205,10 +205,9 @@ def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None, read: dic
     read = read if read is not None else read_said(events)
     if read is not None:
         events = events.with_columns(series.alias(f"read_{name}") for name, series in read.items())
-    failure = pl.when(pl.col("cause").is_not_null()).then(pl.col("message"))  # (a regex is not run over the rest)
-    at = _or_read(server_named(failure).cast(pl.Categorical), "at", read, pl.col("cause").is_not_null())
-    return _waiting_since(_attribute(events, read), clock, read).with_columns(at.alias("at")).drop(
-        [f"read_{name}" for name in read or ()])
+    attributed = _waiting_since(_attribute(events, read), clock, read)
+    at = servers_named(attributed, attributed["read_at"] if read else None, where=pl.col("cause").is_not_null())
+    return attributed.with_columns(at).drop([f"read_{name}" for name in read or ()])
 
 
 def read_said(events: pl.DataFrame) -> dict[str, pl.Series] | None:
@@ -379,7 +378,7 @@ def _when(time: datetime | None) -> str:
 
 def _what_died(window: pl.DataFrame) -> str:
     """How a training run's processes failed, in the terms a reader would look for."""
-    kinds = set(window["kind"].to_list())
+    kinds = set(window["kind"].unique().to_list())  # (a flooded window's rows are millions)
     if "nccl_timeout" in kinds:
         return ("It looks like a hang in a collective: the NCCL watchdog fired (its default timeout is 600 s), "
                 "then the processes aborted — not a slow step.")

@@ -752,12 +752,18 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
     return found
 
 
-def servers_named(events: pl.DataFrame, read: pl.Series | None) -> pl.Series:
-    """The server each of ``events`` names (categorical, null for none): in its message, or in its
-    line where a flood's text was not held (``read``: :func:`server_named` over the lines read back,
-    see :func:`forensics.texts.from_lines`)."""
-    held = events.select(server_named(pl.col("message")).cast(pl.Categorical).alias("at")).to_series()
-    return held if read is None else held.fill_null(read)
+def servers_named(events: pl.DataFrame, read: pl.Series | None, where: pl.Expr | None = None) -> pl.Series:
+    """The server each of ``events`` names (categorical, null for none), ``where`` it is asked for:
+    in its message, or in its line where a flood's text was not held (``read``: :func:`server_named`
+    over the lines read back, see :func:`forensics.texts.from_lines`). Only held messages are
+    searched: a column of a flood's millions of null texts costs hundreds of megabytes a step."""
+    asked = events.select((pl.lit(True) if where is None else where).fill_null(False)).to_series()
+    held = asked & events["message"].is_not_null()
+    found = events.filter(held).select(server_named(pl.col("message")).cast(pl.Categorical)).to_series()
+    named = pl.repeat(None, events.height, dtype=pl.Categorical, eager=True).alias("at").scatter(held.arg_true(), found)
+    if read is None:
+        return named
+    return named.fill_null(read if where is None else pl.select(pl.when(asked).then(read)).to_series())
 
 
 def _servers_called(calls: pl.DataFrame) -> pl.Series:

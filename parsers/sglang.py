@@ -1538,8 +1538,10 @@ def _servers(
         members = groups[g]
         if len(members) > 1:
             ports = ", ".join(str(i.port) for i in members if i.port is not None) or "unknown"
+            # (the last group's end is the file's, said as such: a log grown since says the same)
+            lines = f"lines {begin}–{end}" if g != order[-1] else f"from line {begin} on"
             notes.append(
-                f"{len(members)} server instances launched together (lines {begin}–{end}, ports {ports}) write "
+                f"{len(members)} server instances launched together ({lines}, ports {ports}) write "
                 "interleaved lines: their stats and events cannot be told apart"
             )
         for inst in members:

@@ -202,6 +202,10 @@ _GROWN_SERVER_LOGS = {
     # A relaunch in the grown part: server instances are counted in the whole file.
     "a relaunch": ("parsed",
         _server(_T0, 240, launch=True), _server(datetime(2025, 11, 20, 13, 19, 0), 60, first=9000, launch=True)),
+    # Two servers launched together: the note on their interleaved lines is the whole file's.
+    "servers launched together": ("grown",
+        [line for pair in zip(_server(_T0, 0, launch=True), _server(_T0, 0, launch=True, port=30001)) for line in pair]
+        + _server(_T0, 240, first=3), _server(datetime(2025, 11, 20, 13, 18, 0), 60, first=9000)),
     # The old end's last minute only access lines: the grown part alone would say "no launch line".
     "access lines at the old end": ("parsed",
         _server(_T0, 240, launch=True) + ['[2025-11-20 13:18:30] INFO:     10.0.0.2:39000 - "POST /generate HTTP/1.1" 200 OK'],
