@@ -276,8 +276,13 @@ class ParseCache:
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse, pad)
             new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse, pad)
-        if old.steps.height and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
+        at_header = bool(old.steps.height) and cut_line == old.steps["line"].max()
+        if at_header and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
             return None  # the cut is not where the last step header was: do not trust the splice
+        if old.steps.height and not at_header and not _same_values(old, old_tail.shifted(before, str(path)), cut_line):
+            return None  # a line the reader named after the last step: its re-read part must give what the whole did
+        if before + old_tail.lines != old.lines:  # (the part re-read does not end where the old parse did: a log
+            return None  # ending in lines its reader does not count, a table's rules, misplaced the cut)
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
         if notes is None:
             return None
@@ -293,7 +298,7 @@ class ParseCache:
             return None  # (a relaunch in the grown part: instances are counted over the whole file)
         return replace(
             old,
-            **_later_copies(policy.later_copy, head.frames(), tail.frames()),
+            **_later_copies(policy.later_copy, head.frames(), tail.frames(), _last_header(old), cut_line),
             lines=before + new_tail.lines,
             restart_lines=_restarts(old.restart_lines, cut_line, new_tail.restart_lines, before, policy.restart_lines_kept),
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
@@ -369,6 +374,16 @@ def _same_events(a: pl.DataFrame, b: pl.DataFrame) -> bool:
     return bool((a["message"] == b["message"]).filter(held).all())
 
 
+def _same_values(old: Parsed, old_tail: Parsed, cut: int) -> bool:
+    """Whether the re-read part gives the steps and values the old parse had from line ``cut`` on."""
+    for name in ("steps", "metrics", "superseded"):
+        mine, theirs = getattr(old, name).filter(pl.col("line") >= cut), getattr(old_tail, name)
+        columns = [c for c in mine.columns if c != "file"]
+        if not mine.select(columns).sort(columns, nulls_last=True).equals(theirs.select(columns).sort(columns, nulls_last=True)):
+            return False
+    return True
+
+
 def _goes_back(tail: Parsed) -> bool:
     """Whether a grown part goes back (a restart): its step lines, or the steps of its values line
     after line. Its first step line is the old parse's last, parsed again: that one's going back,
@@ -377,9 +392,16 @@ def _goes_back(tail: Parsed) -> bool:
     return bool((tail.steps.sort("line")["step"].diff() <= 0).any() or (values["step"].diff() < 0).any())
 
 
-def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+def _last_header(parsed: Parsed) -> int | None:
+    """The step of the last step line in ``parsed`` (by line)."""
+    return parsed.steps.sort("line")["step"][-1] if parsed.steps.height else None
+
+
+def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[str, pl.DataFrame], last: int | None,
+                  cut: int) -> dict[str, pl.DataFrame]:
     """``head``'s frames followed by ``tail``'s, a step the tail logs again losing its earlier copy
     in the head, as the reader itself does (each part's own repeats the reader already dropped).
+    ``last``: the step of the old parse's last step line; ``cut``: the tail's first line.
 
     The head's metric rows are kept as slices, stepped rows before unstepped as a reader gives
     them: a long run's values are neither copied nor sorted for a few new steps.
@@ -391,8 +413,10 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
     stepped, loose = pl.col("step").is_not_null(), pl.col("step").is_null()
     # (A "lineage" tail never goes back past the old parse's last step line, which that parse judged.)
     again = pl.col("step").is_in(new["step"].drop_nulls().unique().implode())
-    if rule == "header" and tail["steps"].height:  # the tail going back abandons the head from there on
-        again = pl.col("step") >= tail["steps"]["step"].min()
+    if rule == "header":  # the tail going back abandons the head from there on
+        # (a step line at the cut is the old parse's last, read again: realhf's table of it lies above)
+        back = tail["steps"].filter(pl.col("line") > cut)["step"].min()
+        again = pl.col("step") >= back if back is not None and last is not None and back <= last else pl.lit(False)
     parts = [rows_where(old, stepped & ~again)]
     if rule != "header":  # per key: the head keeps a re-logged step's keys the tail does not log again
         parts.append(old.filter(again).join(new.select("step", "key").unique(), on=["step", "key"], how="anti"))
@@ -408,19 +432,25 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
 def _cut_line(parsed: Parsed) -> int | None:
     """A line from which parsing can restart with no state carried over (``None``: none is known).
 
-    The last step header (its table follows it); else, where the reader names lines it can restart
-    from (the first lines of a server log's last minutes: its access counts and stats are folded per
-    minute), the last of them before the last event near the end (a traceback still being written
-    when the file was read goes on past its first line); else the first line of the last minute of
+    Where there are steps, the last of the lines the reader names as ones it can restart from (a
+    step header whose tables follow it, a logger line after the last step's tables: a flood since),
+    else the last step header; else, where the reader names such lines (the first lines of a server
+    log's last minutes: its access counts and stats are folded per minute), the last of them — either
+    no later than the last event near the end (a traceback still being written when the file was
+    read goes on past its first line); else the first line of the last minute of
     timed values; else the first line of undated values (a step not logged yet, whose values are
     folded when it is); else the file's last line (it may have been cut mid-line when it was read)
     — in these three, no later than the last event near the end.
     """
-    if parsed.steps.height:
-        return int(parsed.steps["line"].max())
     last_event = parsed.events["line"].max()
     # (a short log with no event yet has nothing still being written)
     open_at = int(last_event) if last_event is not None and last_event > parsed.lines - _OPEN_EVENT_LINES else None
+    if parsed.steps.height:
+        if parsed.restart_lines is None:
+            return int(parsed.steps["line"].max())
+        # (an event begun before the first of them ended there: a logger line or header is a new record)
+        lines = parsed.restart_lines
+        return max((line for line in lines if open_at is None or line <= open_at), default=min(lines, default=None))
     if parsed.restart_lines is not None:
         before_event = [line for line in parsed.restart_lines if open_at is None or line <= open_at]
         return max(before_event, default=None)

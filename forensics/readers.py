@@ -17,9 +17,8 @@ import polars as pl
 from forensics.cache import Splice
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
-from parsers import sglang
+from parsers import areal, sglang
 from parsers._lines import gzip_damage
-from parsers.areal import read_areal_log
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.ray import read_ray_session
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, METRIC_SCHEMA, STEP_SCHEMA, conform, empty, with_keys
@@ -50,9 +49,9 @@ class Reader:
 
 
 def _areal(path: Path, keys: str | None, _: CustomFormat | None) -> Parsed:
-    log = read_areal_log(path, keys=keys, held=HELD_MESSAGES)
+    log = areal.read_areal_log(path, keys=keys, held=HELD_MESSAGES)
     return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts,
-                  superseded=log.superseded)
+                  superseded=log.superseded, restart_lines=log.restart_lines)
 
 
 def _sglang(path: Path, keys: str | None, _: CustomFormat | None) -> Parsed:
@@ -130,7 +129,7 @@ _SERVER_LOG = Splice(aligned_lines=sglang.ALIGNED_LINES, minute_folds=True, reco
                      whole_file_kinds=frozenset({"server_launch"}), restart_lines_kept=sglang.RESTART_MINUTES)
 
 READERS: dict[str, Reader] = {r.name: r for r in (
-    Reader("areal", _areal, filters_keys=True, lineage=True, splice=Splice(later_copy="header")),
+    Reader("areal", _areal, filters_keys=True, lineage=True, splice=Splice(later_copy="header", restart_lines_kept=areal.RESTART_LINES)),
     Reader("sglang", _sglang, filters_keys=True, splice=_SERVER_LOG),
     Reader("verl", _verl("verl"), filters_keys=True, lineage=True, splice=Splice(later_copy="lineage")),
     Reader("custom", _custom, lineage=True, splice=Splice(later_copy="lineage")),

@@ -50,6 +50,8 @@ _TIME_TABLE_ANCHOR = r"Detailed time stats:"
 _FACT_LINES = r"Launcher|Local Scheduler|LocalScheduler"
 _CHAIN_MARKER = r"^(?:During handling of the above exception|The above exception was the direct cause)"
 _TRACEBACK_CONTEXT = r"^(?:\s|During handling of the above exception|The above exception was the direct cause)"
+#: Timed logger lines after the last step a log keeps, for a grown log to be read again from.
+RESTART_LINES = 30
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,14 @@ class AReaLLog:
     facts: dict[str, str] = field(default_factory=dict)
     superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
     """Table values of attempts a relaunch abandoned (from the step it went back to on): not in ``metrics``."""
+    restart_lines: tuple[int, ...] | None = None
+    """Lines the rest of the log can be read from as the whole log reads it (no table or header
+    before one is left for a line after it): the last step header of AReaL-lite (its tables follow
+    it), and the last few timed logger lines (:data:`RESTART_LINES`) after its tables — after
+    realhf's last header, before the next step's table (its tables come before their header). A
+    grown log, such as a flood of request timeouts with no step since, is then read again from
+    near its old end, not from its last step. ``None`` where tables have no header yet; with
+    neither, every line is read alone: the last timed ones."""
 
 
 def looks_like_areal(path: Path) -> bool:
@@ -338,7 +348,30 @@ def _assemble(
         notes=tuple(notes),
         facts=_facts(logged, marks),
         superseded=superseded,
+        restart_lines=_restart_lines(logged, headers, tops),
     )
+
+
+def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, tops: pl.DataFrame) -> tuple[int, ...] | None:
+    """See :attr:`AReaLLog.restart_lines`."""
+    table = tops["top"].max()
+    if headers.is_empty() and table is not None:
+        return None  # (tables no header owns yet: whose they will be depends on the era)
+    # Lazy: a flood after the last step is millions of lines; the last few are read.
+    timed = logged.lazy().filter(pl.col("time").is_not_null()).select("line")
+    if headers.is_empty():  # (every line is read alone)
+        return _last_lines(timed)
+    last = headers.row(-1, named=True)
+    if last["era"] == "realhf":  # its tables come before their header: a line after it, before the next table
+        after = pl.col("line") > last["line"]
+        pending = tops.filter(pl.col("top") > last["line"])["top"].min()
+        return _last_lines(timed.filter(after if pending is None else after & (pl.col("line") < pending)))
+    # AReaL-lite's tables come after their header: the header itself, or a line after its tables
+    return (last["line"], *_last_lines(timed.filter(pl.col("line") > max(last["line"], table or 0))))
+
+
+def _last_lines(lines: pl.LazyFrame) -> tuple[int, ...]:
+    return tuple(lines.tail(RESTART_LINES).collect()["line"])
 
 
 #: The step of a header whose number is damaged (too many digits): its table is owned, then dropped.
@@ -399,9 +432,13 @@ def _table_metrics(
         .with_columns(pl.col("latest") & (pl.col("header") == pl.col("header").max().over("step")))
     )
     owners = owned.select("top", "header", "step", "time", pl.col("latest") & (pl.col("step") != _DAMAGED))
-    # A row has an owner when an owned table starts above it: the runs before the first one have none.
-    first_owned = owners["top"].min()
-    orphans = int(runs.filter(pl.col("first") < first_owned)["rows"].sum()) if first_owned is not None else int(runs["rows"].sum())
+    # A stats table no header owns (yet: realhf prints a step's before its header, and a log may end
+    # between them) owns nothing: its rows are not the table's above it.
+    waiting = tables.join(owners, on="top", how="anti").select("top")
+    owners = pl.concat([owners, waiting], how="diagonal").sort("top")
+    # A row has an owner when an owned table starts above it, and its own table is not one waiting.
+    owner_of_runs = runs.sort("first").join_asof(owners.select("top", "step"), left_on="first", right_on="top", strategy="backward")
+    orphans = int(owner_of_runs.filter(pl.col("step").is_null())["rows"].sum())
     several = (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1
     if several:  # a step's tables may straddle two batches: their cells are averaged together
         cells[:] = [pl.concat(cells)]

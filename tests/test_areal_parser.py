@@ -84,6 +84,26 @@ def test_every_era_yields_every_step_and_reward(tmp_path: Path, era: str) -> Non
     assert log.unparsed_lines == 0
 
 
+@pytest.mark.parametrize("rows", [0, 5, 20])
+def test_a_realhf_table_its_header_has_not_followed_yet_is_no_steps_before(tmp_path: Path, rows: int) -> None:
+    """realhf prints a step's table before its header: a log ending between them (a run killed, a
+    live log read mid-write) holds a table no step owns yet, not more values of the step above."""
+    spec = RunSpec(era="realhf", last_step=6, reward=lambda s: 0.1 * s)
+    whole = write_run(tmp_path / "outputs", spec).trainer_log
+    lines = whole.read_text().splitlines(keepends=True)
+    last_header = max(i for i, line in enumerate(lines) if "(global step 6) finishes" in line)
+    top = max(i for i in range(last_header) if lines[i].lstrip("\x1b[0123456789m").startswith("╒"))
+    cut = tmp_path / "trainer.log"
+    cut.write_text("".join(lines[: top + 1 + rows]))
+    log = read_areal_log(cut)
+    assert log.steps["step"].to_list() == [1, 2, 3, 4, 5]
+    assert not log.metrics.filter(pl.struct("step", "key").is_duplicated()).height
+    assert values(log, "ppo_actor/task_reward/avg") == {s: pytest.approx(0.1 * s) for s in range(1, 6)}
+    written = sum(line.startswith("│") for line in lines[top + 1 : top + 1 + rows])  # (fancy_grid rules between rows)
+    orphans = [n for n in log.notes if "belong to no step header" in n]
+    assert orphans == ([f"{written} table rows belong to no step header (pasted or cut-off tables)"] if rows else [])
+
+
 @pytest.mark.parametrize("actor", ["MasterWorker", "master_worker/0"])  # (AReaL's tutorial shows the second)
 def test_ray_prefix_and_merged_log_prefixes(tmp_path: Path, actor: str) -> None:
     ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix=f"({actor} pid=11559, ip=10.1.2.3)"))

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
 from conftest import FIXTURES, tree_state
 from typer.testing import CliRunner
 
+import forensics.cache
 from forensics.analysis import analyze
 from forensics.cache import ParseCache
 from forensics.cli import app
@@ -89,6 +91,35 @@ def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path,
         # a server's counts are pieced together, and may be a few lines off where a line was cut)
         notes = lambda run: sorted((s.path, tuple(re.sub(r"\d{1,3}(?:,\d{3})+(?!\d)|\d+", "#", n) for n in s.notes)) for s in run.sources)  # noqa: E731
         assert notes(grown) == notes(fresh)
+
+
+def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung run's trainer.log grows by request timeouts and no step (what ``watch`` polls): each
+    growth is read from the last lines before the old end, not from the last step header; the
+    run resuming is read as a fresh parse reads it."""
+    start = schedule(RunSpec(last_step=40))[28].time
+    spec = RunSpec(last_step=40, request_timeout=120, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "timed out after" in line)
+    resumed = next(i for i in range(first, len(lines)) if "Train step" in lines[i])
+    flood = lines[first:resumed]  # (a timeout, weights loaded, …: the run's own lines during the hang)
+    growths = ["".join(lines[: first + 1]), "".join(flood[1:3] + flood[:1] * 3000), "".join(flood[:1] * 3000),
+               "".join(flood[3:] + lines[resumed:])]
+    read_from = []
+    real = forensics.cache._parse_range
+    monkeypatch.setattr(forensics.cache, "_parse_range", lambda path, start, *rest: read_from.append(start) or real(path, start, *rest))
+    cache = ParseCache(tmp_path / "cache")
+    for i, growth in enumerate(growths):
+        old_size = paths.trainer_log.stat().st_size if i else 0
+        with open(paths.trainer_log, "a" if i else "w") as fh:
+            fh.write(growth)
+        grown = load(paths.fileroot, cache)
+        assert cache.outcomes[str(paths.trainer_log)] == ("parsed" if i == 0 else "grown")
+        assert_same_run(grown, load(paths.fileroot, None))
+        if 0 < i < 3:  # (each time a few hundred bytes before the old end at most)
+            assert old_size - read_from[-1] < 2_000
 
 
 @pytest.mark.parametrize(
