@@ -432,28 +432,25 @@ def _later_copies(rule: str | None, head: dict[str, pl.DataFrame], tail: dict[st
 def _cut_line(parsed: Parsed) -> int | None:
     """A line from which parsing can restart with no state carried over (``None``: none is known).
 
-    Where there are steps, the last of the lines the reader names as ones it can restart from (a
-    step header whose tables follow it, a logger line after the last step's tables: a flood since),
-    else the last step header; else, where the reader names such lines (the first lines of a server
-    log's last minutes: its access counts and stats are folded per minute), the last of them — either
-    no later than the last event near the end (a traceback still being written when the file was
-    read goes on past its first line); else the first line of the last minute of
-    timed values; else the first line of undated values (a step not logged yet, whose values are
-    folded when it is); else the file's last line (it may have been cut mid-line when it was read)
-    — in these three, no later than the last event near the end.
+    - Where the reader names such lines (:attr:`Parsed.restart_lines`: a step header whose tables
+      follow it, a logger line after the last step's tables, the first line of one of a server log's
+      last minutes), the last of them no later than the last event near the end (a traceback still
+      being written when the file was read goes on past its first line); in a log of steps, where
+      all are later, the first (the event was over by then: a header or logger line is a new record);
+    - else the last step header (its tables follow it);
+    - else the first line of the last minute of timed values; else the first line of undated values
+      (a step not logged yet, whose values are folded when it is); else the file's last line (it may
+      have been cut mid-line when it was read) — in these three, no later than the last event near the end.
     """
     last_event = parsed.events["line"].max()
     # (a short log with no event yet has nothing still being written)
     open_at = int(last_event) if last_event is not None and last_event > parsed.lines - _OPEN_EVENT_LINES else None
-    if parsed.steps.height:
-        if parsed.restart_lines is None:
-            return int(parsed.steps["line"].max())
-        # (an event begun before the first of them ended there: a logger line or header is a new record)
-        lines = parsed.restart_lines
-        return max((line for line in lines if open_at is None or line <= open_at), default=min(lines, default=None))
     if parsed.restart_lines is not None:
-        before_event = [line for line in parsed.restart_lines if open_at is None or line <= open_at]
-        return max(before_event, default=None)
+        lines = parsed.restart_lines
+        first = min(lines, default=None) if parsed.steps.height else None
+        return max((line for line in lines if open_at is None or line <= open_at), default=first)
+    if parsed.steps.height:
+        return int(parsed.steps["line"].max())
     last = parsed.metrics["time"].max()
     first_value = parsed.metrics["line"].min()
     if last is not None:

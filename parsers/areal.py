@@ -359,8 +359,8 @@ def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, tops: pl.DataFra
         return None  # (tables no header owns yet: whose they will be depends on the era)
     # Lazy: a flood after the last step is millions of lines; the last few are read.
     timed = logged.lazy().filter(pl.col("time").is_not_null()).select("line")
-    if headers.is_empty():  # (every line is read alone)
-        return _last_lines(timed)
+    if headers.is_empty():  # (every line is read alone; none timed: the cache's own rules)
+        return _last_lines(timed) or None
     last = headers.row(-1, named=True)
     if last["era"] == "realhf":  # its tables come before their header: a line after it, before the next table
         after = pl.col("line") > last["line"]
