@@ -279,8 +279,11 @@ class ParseCache:
         at_header = bool(old.steps.height) and cut_line == old.steps["line"].max()
         if at_header and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
             return None  # the cut is not where the last step header was: do not trust the splice
-        if old.steps.height and not at_header and not _same_values(old, old_tail.shifted(before, str(path)), cut_line):
-            return None  # a line the reader named after the last step: its re-read part must give what the whole did
+        if old.steps.height and not at_header and not (_same_values(old, old_tail.shifted(before, str(path)), cut_line)
+                                                       and _says_nothing_new(old_tail.notes, new_tail.notes)):
+            # (a line the reader named after the last step: the part re-read must give what the old parse
+            # did, and the grown part say nothing it did not — a table whose header lies above the cut)
+            return None
         if before + old_tail.lines != old.lines:  # (the part re-read does not end where the old parse did: a log
             return None  # ending in lines its reader does not count, a table's rules, misplaced the cut)
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
@@ -382,6 +385,11 @@ def _same_values(old: Parsed, old_tail: Parsed, cut: int) -> bool:
         if not mine.select(columns).sort(columns, nulls_last=True).equals(theirs.select(columns).sort(columns, nulls_last=True)):
             return False
     return True
+
+
+def _says_nothing_new(reread: tuple[str, ...], grown: tuple[str, ...]) -> bool:
+    """Whether every note of the grown part was said of the re-read part (counts aside)."""
+    return {_NUMBER.sub("#", n) for n in grown} <= {_NUMBER.sub("#", n) for n in reread}
 
 
 def _goes_back(tail: Parsed) -> bool:

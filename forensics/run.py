@@ -114,7 +114,7 @@ def load_run(
         for p in parsed:
             steps.append(p.steps.with_columns(pl.lit(rank).alias("rank"), pl.lit(p.source in LINEAGE).alias("lineage")))
             # Every parse's rows are filtered here (the filtering readers' bulk already is, as they read;
-            # SGLang's HTTP counts become metrics only in ``_read_sglang``): a pass over distinct keys.
+            # SGLang's HTTP counts become metrics only in ``forensics.readers``): a pass over distinct keys.
             metrics.setdefault(p.source, []).append((rank, with_keys(p.metrics, keys)))
             if p.superseded.height:
                 abandoned.setdefault(p.source, []).append(with_keys(p.superseded, keys))

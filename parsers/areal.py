@@ -348,26 +348,29 @@ def _assemble(
         notes=tuple(notes),
         facts=_facts(logged, marks),
         superseded=superseded,
-        restart_lines=_restart_lines(logged, headers, tops),
+        restart_lines=_restart_lines(logged, headers, marks, tops),
     )
 
 
-def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, tops: pl.DataFrame) -> tuple[int, ...] | None:
+def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFrame, tops: pl.DataFrame) -> tuple[int, ...] | None:
     """See :attr:`AReaLLog.restart_lines`."""
-    table = tops["top"].max()
-    if headers.is_empty() and table is not None:
+    anchors = marks.filter("anchor")["line"]  # (``Stats (i/N):``, ``RPC name … returns``: a table follows)
+    table, announced = tops["top"].max(), anchors.max()
+    if headers.is_empty() and (table is not None or announced is not None):
         return None  # (tables no header owns yet: whose they will be depends on the era)
     # Lazy: a flood after the last step is millions of lines; the last few are read.
     timed = logged.lazy().filter(pl.col("time").is_not_null()).select("line")
     if headers.is_empty():  # (every line is read alone; none timed: the cache's own rules)
         return _last_lines(timed) or None
     last = headers.row(-1, named=True)
-    if last["era"] == "realhf":  # its tables come before their header: a line after it, before the next table
-        after = pl.col("line") > last["line"]
-        pending = tops.filter(pl.col("top") > last["line"])["top"].min()
-        return _last_lines(timed.filter(after if pending is None else after & (pl.col("line") < pending)))
+    after = pl.col("line") > last["line"]
+    if last["era"] == "realhf":  # its tables come before their header: a line after it, up to the next table's announcement
+        pending = anchors.filter(anchors > last["line"]).min()
+        return _last_lines(timed.filter(after if pending is None else after & (pl.col("line") <= pending)))
     # AReaL-lite's tables come after their header: the header itself, or a line after its tables
-    return (last["line"], *_last_lines(timed.filter(pl.col("line") > max(last["line"], table or 0))))
+    if announced is not None and announced > max(last["line"], table or 0):
+        return (last["line"],)  # (a table announced, not begun)
+    return (last["line"], *_last_lines(timed.filter(after & (pl.col("line") > (table or 0)))))
 
 
 def _last_lines(lines: pl.LazyFrame) -> tuple[int, ...]:

@@ -122,6 +122,25 @@ def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_pat
             assert old_size - read_from[-1] < 2_000
 
 
+@pytest.mark.parametrize(("era", "shown"), [("v0.4", 2), ("v0.4", 3), ("v0.5", 2), ("realhf", 1), ("realhf", 2)])
+def test_a_log_read_between_a_step_header_and_its_table_is_spliced_as_a_fresh_parse_reads_it(
+        tmp_path: Path, era: str, shown: int) -> None:
+    """A step's header and the lines announcing its table written, the table not yet (AReaL-lite), or
+    realhf's table announced before its header: the grown part is not read from a line that leaves
+    the table apart from its header."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=8, era=era))
+    data = paths.trainer_log.read_bytes()
+    lines = data.splitlines(keepends=True)
+    marker = b"Train step 6/" if era != "realhf" else b"(global step 5) finishes"
+    at = next(i for i, line in enumerate(lines) if marker in line)
+    paths.trainer_log.write_bytes(b"".join(lines[: at + shown]))
+    cache = ParseCache(tmp_path / "cache")
+    load(paths.fileroot, cache)
+    with open(paths.trainer_log, "ab") as fh:
+        fh.write(b"".join(lines[at + shown :]))
+    assert_same_run(load(paths.fileroot, cache), load(paths.fileroot, None))
+
+
 @pytest.mark.parametrize(
     ("trial", "log", "skipped", "first"),
     [
