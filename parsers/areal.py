@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
@@ -348,18 +349,19 @@ def _assemble(
         notes=tuple(notes),
         facts=_facts(logged, marks),
         superseded=superseded,
-        restart_lines=_restart_lines(logged, headers, marks, tops),
+        restart_lines=_restart_lines(logged, headers, marks, tops, untimed),
     )
 
 
-def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFrame, tops: pl.DataFrame) -> tuple[int, ...] | None:
+def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFrame, tops: pl.DataFrame,
+                   untimed: pl.DataFrame) -> tuple[int, ...] | None:
     """See :attr:`AReaLLog.restart_lines`."""
     anchors = marks.filter("anchor")["line"]  # (``Stats (i/N):``, ``RPC name … returns``: a table follows)
     table, announced = tops["top"].max(), anchors.max()
     if headers.is_empty() and (table is not None or announced is not None):
         return None  # (tables no header owns yet: whose they will be depends on the era)
     # Lazy: a flood after the last step is millions of lines; the last few are read.
-    timed = logged.lazy().filter(pl.col("time").is_not_null()).select("line")
+    timed = logged.lazy().filter(pl.col("time").is_not_null() & _out_of_tracebacks(logged, untimed)).select("line")
     if headers.is_empty():  # (every line is read alone; none timed: the cache's own rules)
         return _last_lines(timed) or None
     last = headers.row(-1, named=True)
@@ -371,6 +373,19 @@ def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFr
     if announced is not None and announced > max(last["line"], table or 0):
         return (last["line"],)  # (a table announced, not begun)
     return (last["line"], *_last_lines(timed.filter(after & (pl.col("line") > (table or 0)))))
+
+
+def _out_of_tracebacks(logged: pl.DataFrame, untimed: pl.DataFrame) -> pl.Expr:
+    """Logger lines no traceback may still be going on around: before the first traceback's start,
+    or a second past the time of the last one's lines (another thread's lines interleave with a
+    traceback being printed, which ends, chained or not, within milliseconds)."""
+    marks = untimed.filter(pl.col("start") | pl.col("exc") | pl.col("chain"))["line"]
+    if marks.is_empty():
+        return pl.lit(True)
+    first, last = marks.min(), marks.max()
+    then = logged.lazy().filter((pl.col("line") < last) & pl.col("time").is_not_null()).select(pl.col("time").max()).collect().item()
+    later = pl.col("time") >= then + timedelta(seconds=1) if then is not None else pl.lit(False)
+    return (pl.col("line") < first) | ((pl.col("line") > last) & later)
 
 
 def _last_lines(lines: pl.LazyFrame) -> tuple[int, ...]:

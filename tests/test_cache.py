@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import forensics.cache
 from forensics.analysis import analyze
-from forensics.cache import ParseCache
+from forensics.cache import ParseCache, wait_for_writes
 from forensics.cli import app
 from forensics.discover import find_runs
 from forensics.run import RunData, load_run
@@ -120,6 +120,28 @@ def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_pat
         assert_same_run(grown, load(paths.fileroot, None))
         if 0 < i < 3:  # (each time a few hundred bytes before the old end at most)
             assert old_size - read_from[-1] < 2_000
+
+
+def test_a_traceback_being_printed_amid_a_flood_is_read_whole(tmp_path: Path) -> None:
+    """Another thread's timeouts logged between a traceback's lines, the log read mid-traceback: the
+    grown part is read from before the traceback, whose exception line names its kind (cuda_oom)."""
+    start = schedule(RunSpec(last_step=30))[18].time
+    spec = RunSpec(last_step=30, request_timeout=120, reward=lambda s: 0.0 if s >= 20 else healthy_reward(s),
+                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
+    paths = write_run(tmp_path / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "timed out after" in line)
+    frames = ["Traceback (most recent call last):\n", '  File "/AReaL/areal/trainer/rl.py", line 311, in train\n',
+              "    stats = self.actor.ppo_update(batch)\n"]
+    paths.trainer_log.write_text("".join(lines[: first + 1] + lines[first : first + 1] * 300 + frames + lines[first : first + 1] * 2))
+    cache = ParseCache(tmp_path / "cache")
+    load(paths.fileroot, cache)
+    with open(paths.trainer_log, "a") as fh:
+        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n" + lines[first] * 50)
+    grown = load(paths.fileroot, cache)
+    assert cache.outcomes[str(paths.trainer_log)] == "grown"
+    assert_same_run(grown, load(paths.fileroot, None))
+    assert "cuda_oom" in grown.events["kind"].cast(pl.String).to_list()
 
 
 @pytest.mark.parametrize(("era", "shown"), [("v0.4", 2), ("v0.4", 3), ("v0.5", 2), ("realhf", 1), ("realhf", 2)])
@@ -424,6 +446,7 @@ def test_a_corrupt_entry_is_ignored(tmp_path: Path) -> None:
     cache = ParseCache(tmp_path / "cache")
     root = FIXTURES / "sglang_hang" / "outputs"
     cold = load(root, cache)
+    wait_for_writes()  # (entries are written on a background thread)
     for parquet in (tmp_path / "cache").rglob("metrics.parquet"):
         parquet.write_bytes(b"PAR1 torn")
     assert_same_run(load(root, cache), cold)
@@ -442,6 +465,7 @@ def test_a_parsed_entry_another_user_wrote_is_not_trusted(tmp_path: Path) -> Non
     cache = ParseCache(tmp_path / "cache")
     root = FIXTURES / "sglang_hang" / "outputs"
     cold = load(root, cache)
+    wait_for_writes()
     for path in (tmp_path / "cache" / "parsed").rglob("*"):
         os.chown(path, 65534, 65534)
     assert_same_run(load(root, cache), cold)
