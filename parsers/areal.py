@@ -366,9 +366,13 @@ def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFr
         return _last_lines(timed) or None
     last = headers.row(-1, named=True)
     after = pl.col("line") > last["line"]
-    if last["era"] == "realhf":  # its tables come before their header: a line after it, up to the next table's announcement
-        pending = anchors.filter(anchors > last["line"]).min()
-        return _last_lines(timed.filter(after if pending is None else after & (pl.col("line") <= pending)))
+    if last["era"] == "realhf":  # its tables come before their header: a line after a header, up to the next table's announcement
+        def announcing(header: int) -> pl.Expr:
+            pending = anchors.filter(anchors > header).min()
+            return (pl.col("line") > header) & (pl.col("line") <= pending if pending is not None else pl.lit(True))
+
+        before = headers["line"][-2] if headers.height > 1 else 0  # (the last step's own tables: read again from them)
+        return _last_lines(timed.filter(announcing(before) | announcing(last["line"])))
     # AReaL-lite's tables come after their header: the header itself, or a line after its tables
     if announced is not None and announced > max(last["line"], table or 0):
         return (last["line"],)  # (a table announced, not begun)
@@ -579,9 +583,13 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     # or a RuntimeError a run that went no further died of).
     errors_at = named.filter(is_error).select(
         (pl.col("line") + 1).alias("line"), (pl.col("kind") != "log_error").alias("told"), pl.col("text").alias("said")).collect()
+    # (a traceback cut off before its exception line, the next one's start after it, has none: not the next one's)
+    mine = pl.col("next_start").is_null() | (pl.col("exc_line") < pl.col("next_start"))
     tracebacks = (
-        starts.join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
+        starts.with_columns(pl.col("line").shift(-1).alias("next_start"))
+        .join_asof(exceptions, left_on="line", right_on="exc_line", strategy="forward")
         .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
+        .with_columns(pl.when(mine).then(pl.col(name)).alias(name) for name in ("exc_line", "exc_text", "first_exc"))
         .join_asof(clock, left_on="line", right_on="timed_line", strategy="backward")
         .with_columns(fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("kind"))
         .join(errors_at, on="line", how="left", maintain_order="left")

@@ -84,6 +84,18 @@ def test_every_era_yields_every_step_and_reward(tmp_path: Path, era: str) -> Non
     assert log.unparsed_lines == 0
 
 
+def test_a_traceback_cut_off_before_its_exception_line_does_not_take_the_next_ones(tmp_path: Path) -> None:
+    """A traceback whose process died mid-print, then, later, a whole one: the first has no exception."""
+    spec = RunSpec(last_step=4)
+    lines = write_run(tmp_path / "outputs", spec).trainer_log.read_text().splitlines(keepends=True)
+    frames = ["Traceback (most recent call last):\n", '  File "/AReaL/areal/trainer/rl.py", line 311, in train\n',
+              "    stats = self.actor.ppo_update(batch)\n"]
+    log = tmp_path / "trainer.log"
+    log.write_text("".join(lines[:-5] + frames + lines[-5:] + frames + ["torch.OutOfMemoryError: CUDA out of memory.\n"]))
+    tracebacks = read_areal_log(log).events.filter(pl.col("message").str.starts_with("Traceback")).sort("line")
+    assert tracebacks["kind"].cast(pl.String).to_list() == ["traceback", "cuda_oom"]
+
+
 @pytest.mark.parametrize("rows", [0, 5, 20])
 def test_a_realhf_table_its_header_has_not_followed_yet_is_no_steps_before(tmp_path: Path, rows: int) -> None:
     """realhf prints a step's table before its header: a log ending between them (a run killed, a

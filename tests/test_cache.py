@@ -161,6 +161,7 @@ def test_a_log_read_between_a_step_header_and_its_table_is_spliced_as_a_fresh_pa
     with open(paths.trainer_log, "ab") as fh:
         fh.write(b"".join(lines[at + shown :]))
     assert_same_run(load(paths.fileroot, cache), load(paths.fileroot, None))
+    assert cache.outcomes[str(paths.trainer_log)] == "grown"  # (realhf's from its last step's tables: above its header)
 
 
 @pytest.mark.parametrize(
