@@ -9,6 +9,7 @@ import re
 import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -93,16 +94,23 @@ def test_a_growing_log_is_parsed_only_where_it_grew(tmp_path: Path, trial: Path,
         assert notes(grown) == notes(fresh)
 
 
+def _hung(root: Path, last_step: int) -> tuple[Any, list[str], int]:
+    """The builder's run with its server hanging for an hour ten steps before its end (the reward 0
+    from there on): its paths, its trainer.log's lines and the index of the first timeout among them."""
+    hang = last_step - 10
+    start = schedule(RunSpec(last_step=last_step))[hang - 2].time
+    spec = RunSpec(last_step=last_step, request_timeout=120, reward=lambda s: 0.0 if s >= hang else healthy_reward(s),
+                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
+    paths = write_run(root / "outputs", spec)
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    return paths, lines, next(i for i, line in enumerate(lines) if "timed out after" in line)
+
+
 def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A hung run's trainer.log grows by request timeouts and no step (what ``watch`` polls): each
     growth is read from the last lines before the old end, not from the last step header; the
     run resuming is read as a fresh parse reads it."""
-    start = schedule(RunSpec(last_step=40))[28].time
-    spec = RunSpec(last_step=40, request_timeout=120, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
-                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
-    paths = write_run(tmp_path / "outputs", spec)
-    lines = paths.trainer_log.read_text().splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if "timed out after" in line)
+    paths, lines, first = _hung(tmp_path, 40)
     resumed = next(i for i in range(first, len(lines)) if "Train step" in lines[i])
     flood = lines[first:resumed]  # (a timeout, weights loaded, …: the run's own lines during the hang)
     growths = ["".join(lines[: first + 1]), "".join(flood[1:3] + flood[:1] * 3000), "".join(flood[:1] * 3000),
@@ -125,12 +133,7 @@ def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_pat
 def test_a_traceback_being_printed_amid_a_flood_is_read_whole(tmp_path: Path) -> None:
     """Another thread's timeouts logged between a traceback's lines, the log read mid-traceback: the
     grown part is read from before the traceback, whose exception line names its kind (cuda_oom)."""
-    start = schedule(RunSpec(last_step=30))[18].time
-    spec = RunSpec(last_step=30, request_timeout=120, reward=lambda s: 0.0 if s >= 20 else healthy_reward(s),
-                   outages=(Outage(start=start, end=start + timedelta(hours=1), kind="timeout"),))
-    paths = write_run(tmp_path / "outputs", spec)
-    lines = paths.trainer_log.read_text().splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if "timed out after" in line)
+    paths, lines, first = _hung(tmp_path, 30)
     frames = ["Traceback (most recent call last):\n", '  File "/AReaL/areal/trainer/rl.py", line 311, in train\n',
               "    stats = self.actor.ppo_update(batch)\n"]
     paths.trainer_log.write_text("".join(lines[: first + 1] + lines[first : first + 1] * 300 + frames + lines[first : first + 1] * 2))
