@@ -71,12 +71,13 @@ class AReaLLog:
     """Table values of attempts a relaunch abandoned (from the step it went back to on): not in ``metrics``."""
     restart_lines: tuple[int, ...] | None = None
     """Lines the rest of the log can be read from as the whole log reads it (no table or header
-    before one is left for a line after it): the last step header of AReaL-lite (its tables follow
-    it), and the last few timed logger lines (:data:`RESTART_LINES`) after its tables — after
-    realhf's last header, before the next step's table (its tables come before their header). A
-    grown log, such as a flood of request timeouts with no step since, is then read again from
-    near its old end, not from its last step. ``None`` where tables have no header yet; with
-    neither, every line is read alone: the last timed ones."""
+    before one is left for a line after it). AReaL-lite prints a step's tables after its header: its
+    last header, and the last few timed logger lines (:data:`RESTART_LINES`) after the last table —
+    none where a table is announced and not begun. realhf prints them before: timed logger lines after
+    one of its last two headers, up to the next table's announcement. Never inside a traceback still
+    being printed (see :func:`_out_of_tracebacks`). A grown log, such as a flood of request timeouts
+    with no step since, is then read again from near its old end, not from its last step. ``None``
+    where tables have no header yet; with neither, every line is read alone: the last timed ones."""
 
 
 def looks_like_areal(path: Path) -> bool:
