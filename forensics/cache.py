@@ -284,6 +284,8 @@ class ParseCache:
             # (a line the reader named after the last step: the part re-read must give what the old parse
             # did, and the grown part say nothing it did not — a table whose header lies above the cut)
             return None
+        if old_tail.reading != old.reading or new_tail.reading != old.reading:
+            return None  # (the reader chose from the part's head to read it otherwise: Ray prefixes that begin later)
         if before + old_tail.lines != old.lines:  # (the part re-read does not end where the old parse did: a log
             return None  # ending in lines its reader does not count, a table's rules, misplaced the cut)
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)

@@ -34,6 +34,9 @@ class Parsed:
     """Lines the reader says its file can be read again from with nothing carried over, where it
     knows better than its rows tell (a server log's last minutes, whose rows are folded); empty
     where it knows no line is (a grown file is then parsed afresh); ``None``: it says nothing."""
+    reading: str = ""
+    """How the reader chose to read this file from its head (the line prefixes it strips, a table's
+    width): a part of a file read alone is read as the whole is only where it chooses the same."""
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAMES}
@@ -48,6 +51,7 @@ class Parsed:
             "facts": self.facts,
             "reports": [r.to_dict() for r in self.reports],
             "restart_lines": None if self.restart_lines is None else list(self.restart_lines),
+            "reading": self.reading,
         }
 
     @staticmethod
@@ -55,7 +59,7 @@ class Parsed:
         reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
         return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
                       meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"],
-                      None if meta.get("restart_lines") is None else tuple(meta["restart_lines"]))
+                      None if meta.get("restart_lines") is None else tuple(meta["restart_lines"]), meta.get("reading", ""))
 
     def before(self, line: int) -> Parsed:
         """The rows that come from lines before ``line`` (counts are the caller's to fix)."""

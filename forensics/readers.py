@@ -51,7 +51,7 @@ class Reader:
 def _areal(path: Path, keys: str | None, _: CustomFormat | None) -> Parsed:
     log = areal.read_areal_log(path, keys=keys, held=HELD_MESSAGES)
     return Parsed("areal", log.steps, log.metrics, log.events, log.lines, log.unparsed_lines, log.notes, log.facts,
-                  superseded=log.superseded, restart_lines=log.restart_lines)
+                  superseded=log.superseded, restart_lines=log.restart_lines, reading=log.reading)
 
 
 def _sglang(path: Path, keys: str | None, _: CustomFormat | None) -> Parsed:

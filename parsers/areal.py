@@ -69,6 +69,8 @@ class AReaLLog:
     facts: dict[str, str] = field(default_factory=dict)
     superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=METRIC_SCHEMA))
     """Table values of attempts a relaunch abandoned (from the step it went back to on): not in ``metrics``."""
+    reading: str = ""
+    """How the file was read, judged from its head: the line prefixes stripped, the pairs a table row holds."""
     restart_lines: tuple[int, ...] | None = None
     """Lines the rest of the log can be read from as the whole log reads it (no table or header
     before one is left for a line after it). AReaL-lite prints a step's tables after its header: its
@@ -125,7 +127,8 @@ def read_areal_log(path: Path, *, keys: str | None = None, held: int | None = No
     # of millions is never held twice.
     del pieces, cells, lined
     sort_in_place(log.events, "line")
-    return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys))
+    return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys),
+                   reading=f"prefixes={prefixes} pairs={pairs}")
 
 
 def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:

@@ -147,6 +147,19 @@ def test_a_traceback_being_printed_amid_a_flood_is_read_whole(tmp_path: Path) ->
     assert "cuda_oom" in grown.events["kind"].cast(pl.String).to_list()
 
 
+def test_a_log_growing_by_lines_its_head_did_not_prefix_is_parsed_as_a_fresh_parse_reads_it(tmp_path: Path) -> None:
+    """The reader judges the prefixes it strips from a file's head: a part of it judged alone (its
+    lines all Ray-prefixed) would be read otherwise than the whole file, which is parsed again."""
+    paths, lines, first = _hung(tmp_path, 30)
+    paths.trainer_log.write_text("".join(lines[: first + 1] + lines[first : first + 1] * 300))
+    cache = ParseCache(tmp_path / "cache")
+    load(paths.fileroot, cache)
+    with open(paths.trainer_log, "a") as fh:
+        fh.write(("(RolloutWorker pid=4242) " + lines[first]) * 100)
+    assert_same_run(load(paths.fileroot, cache), load(paths.fileroot, None))
+    assert cache.outcomes[str(paths.trainer_log)] == "parsed"
+
+
 @pytest.mark.parametrize(("era", "shown"), [("v0.4", 2), ("v0.4", 3), ("v0.5", 2), ("realhf", 1), ("realhf", 2)])
 def test_a_log_read_between_a_step_header_and_its_table_is_spliced_as_a_fresh_parse_reads_it(
         tmp_path: Path, era: str, shown: int) -> None:
