@@ -276,10 +276,11 @@ class ParseCache:
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse, pad)
             new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse, pad)
+        reread = old_tail.shifted(before, str(path))  # (the old parse's last lines, read again, on its line numbers)
         at_header = bool(old.steps.height) and cut_line == old.steps["line"].max()
         if at_header and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
             return None  # the cut is not where the last step header was: do not trust the splice
-        if old.steps.height and not at_header and not (_same_values(old, old_tail.shifted(before, str(path)), cut_line)
+        if old.steps.height and not at_header and not (_same_values(old, reread, cut_line)
                                                        and _says_nothing_new(old_tail.notes, new_tail.notes)):
             # (a line the reader named after the last step: the part re-read must give what the old parse
             # did, and the grown part say nothing it did not — a table whose header lies above the cut)
@@ -291,7 +292,7 @@ class ParseCache:
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
         if notes is None:
             return None
-        if not _same_events(old.events.filter(pl.col("line") >= cut_line), old_tail.shifted(before, str(path)).events):
+        if not _same_events(old.events.filter(pl.col("line") >= cut_line), reread.events):
             return None  # the reader's events depend on lines before the cut (one warning per streak): parse it all
         head = old.before(cut_line)
         tail = new_tail.shifted(before, str(path))
@@ -325,13 +326,10 @@ def _spliced_notes(old: tuple[str, ...], old_tail: tuple[str, ...], new_tail: tu
     off mid-row, completed since); what a tail says of itself alone and the whole did not (no
     launch line in it) is not said. ``None`` when the counts do not add up, or the grown part alone
     says something of the whole file that neither the old parse nor the re-read part said."""
-    def shape(note: str) -> str:
-        return _NUMBER.sub("#", note)
-
     def numbers(note: str | None) -> list[int]:
         return [int(n.replace(",", "")) for n in _NUMBER.findall(note)] if note else []
 
-    said, reread, grown = ({shape(n): n for n in notes} for notes in (old, old_tail, new_tail))
+    said, reread, grown = ({_shape(n): n for n in notes} for notes in (old, old_tail, new_tail))
     out = []
     for key, note in said.items():
         if key not in reread and key not in grown:
@@ -355,6 +353,11 @@ def _spliced_notes(old: tuple[str, ...], old_tail: tuple[str, ...], new_tail: tu
                 return None
             out.append(note)
     return tuple(out)
+
+
+def _shape(note: str) -> str:
+    """``note`` with its counts blanked: what it says, whatever the numbers."""
+    return _NUMBER.sub("#", note)
 
 
 def _renumbered(note: str, values: list[int]) -> str:
@@ -391,7 +394,7 @@ def _same_values(old: Parsed, old_tail: Parsed, cut: int) -> bool:
 
 def _says_nothing_new(reread: tuple[str, ...], grown: tuple[str, ...]) -> bool:
     """Whether every note of the grown part was said of the re-read part (counts aside)."""
-    return {_NUMBER.sub("#", n) for n in grown} <= {_NUMBER.sub("#", n) for n in reread}
+    return {_shape(n) for n in grown} <= {_shape(n) for n in reread}
 
 
 def _goes_back(tail: Parsed) -> bool:
