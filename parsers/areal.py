@@ -78,8 +78,9 @@ class AReaLLog:
     none where a table is announced and not begun. realhf prints them before: timed logger lines after
     one of its last two headers, up to the next table's announcement. Never inside a traceback still
     being printed (see :func:`_out_of_tracebacks`). A grown log, such as a flood of request timeouts
-    with no step since, is then read again from near its old end, not from its last step. ``None``
-    where tables have no header yet; with neither, every line is read alone: the last timed ones."""
+    with no step since, is then read again from near its old end, not from its last step. None at
+    all where tables have no header yet (the whole log is read again); with neither, every line is
+    read alone: the last timed ones (``None`` with none: the cache's own rules)."""
 
 
 def looks_like_areal(path: Path) -> bool:
@@ -256,11 +257,14 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .filter(traced | traced.shift(1) | traced.shift(-1) | pl.col("bare") | (position == 0) | (position == pl.len() - 1))
         .select("line", kept, "start", "exc", "bare", text.str.contains(_CHAIN_MARKER).alias("chain"))
     )
-    counts = flags.select(
-        pl.col("line").max().alias("last"),
-        (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
-        (logged & pl.col("time").is_null()).sum().alias("undated"),
-    )
+    counts = pl.concat([
+        # (every line, blank lines and rules too: the cache finds a line's place by counting them)
+        lines.select(pl.col("line").max().alias("last")),
+        flags.select(
+            (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
+            (logged & pl.col("time").is_null()).sum().alias("undated"),
+        ),
+    ], how="horizontal")
     # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
     # is all that counting the rows before the first owned table needs; cut-off rows as counts.
     tops = base.filter(first == "╒").select(pl.col("line").alias("top"))
@@ -275,7 +279,6 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         pl.len().alias("rows"),
         pl.col("complete").sum().alias("whole"),
         (pl.col("complete") & pl.col("overflow")).sum().alias("overflow"),
-        pl.col("line").max().alias("last"),
     )
     parts = {
         "runs": runs,
@@ -315,8 +318,7 @@ def _assemble(
     path: str, parts: dict[str, pl.DataFrame], cells: list[pl.DataFrame], lined: list[list[pl.DataFrame]], fmt: LogFormat, pairs: int
 ) -> AReaLLog:
     runs, row_counts, logged, untimed, counts = parts["runs"], parts["row_counts"], parts["timed"], parts["untimed"], parts["counts"]
-    # Blank lines and table rules are never read; a file ending in them is counted to its last text.
-    total_lines = max(int(row_counts["last"].max() or 0), int(counts["last"].max() or 0))
+    total_lines = int(counts["last"].max() or 0)
     tops = parts["tops"]
 
     marks = parts["marks"]
@@ -363,7 +365,7 @@ def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFr
     anchors = marks.filter("anchor")["line"]  # (``Stats (i/N):``, ``RPC name … returns``: a table follows)
     table, announced = tops["top"].max(), anchors.max()
     if headers.is_empty() and (table is not None or announced is not None):
-        return None  # (tables no header owns yet: whose they will be depends on the era)
+        return ()  # (tables no header owns yet: whose they will be depends on the era; read it all again)
     # Lazy: a flood after the last step is millions of lines; the last few are read.
     timed = logged.lazy().filter(pl.col("time").is_not_null() & _out_of_tracebacks(logged, untimed)).select("line")
     if headers.is_empty():  # (every line is read alone; none timed: the cache's own rules)

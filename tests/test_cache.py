@@ -180,6 +180,44 @@ def test_a_log_read_between_a_step_header_and_its_table_is_spliced_as_a_fresh_pa
     assert cache.outcomes[str(paths.trainer_log)] == "grown"  # (realhf's from its last step's tables: above its header)
 
 
+def test_a_realhf_log_read_inside_its_first_table_is_read_again_whole(tmp_path: Path) -> None:
+    """realhf prints a step's table before its header: read mid-table before the first header,
+    the rows belong to no step yet. Once the header comes, they are its step's values."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=4, era="realhf"))
+    lines = paths.trainer_log.read_bytes().splitlines(keepends=True)
+    top = next(i for i, line in enumerate(lines) if line.startswith("╒".encode()))
+    assert lines[top + 5].startswith("│".encode())
+    paths.trainer_log.write_bytes(b"".join(lines[: top + 5]) + lines[top + 5][:30])  # (a row cut mid-write)
+    cache = ParseCache(tmp_path / "cache")
+    assert load(paths.fileroot, cache).metrics.filter(pl.col("step") == 1).is_empty()
+    with open(paths.trainer_log, "ab") as fh:
+        fh.write(b"".join([lines[top + 5][30:], *lines[top + 6 :]]))
+    grown = load(paths.fileroot, cache)
+    assert_same_run(grown, load(paths.fileroot, None))
+    assert not grown.metrics.filter(pl.col("step") == 1).is_empty()
+
+
+@pytest.mark.parametrize("ending", ["blank line", "indent being written", "table rule"])
+def test_a_log_whose_last_line_is_not_text_is_spliced_at_its_next_growth(tmp_path: Path, ending: str) -> None:
+    """A read that ends in a blank line, the indent of a line being written or a table's inner rule:
+    the reader counts those lines too, so the next growth is spliced, not parsed afresh."""
+    if ending == "table rule":
+        paths = write_run(tmp_path / "outputs", RunSpec(last_step=8, era="v0.5"))
+        lines = paths.trainer_log.read_bytes().splitlines(keepends=True)
+        at = max(i for i, line in enumerate(lines) if line.startswith("├".encode()))
+    else:
+        paths, text, at = _hung(tmp_path, 20)
+        lines = [line.encode() for line in text]
+        lines[at] += b"\n" if ending == "blank line" else b"    "
+    paths.trainer_log.write_bytes(b"".join(lines[: at + 1]))
+    cache = ParseCache(tmp_path / "cache")
+    load(paths.fileroot, cache)
+    with open(paths.trainer_log, "ab") as fh:
+        fh.write(b"".join(lines[at + 1 :]))
+    assert_same_run(load(paths.fileroot, cache), load(paths.fileroot, None))
+    assert cache.outcomes[str(paths.trainer_log)] == "grown"
+
+
 @pytest.mark.parametrize(
     ("trial", "log", "skipped", "first"),
     [
