@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import polars as pl
 
+from forensics.markers import event_markers
+
 SCHEMA = "grpo-forensics/analysis/v1"
 TOOL_VERSION = "0.1.0"
 #: Source notes that say part of a source could not be read: shown wherever the verdict is, since
@@ -285,6 +287,11 @@ class RunAnalysis:
     def data_lost(self) -> list[str]:
         """``file: note`` for every source note saying part of a source could not be read."""
         return data_lost(self.sources)
+
+    def event_markers(self, limit: int) -> pl.DataFrame:
+        """The run's warnings, errors and fatal events as at most ``limit`` markers on its steps,
+        their first lines' texts read back from the logs (see :func:`forensics.markers.event_markers`)."""
+        return event_markers(self.events, self.steps, limit)
 
     def step_range(self) -> dict[str, int | None]:
         if self.steps.is_empty():

@@ -24,8 +24,8 @@ from typing import Any
 import polars as pl
 
 from forensics.detect import metric_keys
+from forensics.markers import PROBLEM_SEVERITIES
 from forensics.model import RunAnalysis, iso
-from forensics.texts import with_messages
 from parsers.schema import stream_of
 from reports.page import fmt_time, short
 
@@ -35,7 +35,6 @@ MAX_EVENT_MARKERS = 1_000
 HOVER_CHARS = 160
 #: A clicked event shows its whole line, up to this many characters.
 CLICK_CHARS = 4_000
-PROBLEM_SEVERITIES = ("warning", "error", "fatal")
 SEVERITY_COLOR = {"warning": "#e8a400", "error": "#d62728", "fatal": "#6b0000"}
 SERVER_KEYS = {"sglang/running_req": "running requests", "sglang/queue_req": "queued requests"}
 USAGE_KEY = "sglang/token_usage"
@@ -302,44 +301,17 @@ def _primary_lane(t: Timeline, primary: pl.DataFrame, last_step: int) -> tuple[l
     return shapes, annotations
 
 
-def _event_markers(run: RunAnalysis) -> pl.DataFrame:
-    """Warning/error/fatal events placed on a step, grouped by (kind, step bucket) when there are many."""
-    rank = {s: i for i, s in enumerate(PROBLEM_SEVERITIES)}
-    ev = (
-        _with_steps(run.events.filter(pl.col("severity").is_in(PROBLEM_SEVERITIES)), run.steps)
-        .filter(pl.col("step").is_not_null())
-        .with_columns(pl.col("severity").replace_strict(rank, return_dtype=pl.Int8).alias("rank"))
-        .sort("step", "time", "line", nulls_last=True)
-    )
-    if ev.height <= MAX_EVENT_MARKERS:
-        return with_messages(ev).with_columns(pl.lit(1).alias("n"), pl.col("step").alias("last"))
-    width = 1
-    while True:
-        grouped = (
-            ev.with_columns((pl.col("step") // width).alias("bucket"))
-            .group_by("kind", "bucket", maintain_order=True)
-            .agg(
-                pl.len().alias("n"), pl.col("step").first(), pl.col("step").max().alias("last"),
-                pl.col("rank").max(), pl.col("time").first(), pl.col("file").first(),
-                pl.col("line").first(), pl.col("message").first(),
-            )
-        )
-        if grouped.height <= MAX_EVENT_MARKERS:
-            return with_messages(grouped)
-        width *= 2
-
-
 def _events_lane(t: Timeline) -> None:
     run = t.run
-    markers = _event_markers(run)
+    markers = run.event_markers(MAX_EVENT_MARKERS)
     if markers.is_empty():
         t.notes.append("no warning/error events")
         return
     kinds = markers["kind"].unique().to_list()
     lane = Lane("warning / error events by kind (click a marker for its line)", 0.6 + 0.3 * len(kinds),
                  yaxis=dict(type="category", categoryorder="category descending", automargin=True))
-    for r, severity in enumerate(PROBLEM_SEVERITIES):
-        part = markers.filter(pl.col("rank") == r)
+    for severity in PROBLEM_SEVERITIES:
+        part = markers.filter(pl.col("severity") == severity)
         if part.is_empty():
             continue
         hovers, clicks = [], []

@@ -28,7 +28,7 @@ from forensics.texts import iter_with_messages, with_messages
 from parsers._lines import _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
-from reports.timeline import MAX_EVENT_MARKERS, _event_markers
+from reports.timeline import MAX_EVENT_MARKERS
 
 FLOOD = 200_000
 
@@ -332,7 +332,7 @@ def test_the_timelines_markers_quote_a_floods_lines(tmp_path: Path) -> None:
     fileroot, first = _flooded(tmp_path, 500, outage="refused")
     [run] = analyze([fileroot]).runs
     assert run.events["message"].null_count() > 0
-    markers = _event_markers(run)
+    markers = run.event_markers(MAX_EVENT_MARKERS)
     assert markers.height <= MAX_EVENT_MARKERS and markers["message"].null_count() == 0
     log = next(fileroot.rglob("trainer.log")).read_text().splitlines()
     assert all(m == re.sub(r"\x1b\[[0-9;]*m", "", log[n - 1]).rstrip() for m, n in markers.select("message", "line").iter_rows())
