@@ -78,9 +78,9 @@ class AReaLLog:
     none where a table is announced and not begun. realhf prints them before: timed logger lines after
     one of its last two headers, up to the next table's announcement. Never inside a traceback still
     being printed (see :func:`_out_of_tracebacks`). A grown log, such as a flood of request timeouts
-    with no step since, is then read again from near its old end, not from its last step. None at
-    all where tables have no header yet (the whole log is read again); with neither, every line is
-    read alone: the last timed ones (``None`` with none: the cache's own rules)."""
+    with no step since, is then read again from near its old end, not from its last step. No line
+    (``()``) where tables have no header yet: the whole log is read again. With neither, every line
+    is read alone: the last timed ones (``None`` if none is timed: the cache's own rules)."""
 
 
 def looks_like_areal(path: Path) -> bool:
