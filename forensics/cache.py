@@ -296,8 +296,8 @@ class ParseCache:
             return None  # the reader's events depend on lines before the cut (one warning per streak): parse it all
         head = old.before(cut_line)
         tail = new_tail.shifted(before, str(path))
-        if policy.later_copy == "lineage" and _goes_back(tail):
-            return None
+        if policy.later_copy == "lineage" and (_goes_back(tail) or _logs_again(head, tail)):
+            return None  # (a restart: the reader judges re-logged steps, and counts them, over the whole file)
         if policy.minute_folds and _shares_a_minute(head, tail, policy.record_keys):
             return None
         if _counted(new_tail, policy.whole_file_kinds) != _counted(old_tail, policy.whole_file_kinds):
@@ -372,9 +372,10 @@ def _renumbered(note: str, values: list[int]) -> str:
 
 
 def _same_events(a: pl.DataFrame, b: pl.DataFrame) -> bool:
-    """The same events at the same lines. A flood's message one parse held and the other did not
-    (its batches were cut elsewhere) is the same line's."""
-    columns = ["line", "kind"]
+    """The same events at the same lines and times (an undated line is dated from a line above it,
+    which a part read from it has not). A flood's message one parse held and the other did not (its
+    batches were cut elsewhere) is the same line's."""
+    columns = ["line", "kind", "time"]
     a, b = a.select(*columns, "message").sort(columns), b.select(*columns, "message").sort(columns)
     if not a.select(columns).equals(b.select(columns)):
         return False
@@ -403,6 +404,19 @@ def _goes_back(tail: Parsed) -> bool:
     if it did, the old parse has already judged."""
     values = tail.metrics.filter(pl.col("step").is_not_null()).group_by("line").agg(pl.col("step").min()).sort("line")
     return bool((tail.steps.sort("line")["step"].diff() <= 0).any() or (values["step"].diff() < 0).any())
+
+
+def _logs_again(head: Parsed, tail: Parsed) -> bool:
+    """Whether a grown part logs a step the part before the cut has logged past (a restart that
+    began before the cut, still logging the steps it went back to). The cut's own step may be on
+    both sides: a loop's values can sit above their step line."""
+    def steps(parsed: Parsed, how: str) -> int | None:
+        found = [getattr(frame["step"], how)() for frame in (parsed.steps, parsed.metrics)]
+        found = [step for step in found if step is not None]
+        return (min if how == "min" else max)(found, default=None)
+
+    first, last = steps(tail, "min"), steps(head, "max")
+    return first is not None and last is not None and first < last
 
 
 def _last_header(parsed: Parsed) -> int | None:

@@ -333,6 +333,13 @@ _GROWN_SERVER_LOGS = {
     "servers launched together": ("grown",
         [line for pair in zip(_server(_T0, 0, launch=True), _server(_T0, 0, launch=True, port=30001)) for line in pair]
         + _server(_T0, 240, first=3), _server(datetime(2025, 11, 20, 13, 18, 0), 60, first=9000)),
+    # A server at warning level (no stats, no minutes to cut at), read just after an undated line: a
+    # part read from that line would date it from the line after it, not the one above.
+    "an undated event at the old end of a warning-level log": ("parsed",
+        [*_server(_T0, 0, launch=True)[:1], "[2025-11-20 13:14:00] server_args=ServerArgs(model_path='m', port=30000, log_level='warning')",
+         "[2025-11-20 13:15:00] WARNING: some warning", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+         "[2025-11-20 14:40:00] WARNING: another warning, 85 minutes later"],
+        ["[2025-11-20 15:40:00] WARNING: a warning two and a half hours later"]),
     # The old end's last minute only access lines: the grown part alone would say "no launch line".
     "access lines at the old end": ("parsed",
         _server(_T0, 240, launch=True) + ['[2025-11-20 13:18:30] INFO:     10.0.0.2:39000 - "POST /generate HTTP/1.1" 200 OK'],
@@ -470,12 +477,14 @@ def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: 
     for fraction in (0.3, 0.45, 0.5, 0.62, 0.8, 1.0):  # some cuts mid-line: a writer caught half-way
         with open(log, "ab") as fh:
             fh.write(data[log.stat().st_size : int(len(data) * fraction)])
-        assert_same_run(loaded(cache), loaded(None))
+        spliced, fresh = loaded(cache), loaded(None)
+        assert_same_run(spliced, fresh)
+        assert [s.notes for s in spliced.sources] == [s.notes for s in fresh.sources]  # ("N steps were logged more than once")
         outcomes.append(cache.outcomes[str(log)])
     # A relaunch is parsed afresh when it arrives (a loop's values may sit above their step line, on
     # both sides of the cut; verl's validation line at the resumed step holds that step's values),
-    # and spliced from then on.
-    assert outcomes[1:] == (["grown", "grown", "parsed", "grown", "grown"] if reader == "verl" else ["parsed"] + ["grown"] * 4), outcomes
+    # and while it logs again steps logged before the cut (counted over the whole log); spliced from then on.
+    assert outcomes[1:] == (["grown", "grown", "parsed", "parsed", "grown"] if reader == "verl" else ["parsed"] * 3 + ["grown"] * 2), outcomes
 
 
 def test_a_warning_a_worker_logs_each_step_is_spliced_as_a_fresh_parse_reads_it(tmp_path: Path) -> None:
