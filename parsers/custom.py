@@ -182,7 +182,9 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     # attempts apart).
     values = (
         owned.group_by("anchor", "key", maintain_order=True)
-        .agg(pl.col("step").first(), pl.col("time").first(), pl.col("value").mean(), pl.col("line").min())
+        # (a mean of the group's values in line order: a grouped mean's sum order, and its last bits,
+        # change with the frame's size)
+        .agg(pl.col("step").first(), pl.col("time").first(), pl.col("value").implode().list.mean(), pl.col("line").min())
         .sort("anchor")
     )
     # A copy of a step is a run of lines carrying its number (a format may print it on each micro-step).

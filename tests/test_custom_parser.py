@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -165,3 +166,24 @@ def test_bad_user_format_names_file_and_key(tmp_path: Path, text: str, message: 
     with pytest.raises(FormatDefinitionError) as info:
         load_custom_format(toml)
     assert str(toml) in str(info.value) and message in str(info.value)
+
+
+def test_a_steps_mean_does_not_depend_on_how_long_the_log_is(tmp_path: Path) -> None:
+    """The micro-steps' mean of a step is the same read from the first part of a loop's log or from
+    all of it (the cache keeps the first part's values when the log grows)."""
+    lines = SEED003.read_bytes().splitlines(keepends=True)
+    head = next(i for i, line in enumerate(lines) if line.startswith(b"[Micro 0]"))
+    iterations = sum(1 for line in lines[head:] if line.startswith(b"iter "))
+
+    def renumbered(offset: int) -> list[bytes]:
+        return [re.sub(rb"^iter (\d+):", lambda m: b"iter %d:" % (int(m[1]) + offset), line) for line in lines[head:]]
+
+    data = b"".join(lines[:head] + [line for k in range(6) for line in renumbered(k * iterations)])
+    log = tmp_path / "train.log"
+    log.write_bytes(data[: data.index(b"\n", 3894) + 1])
+    short = read_custom_log(log).metrics
+    log.write_bytes(data)
+    whole = read_custom_log(log).metrics
+    columns, done = ["step", "key", "value", "line"], pl.col("step") < short["step"].max()  # (the last step goes on)
+    assert short.filter(done).height and short.filter(done).select(columns).sort(columns).equals(
+        whole.filter(done & (pl.col("line") <= short["line"].max())).select(columns).sort(columns))
