@@ -846,7 +846,8 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
             f"Decode/Prefill stats lines: {stats_lines}, kept as {samples} samples (the last line per second and "
             "rank prefix); sglang/decode_lines and sglang/prefill_lines count the lines behind each sample"
         )
-    if fold and parts.stats_values > (kept := metrics.select(pl.col("key").cat.starts_with("sglang/").sum()).item()):
+    if fold and parts.stats_values:  # (said even when none was folded, as the lines' count is)
+        kept = metrics.select(pl.col("key").cat.starts_with("sglang/").sum()).item()
         notes.append(f"{parts.stats_values} server stats values kept as {kept}: per minute and key, the last value and the peak")
     if parts.request_logs:
         notes.append(f"{parts.request_logs} request log lines (Receive/Finish: obj=…) were skipped")
