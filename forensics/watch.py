@@ -47,7 +47,7 @@ import polars as pl
 
 from forensics.analysis import analyze_run, planned_steps
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, explain
+from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, attribute, explain
 from forensics.detect import (
     CRASH_KINDS,
     CTRL_C,
@@ -181,9 +181,9 @@ def replay(
         run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
         triggers = follower.feed(run) + follower.at_end(run)
-        alarms, folded = [], []
+        alarms, folded, attributed = [], [], _Attributed(run)
         for trigger in triggers:
-            alarm = _alarm(run, trigger, as_of_trigger=True)
+            alarm = _alarm(run, trigger, as_of_trigger=True, attributed=attributed)
             (alarms if follower.new_news(trigger, alarm) else folded).append(alarm)
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
         offline = analyze_run(run, s.thresholds)
@@ -240,8 +240,9 @@ class Watcher:
             if catching_up:  # of the history, only the incidents still going on: the last of each kind, if open
                 last = {t.kind: t for t in triggers}
                 triggers = [t for t in last.values() if follower.still_open(t.kind)]
+            attributed = _Attributed(run)
             for trigger in triggers:
-                alarm = _alarm(run, trigger, as_of_trigger=False)
+                alarm = _alarm(run, trigger, as_of_trigger=False, attributed=attributed)
                 if not follower.new_news(trigger, alarm):
                     if alarm.key not in {a.key for a in self.folded}:  # (each once, as raised ones are)
                         self.folded.append(alarm)
@@ -944,15 +945,35 @@ def _own_events(run: RunData) -> pl.DataFrame:
     return run.events.filter(~NON_FINITE_ROW.fill_null(False))
 
 
-def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
+class _Attributed:
+    """A run's own events attributed to causes (:func:`forensics.causes.attribute`, row by row),
+    made when an alarm first needs them, once for all the alarms of a poll or a replay: what a
+    flood's lines say is read back once, not once an alarm."""
+
+    def __init__(self, run: RunData) -> None:
+        self.events = _own_events(run)
+        self._frame: pl.DataFrame | None = None
+
+    def rows(self, kept: pl.Series | None) -> pl.DataFrame:
+        """The attribution of the events ``kept`` marks (all where ``None``)."""
+        if self._frame is None:
+            self._frame = attribute(self.events.with_row_index("_row"))
+        frame = self._frame if kept is None else self._frame.filter(kept.gather(self._frame["_row"]))
+        return frame.drop("_row")
+
+
+def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: _Attributed | None = None) -> Alarm:
     """Name the trigger's cause as the offline analysis would, from what was logged up to it
-    (for a crash, up to seconds after it: failures that land together are told apart as offline)."""
-    events, metrics = _own_events(run), run.metrics
+    (for a crash, up to seconds after it: failures that land together are told apart as offline).
+    ``attributed``: the run's events attributed, shared by the alarms of one poll or replay."""
+    attributed = attributed or _Attributed(run)
+    events, metrics, kept = attributed.events, run.metrics, None
     if as_of_trigger:
         horizon = trigger
         if trigger.kind == "crash" and trigger.time is not None:
             horizon = replace(trigger, time=trigger.time + timedelta(seconds=TOGETHER_SECONDS))
-        events, metrics = _up_to(events, horizon, borrow=True), _up_to(metrics, trigger)
+        kept = events.select(_logged_by(horizon, borrow=True)).to_series()
+        events, metrics = events.filter(kept), _up_to(metrics, trigger)
     onset = trigger.onset_step if trigger.onset_step is not None else trigger.step
     finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf", "dead_loss", "reward_drop") else "reward_collapse"
     if onset is None:
@@ -966,7 +987,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary), events, metrics, onset_time,
-                      has_server_log=has_server_log)
+                      has_server_log=has_server_log, attributed=attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):
         cause = CAUSE_OF_KIND.get(trigger.evidence[0].kind, "unknown") if trigger.evidence else "unknown"
@@ -980,17 +1001,22 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool) -> Alarm:
                  evidence, verdict.confidence)
 
 
-def _up_to(frame: pl.DataFrame, trigger: _Trigger, *, borrow: bool = False) -> pl.DataFrame:
-    """The rows logged by the time of ``trigger``. ``borrow``: a row with no time of its own was
-    logged after the dated line above it in its file, so is later than the trigger when that line is."""
+def _up_to(frame: pl.DataFrame, trigger: _Trigger) -> pl.DataFrame:
+    """The rows logged by the time of ``trigger``."""
+    return frame.filter(_logged_by(trigger))
+
+
+def _logged_by(trigger: _Trigger, *, borrow: bool = False) -> pl.Expr:
+    """Whether a row was logged by the time of ``trigger``. ``borrow``: a row with no time of its own
+    was logged after the dated line above it in its file, so is later than the trigger when that line is."""
     if trigger.time is not None:
         when = pl.col("time")
         if borrow:
             when = pl.coalesce(when, when.forward_fill().over("file", order_by="line"))
-        return frame.filter(when.is_null() | (when <= trigger.time))
+        return when.is_null() | (when <= trigger.time)
     if trigger.step is not None:
-        return frame.filter(pl.col("step").is_null() | (pl.col("step") <= trigger.step))
-    return frame
+        return pl.col("step").is_null() | (pl.col("step") <= trigger.step)
+    return pl.repeat(True, pl.len())
 
 
 class _State:

@@ -25,6 +25,7 @@ from forensics.cli import app
 from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
 from forensics.texts import iter_with_messages, with_messages
+from forensics.watch import replay
 from parsers._lines import _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
@@ -325,6 +326,23 @@ def test_a_flood_after_a_servers_exit_is_read_back_once(tmp_path: Path, monkeypa
     unheld = run.events["message"].null_count()
     assert unheld > 19_000 and "server_down" in [i.kind for i in run.incidents]
     assert unheld <= sum(asked) < 1.1 * unheld  # (and the few lines quoted)
+
+
+def test_a_replays_alarms_read_a_flood_back_once_between_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``watch --replay`` reads a flood's lines for what they say once for all its alarms (besides
+    once to follow the run and once for the offline analysis it compares with), not once an alarm."""
+    fileroot, _ = _flooded(tmp_path, 20_000)
+    unheld = analyze([fileroot]).runs[0].events["message"].null_count()
+    asked: list[int] = []
+
+    def counted(path: str, numbers: pl.Series):
+        asked.append(len(numbers))
+        return parsers._lines.iter_lines_at(path, numbers)
+
+    monkeypatch.setattr(forensics.texts, "iter_lines_at", counted)
+    [result] = replay([fileroot])
+    assert len(result.alarms) + len(result.folded) >= 3 and unheld > 19_000
+    assert 3 * unheld <= sum(asked) < 3.1 * unheld  # (and the few lines quoted)
 
 
 def test_the_timelines_markers_quote_a_floods_lines(tmp_path: Path) -> None:
