@@ -176,7 +176,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
     recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
                                judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned,
-                               read_to=int(run.steps["step"].max()) if unread else None,
+                               read_to=_judged_to(run, values) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
     notes = [f"primary metric: {why_primary}", *run.notes]
     # (said where it lasted to the end: a coarse reward sits at 1.0 for a few steps now and then)
@@ -508,6 +508,14 @@ def unread_steps(run: RunData) -> str | None:
     if len(later):
         why.append(f"checkpoints were saved up to step {later.max()}")
     return "; ".join(why) or None
+
+
+def _judged_to(run: RunData, values: pl.DataFrame | None) -> int:
+    """The last step read, or before it the last with a reward read (a log cut off inside a step's
+    table has its header and not its reward: that step was not judged)."""
+    last = int(run.steps["step"].max())
+    judged = values["step"].max() if values is not None and values.height else None
+    return min(last, int(judged)) if judged is not None else last
 
 
 def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:

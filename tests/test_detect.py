@@ -302,6 +302,26 @@ def test_a_torn_log_names_no_checkpoint_past_its_last_step_read(tmp_path: Path) 
                for w in rec.warnings), rec.warnings
 
 
+def test_a_log_torn_inside_a_steps_table_before_its_reward_names_no_checkpoint_of_that_step(tmp_path: Path) -> None:
+    """A trainer.log.gz torn inside step 70's table, after its header and before its reward row, in
+    a run whose reward collapsed at step 70: step 70 was not judged, and its checkpoint is not chosen."""
+    import zlib
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=100, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 70 else healthy_reward(s)))
+    lines = paths.trainer_log.read_bytes().splitlines(keepends=True)
+    header = next(i for i, line in enumerate(lines) if b"Train step 70/" in line)
+    reward = next(i for i in range(header, len(lines)) if b"task_reward/avg" in lines[i])
+    packer = zlib.compressobj(wbits=31)  # (gzip, flushed where the copy will end: it reads to there)
+    kept = packer.compress(b"".join(lines[:reward])) + packer.flush(zlib.Z_FULL_FLUSH)
+    paths.trainer_log.unlink()
+    (paths.log_dir / "trainer.log.gz").write_bytes(kept + packer.compress(b"".join(lines[reward:]))[:100])
+    run = only_run(paths.fileroot)
+    assert run.step_range()["last"] == 70 and run.incidents == []
+    assert run.recommendation.step == 60
+    assert any(w.startswith("4 checkpoints after step 69, the last step that could be read (up to step 100)") for w in run.recommendation.warnings), run.recommendation.warnings
+
+
 def test_errors_naming_no_fault_at_a_collapse_are_the_reward_pipelines_evidence(tmp_path: Path) -> None:
     """The reward function raising in every workflow from step 40 (AReaL's ``Workflow execution
     failed: …`` ERROR lines naming no infrastructure fault), the reward 0 from there: the cause
