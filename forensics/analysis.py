@@ -65,6 +65,7 @@ from forensics.model import (
 )
 from forensics.observations import slow_start
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
+from forensics.texts import table_row
 from parsers._formats import FormatDefinitionError
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
@@ -748,7 +749,7 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     row = finding.onset_row or hit.row(0, named=True)
     # What the line logged, said as such: not a quote of it (AReaL's table cell, a loop's line, a copy's record).
     text = f"step {row['step']}: {row['key']} = {row['value']:.4g}"
-    return Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)
+    return Evidence("metric", row["time"], row["step"], row["file"], table_row(row["file"], row["line"], row["key"]), text)
 
 
 def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:

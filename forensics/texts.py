@@ -10,13 +10,14 @@ last line wanted (and starts at the block before the first, where an earlier pas
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
 
-from parsers._lines import IN_FLIGHT, cleaned, is_gzip, iter_lines_at
+from parsers._lines import IN_FLIGHT, cleaned, is_gzip, iter_lines_at, lines_at
 from parsers.schema import REPEATED_KINDS
 
 #: A row whose message a reader did not hold (and can be read back).
@@ -89,3 +90,13 @@ def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, p
             for done in in_flight:
                 keep(done.result())
     return out
+
+
+def table_row(file: str, line: int, key: str, within: int = 400) -> int:
+    """The line of ``key``'s row in the table whose values are cited at ``line`` (AReaL cites a
+    table's values at its step header): the first of the ``within`` lines from ``line`` with a
+    ``│ key │`` cell. ``line`` itself when none has (a value logged on its own line)."""
+    cell = rf"(?:^|│)\s*{re.escape(key)}\s*│"
+    near = lines_at(file, pl.int_range(line, line + within, eager=True))
+    found = near.filter(pl.col("text").str.contains(cell))["line"]
+    return int(found[0]) if len(found) else line

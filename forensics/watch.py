@@ -72,7 +72,7 @@ from forensics.errors import NoCacheDir, NoRunsFound, PathNotFound, UnusableInpu
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
-from forensics.texts import iter_with_messages
+from forensics.texts import iter_with_messages, table_row
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 
@@ -1111,7 +1111,7 @@ def _metric_evidence(row: _Step, key: str | None) -> Evidence:
     file, line = row.where.get(key, (row.file, row.line)) if key else (row.file, row.line)
     value = row.values.get(key) if key else None
     text = f"step {row.step}: {key} = {value:.4e}" if value is not None else f"step {row.step} logged"
-    return Evidence("metric", row.time, row.step, file, line, text)
+    return Evidence("metric", row.time, row.step, file, table_row(file, line, key) if key and value is not None else line, text)
 
 
 def _event_evidence(row: dict[str, Any]) -> Evidence:

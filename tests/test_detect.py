@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from areal_builder import LogLine, Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
-from conftest import read_line
+from conftest import FIXTURES, read_line
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -416,8 +416,9 @@ def test_a_collapse_in_an_attempt_a_relaunch_logged_again_is_an_incident(tmp_pat
     assert "came back" not in incident.summary  # the relaunch's healthy values are no return from it
     onset = incident.onset_evidence
     assert onset is not None and onset.text == "step 60: grpo_actor/task_reward/avg = 0"
-    line = paths.trainer_log.read_text().splitlines()[onset.line - 1]
-    assert "Train step 60/" in line and line.count("Train step 60/") == 1
+    lines = paths.trainer_log.read_text().splitlines()
+    header = next(line for line in reversed(lines[: onset.line]) if "Train step" in line)  # (its table's)
+    assert "grpo_actor/task_reward/avg " in lines[onset.line - 1] and "Train step 60/" in header
     assert abs((onset.time - first[60]).total_seconds()) < 0.001  # the first attempt's, not the relaunch's
     assert run.recommendation.step == 120 and "was in an attempt a relaunch abandoned" in run.recommendation.reason
     # Replayed as if live: the first attempt's steps go by in their time; no stall at the relaunch.
@@ -906,3 +907,17 @@ def test_a_slide_must_go_deep_or_stay_down_and_a_short_series_is_judged_too() ->
     assert _drops({s: binomial_reward(s, 0.6 if s < 25 else 0.3, n=4096) for s in range(1, 51)}) == [(25, None)]
     clean = {s: binomial_reward(s, (0.2 + 0.4 * min(s, 200) / 200) * (0.5 if s >= 400 else 1), n=4096) for s in range(10, 701, 10)}
     assert _drops(clean) == [(400, None)]
+
+
+def test_an_onset_is_cited_at_the_table_row_that_holds_its_value() -> None:
+    """AReaL's tables hold a step's values below its header: the onset's evidence, offline and in a
+    replay's alarm, is the row with the metric's cell, not the header."""
+    root = FIXTURES / "sglang_hang" / "outputs"
+    [run] = analyze([root]).runs
+    incident = run.incidents[0]
+    cell = rf"│\s*{re.escape(incident.metric)}\s*│\s*0\.0000e\+00"
+    evidence = incident.onset_evidence
+    assert evidence is not None and re.search(cell, read_line(evidence.file, evidence.line))
+    [result] = replay([root])
+    cited = [e for a in result.alarms for e in a.evidence if e.kind == "metric" and incident.metric in e.text]
+    assert cited and all(re.search(rf"│\s*{re.escape(incident.metric)}\s*│", read_line(e.file, e.line)) for e in cited)
