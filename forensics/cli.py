@@ -56,7 +56,8 @@ app = typer.Typer(
 EXIT_INCIDENT, EXIT_BAD_INPUT, EXIT_NO_CHECKPOINT, EXIT_NONE_BEFORE = 1, 2, 3, 4
 EXIT_BUG = 70
 
-Paths = Annotated[list[Path], typer.Argument(help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files.")]
+# (``readable=False``: a path that cannot be read is answered by the tool in one line, not by Click's usage box)
+Paths = Annotated[list[Path], typer.Argument(readable=False, help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")]
 LogFormat = Annotated[
     Path | None,
@@ -68,7 +69,7 @@ Wandb = Annotated[
 ]
 OptionalPaths = Annotated[
     list[Path] | None,
-    typer.Argument(help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files."),
+    typer.Argument(readable=False, help="Run folders (AReaL fileroot, outputs/, a trial log folder) or log files."),
 ]
 CacheDir = Annotated[
     Path | None,
@@ -301,7 +302,7 @@ def _show_progress(run: FleetRun, done: int, total: int) -> None:
 
 @app.command("best-checkpoint")
 def best_checkpoint(
-    path: Annotated[Path, typer.Argument(help="One run's folder or log file.")],
+    path: Annotated[Path, typer.Argument(readable=False, help="One run's folder or log file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the recommendation object as JSON.")] = False,
     log_format: LogFormat = None,
     cache_dir: CacheDir = None,
@@ -425,8 +426,8 @@ def metrics(
 
 @app.command()
 def compare(
-    run_a: Annotated[Path, typer.Argument(help="The control run (one run's folder or log file).")],
-    run_b: Annotated[Path, typer.Argument(help="The fix run (one run's folder or log file).")],
+    run_a: Annotated[Path, typer.Argument(readable=False, help="The control run (one run's folder or log file).")],
+    run_b: Annotated[Path, typer.Argument(readable=False, help="The fix run (one run's folder or log file).")],
     out: Annotated[Path | None, typer.Option("--out", help="Folder for compare.html (default ./grpo-forensics-report, never inside a RUN).")] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write the comparison as JSON to FILE, or '-' for stdout.")] = None,
     html: Annotated[bool, typer.Option("--html/--no-html", help="Write compare.html.")] = True,
@@ -463,7 +464,7 @@ EXIT_ALARM = 5
 
 @app.command()
 def watch(
-    path: Annotated[Path, typer.Argument(help="The run's folder or log file, as for analyze (read only, never written).")],
+    path: Annotated[Path, typer.Argument(readable=False, help="The run's folder or log file, as for analyze (read only, never written).")],
     replay: Annotated[bool, typer.Option("--replay", help="Replay a finished run as if live: where each alarm would have fired.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print alarms as JSON (with --replay: the {\"alarms\": [...]} document).")] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls of the logs.")] = 30.0,

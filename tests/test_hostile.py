@@ -309,6 +309,25 @@ def test_unreadable_file_is_reported_not_raised(damaged: Path, tmp_path: Path) -
     assert lone.exit_code == 2
 
 
+@pytest.mark.skipif(IS_ROOT and shutil.which("setpriv") is None, reason="root reads any file; setpriv (util-linux) drops that")
+def test_an_unreadable_log_given_by_name_is_said_in_one_line(tmp_path: Path) -> None:
+    """A log the user names but may not read: exit 2 and one line saying so (Click's usage box,
+    several lines, before)."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "run" / "train.log"
+    log.parent.mkdir()
+    shutil.copy(FIXTURES / "seed003" / "train.log", log)
+    log.chmod(0)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if IS_ROOT else []
+    done = subprocess.run([*drop, sys.executable, "-c", "from forensics.cli import app; app()", "analyze", str(log),
+                           "--no-html", "--no-cache", "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    log.chmod(0o644)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Permission denied" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_no_network_without_wandb(damaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every command works with sockets forbidden; only ``--wandb`` may reach out (it says so when it cannot)."""
     import socket
