@@ -95,7 +95,10 @@ def from_lines(events: pl.DataFrame, columns: dict[str, pl.Expr]) -> dict[str, p
 def table_row(file: str, line: int, key: str, within: int = 400) -> int:
     """The line of ``key``'s row in the table whose values are cited at ``line`` (AReaL cites a
     table's values at its step header): the first of the ``within`` lines from ``line`` with a
-    ``│ key │`` cell. ``line`` itself when none has (a value logged on its own line)."""
+    ``│ key │`` cell. ``line`` itself when none has (a value logged on its own line), or when
+    ``file`` is none or a copy's binary records (W&B, TensorBoard: their "lines" are records)."""
+    if not file or line is None or file.endswith(".wandb") or "tfevents" in Path(file).name:
+        return line
     cell = rf"(?:^|│)\s*{re.escape(key)}\s*│"
     near = lines_at(file, pl.int_range(line, line + within, eager=True))
     found = near.filter(pl.col("text").str.contains(cell))["line"]
