@@ -287,8 +287,8 @@ class ParseCache:
             return None
         if old_tail.reading != old.reading or new_tail.reading != old.reading:
             return None  # (the reader chose from the part's head to read it otherwise: Ray prefixes that begin later)
-        if before + old_tail.lines != old.lines:  # (the part re-read does not end where the old parse did: a log
-            return None  # ending in lines its reader does not count, a table's rules, misplaced the cut)
+        if before + old_tail.lines != old.lines:  # (the part re-read does not end where the old parse did:
+            return None  # the cut, found by counting lines back, is misplaced)
         notes = _spliced_notes(old.notes, old_tail.notes, new_tail.notes)
         if notes is None:
             return None
@@ -410,12 +410,8 @@ def _logs_again(head: Parsed, tail: Parsed) -> bool:
     """Whether a grown part logs a step the part before the cut has logged past (a restart that
     began before the cut, still logging the steps it went back to). The cut's own step may be on
     both sides: a loop's values can sit above their step line."""
-    def steps(parsed: Parsed, how: str) -> int | None:
-        found = [getattr(frame["step"], how)() for frame in (parsed.steps, parsed.metrics)]
-        found = [step for step in found if step is not None]
-        return (min if how == "min" else max)(found, default=None)
-
-    first, last = steps(tail, "min"), steps(head, "max")
+    first = min((s for s in (tail.steps["step"].min(), tail.metrics["step"].min()) if s is not None), default=None)
+    last = max((s for s in (head.steps["step"].max(), head.metrics["step"].max()) if s is not None), default=None)
     return first is not None and last is not None and first < last
 
 

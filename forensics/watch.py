@@ -962,11 +962,10 @@ class _Attributed:
         return frame.drop("_row")
 
 
-def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: _Attributed | None = None) -> Alarm:
+def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: _Attributed) -> Alarm:
     """Name the trigger's cause as the offline analysis would, from what was logged up to it
     (for a crash, up to seconds after it: failures that land together are told apart as offline).
     ``attributed``: the run's events attributed, shared by the alarms of one poll or replay."""
-    attributed = attributed or _Attributed(run)
     events, metrics, kept = attributed.events, run.metrics, None
     if as_of_trigger:
         horizon = trigger
