@@ -68,21 +68,6 @@ def _finite() -> pl.Expr:
     return pl.when(pl.col("value").is_finite()).then(pl.col("value")).otherwise(None)
 
 
-def _with_steps(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Give rows that have a time but no step the step logged last before that time."""
-    missing = frame.filter(pl.col("step").is_null() & pl.col("time").is_not_null())
-    if missing.is_empty():
-        return frame
-    clock = steps.filter(pl.col("time").is_not_null()).select("time", pl.col("step").alias("_s")).sort("time")
-    if clock.is_empty():
-        return frame
-    mapped = (
-        missing.sort("time").join_asof(clock, on="time", strategy="backward")
-        .with_columns(pl.col("_s").alias("step")).drop("_s")
-    )
-    return pl.concat([frame.filter(pl.col("step").is_not_null()), mapped.select(frame.columns)])
-
-
 def per_step(frame: pl.DataFrame, how: str) -> pl.DataFrame:
     """(step, value) with one row per step, non-finite values dropped."""
     agg = {"mean": _finite().mean(), "max": _finite().max()}[how]
@@ -340,10 +325,10 @@ def _metric(t: Timeline, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
 
 
 def _rows(t: Timeline, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
-    """The metric rows of ``keys`` (``key``, ``step``, ``time``, ``value`` and ``extra``), each with a step."""
+    """The metric rows of ``keys`` (``key``, ``step``, ``time``, ``value`` and ``extra``): their
+    steps as the analysis placed them (a row with a time has one wherever a step has a time)."""
     # Lazy: only the columns read are gathered (memory lines alone are ~12 rows a step).
-    frame = t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value", *extra).collect()
-    return frame if frame.is_empty() else _with_steps(frame, t.run.steps)
+    return t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value", *extra).collect()
 
 
 def _per_key(frame: pl.DataFrame, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
