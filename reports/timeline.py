@@ -23,6 +23,7 @@ from typing import Any
 
 import polars as pl
 
+from forensics.align import assign_steps, step_clock
 from forensics.detect import metric_keys
 from forensics.markers import PROBLEM_SEVERITIES
 from forensics.model import RunAnalysis, iso
@@ -325,10 +326,11 @@ def _metric(t: Timeline, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
 
 
 def _rows(t: Timeline, keys: list[str], *extra: pl.Expr) -> pl.DataFrame:
-    """The metric rows of ``keys`` (``key``, ``step``, ``time``, ``value`` and ``extra``): their
-    steps as the analysis placed them (a row with a time has one wherever a step has a time)."""
+    """The metric rows of ``keys`` (``key``, ``step``, ``time``, ``value`` and ``extra``), a row with a
+    time and no step (an analysis built by hand) placed as the analysis places it."""
     # Lazy: only the columns read are gathered (memory lines alone are ~12 rows a step).
-    return t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value", *extra).collect()
+    frame = t.run.metrics.lazy().filter(pl.col("key").is_in(keys)).select("key", "step", "time", "value", *extra).collect()
+    return assign_steps(frame, step_clock(t.run.steps))
 
 
 def _per_key(frame: pl.DataFrame, keys: list[str], how: str) -> dict[str, pl.DataFrame]:
