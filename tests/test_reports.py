@@ -254,6 +254,10 @@ def test_server_load_lane_only_with_server_stats() -> None:
     assert {"running requests", "queued requests", "KV token usage", "gen throughput"} <= set(names)
     [usage] = _traces(fig, "KV token usage")
     assert fig["layout"][usage["yaxis"].replace("y", "yaxis")]["tickformat"] == ".0%"
+    # stats carry no step of their own: each is drawn at the step in progress when it was logged,
+    # as the analysis places events (the first, 1 s after step 1's header, is step 2's)
+    [running] = _traces(fig, "running requests")
+    assert (min(running["x"]), max(running["x"])) == (2, 201)
     # the server's own note says why stats are missing
     quiet = _run()
     quiet.sources = [replace(quiet.sources[1], notes=("no server stats lines: SGLang ran at warning level",))]
