@@ -21,7 +21,7 @@ import polars as pl
 from forensics.advice import suggest
 from forensics.align import relaunch_gaps, step_clock, step_durations
 from forensics.cache import ParseCache
-from forensics.causes import attribute, explain, read_said
+from forensics.causes import Attribution, explain
 from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
@@ -43,7 +43,6 @@ from forensics.detect import (
     reward_drops,
     series,
     servers_down,
-    servers_named,
     stall,
     warm_up,
 )
@@ -169,7 +168,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     values = series(run.metrics, primary) if primary else None
     held = ceilings(values, t) if values is not None else []
     early = warm_up(values, t) if values is not None else None
-    attribution = _Attribution(events, step_clock(run.steps))
+    attribution = Attribution(events, step_clock(run.steps))
     findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread, attribution)
     incidents = [_incident(i, f, run, events, t, attribution) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
@@ -230,45 +229,8 @@ def framework_of(run: RunData) -> str:
     return "unknown"
 
 
-class _Attribution:
-    """A run's events attributed to causes (:func:`forensics.causes.attribute`) and the server each
-    names, each made once, when first asked for, for all its incidents: a log may hold millions of
-    events. What a flood's lines say is read from them once, for both, and let go once both are made."""
-
-    def __init__(self, events: pl.DataFrame, clock: pl.DataFrame) -> None:
-        self.events, self.clock = events, clock
-        self._read: dict[str, pl.Series] | None = None
-        self._wanted = 2  # (the two made from what was read: the attribution and the servers)
-        self._frame: pl.DataFrame | None = None
-        self._servers: pl.Series | None = None
-
-    @property
-    def frame(self) -> pl.DataFrame:
-        if self._frame is None:
-            self._frame = attribute(self.events, self.clock, self._said())
-        return self._frame
-
-    @property
-    def servers(self) -> pl.Series:
-        if self._servers is None:
-            read = self._said()
-            self._servers = servers_named(self.events, None if read is None else read["at"])
-        return self._servers
-
-    def _said(self) -> dict[str, pl.Series] | None:
-        """What the flood's lines say (:func:`~forensics.causes.read_said`), read on the first call;
-        the second call is the last, and lets it go: a few columns of millions of rows."""
-        if self._wanted == 2:
-            self._read = read_said(self.events)
-        self._wanted -= 1
-        read = self._read
-        if not self._wanted:
-            self._read = None
-        return read
-
-
 def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, alike: list[tuple[int, int]],
-              events: pl.DataFrame, t: Thresholds, unread: str | None, attribution: _Attribution) -> list[Finding]:
+              events: pl.DataFrame, t: Thresholds, unread: str | None, attribution: Attribution) -> list[Finding]:
     """Every incident's finding. ``values``: the ``primary`` reward's series; ``alike``: its stretches
     (first and last step) at its ceiling (:func:`ceilings`) or in its warm-up (:func:`warm_up`), where
     batches all scoring alike are a solved task's, or one that has earned nothing yet."""
@@ -317,7 +279,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
 
 
 def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding],
-                   attribution: _Attribution, last: int) -> list[Finding]:
+                   attribution: Attribution, last: int) -> list[Finding]:
     """Smaller falls of the reward (under ``t.failing_drop_level`` of its best) that infrastructure
     failures standing out around their onset, and still logged in the last third of the fall,
     explain: one of several servers hung, its share of the rollouts failing. Not where an incident
@@ -528,7 +490,7 @@ def _read_to(finding: Finding, last: int, unread: str | None) -> Finding:
 
 
 def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame, t: Thresholds,
-              attribution: _Attribution) -> Incident:
+              attribution: Attribution) -> Incident:
     onset_row = run.steps.filter(pl.col("step") == finding.onset_step)
     onset_time = (finding.onset_row["time"] if finding.onset_row else finding.failed_at if finding.redone
                   else onset_row["time"][0] if onset_row.height

@@ -210,6 +210,51 @@ def attribute(events: pl.DataFrame, clock: pl.DataFrame | None = None, read: dic
     return attributed.with_columns(at).drop([f"read_{name}" for name in read or ()])
 
 
+class Attribution:
+    """``events`` attributed to causes (:func:`attribute`, with the step ``clock`` if given) and the
+    servers their lines name (:func:`~forensics.detect.servers_named`), each made once, when first
+    asked for, for every incident or alarm that asks: a log may hold millions of events. What a
+    flood's lines say is read back once for both, and let go once both are made."""
+
+    def __init__(self, events: pl.DataFrame, clock: pl.DataFrame | None = None) -> None:
+        self.events, self.clock = events, clock
+        self._read: dict[str, pl.Series] | None = None
+        self._was_read = False
+        self._frame: pl.DataFrame | None = None
+        self._servers: pl.Series | None = None
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """:func:`attribute` of the events: those with a step, in their order."""
+        if self._frame is None:
+            self._frame = attribute(self.events, self.clock, self._said())
+            self._let_go()
+        return self._frame
+
+    @property
+    def servers(self) -> pl.Series:
+        """The server each event's line names, aligned with the events (null where none)."""
+        if self._servers is None:
+            read = self._said()
+            self._servers = servers_named(self.events, None if read is None else read["at"])
+            self._let_go()
+        return self._servers
+
+    def rows(self, kept: pl.Series) -> pl.DataFrame:
+        """The attribution of the events ``kept`` marks (a mask aligned with the events)."""
+        return self.frame.filter(kept.filter(self.events["step"].is_not_null()))
+
+    def _said(self) -> dict[str, pl.Series] | None:
+        if not self._was_read:
+            self._read, self._was_read = read_said(self.events), True
+        return self._read
+
+    def _let_go(self) -> None:
+        """(what was read is a few columns of millions of rows: kept only until both are made)"""
+        if self._frame is not None and self._servers is not None:
+            self._read = None
+
+
 def read_said(events: pl.DataFrame) -> dict[str, pl.Series] | None:
     """What the attribution reads in the messages of ``events`` a reader did not hold (a flood's),
     read from their lines: ``cause``, ``at`` and ``waited`` (see :func:`_said`), one series each,

@@ -47,7 +47,7 @@ import polars as pl
 
 from forensics.analysis import analyze_run, planned_steps
 from forensics.cache import ParseCache, default_cache_dir
-from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, attribute, explain
+from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, Attribution, explain
 from forensics.detect import (
     CRASH_KINDS,
     CTRL_C,
@@ -181,7 +181,7 @@ def replay(
         run = load_run(location, custom_format=custom_format, keys=ANALYSIS_KEYS)
         follower = _Follower(location.run_id, s)
         triggers = follower.feed(run) + follower.at_end(run)
-        alarms, folded, attributed = [], [], _Attributed(run)
+        alarms, folded, attributed = [], [], Attribution(_own_events(run))
         for trigger in triggers:
             alarm = _alarm(run, trigger, as_of_trigger=True, attributed=attributed)
             (alarms if follower.new_news(trigger, alarm) else folded).append(alarm)
@@ -240,7 +240,7 @@ class Watcher:
             if catching_up:  # of the history, only the incidents still going on: the last of each kind, if open
                 last = {t.kind: t for t in triggers}
                 triggers = [t for t in last.values() if follower.still_open(t.kind)]
-            attributed = _Attributed(run)
+            attributed = Attribution(_own_events(run))
             for trigger in triggers:
                 alarm = _alarm(run, trigger, as_of_trigger=False, attributed=attributed)
                 if not follower.new_news(trigger, alarm):
@@ -945,24 +945,7 @@ def _own_events(run: RunData) -> pl.DataFrame:
     return run.events.filter(~NON_FINITE_ROW.fill_null(False))
 
 
-class _Attributed:
-    """A run's own events attributed to causes (:func:`forensics.causes.attribute`, row by row),
-    made when an alarm first needs them, once for all the alarms of a poll or a replay: what a
-    flood's lines say is read back once, not once an alarm."""
-
-    def __init__(self, run: RunData) -> None:
-        self.events = _own_events(run)
-        self._frame: pl.DataFrame | None = None
-
-    def rows(self, kept: pl.Series | None) -> pl.DataFrame:
-        """The attribution of the events ``kept`` marks (all where ``None``)."""
-        if self._frame is None:
-            self._frame = attribute(self.events.with_row_index("_row"))
-        frame = self._frame if kept is None else self._frame.filter(kept.gather(self._frame["_row"]))
-        return frame.drop("_row")
-
-
-def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: _Attributed) -> Alarm:
+def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: Attribution) -> Alarm:
     """Name the trigger's cause as the offline analysis would, from what was logged up to it
     (for a crash, up to seconds after it: failures that land together are told apart as offline).
     ``attributed``: the run's events attributed, shared by the alarms of one poll or replay."""
@@ -986,7 +969,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary), events, metrics, onset_time,
-                      has_server_log=has_server_log, attributed=attributed.rows(kept))
+                      has_server_log=has_server_log, attributed=attributed.frame if kept is None else attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):
         cause = CAUSE_OF_KIND.get(trigger.evidence[0].kind, "unknown") if trigger.evidence else "unknown"
