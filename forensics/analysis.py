@@ -256,7 +256,10 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
     found += [d for d in dead_learning(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans + (solved if d.kind == "zero_variance" else []))]
-    found += non_finite(run.metrics, primary, t)
+    # A reward alone non-finite where an incident already tells of the reward (a dead server's batches
+    # with no reward to average) is that incident.
+    spans = [(f.onset_step, f.end_step or last + 1) for f in found]
+    found += [f for f in non_finite(run.metrics, primary, t) if f.diverged or not any(a <= f.onset_step < b for a, b in spans)]
     planned = planned_steps(run.facts, last)
     gaps = relaunch_gaps(run.step_copies)
     crashed = [died_before_relaunch(f, run.steps, gaps, events) for f in crashes(run.steps, events, planned)]

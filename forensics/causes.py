@@ -16,7 +16,15 @@ from pathlib import Path
 import polars as pl
 
 from forensics.align import assign_steps
-from forensics.detect import Finding, from_server, raised, server_named, servers_named
+from forensics.detect import (
+    NUMERIC_HEALTH_IN_TEXT,
+    REWARD_IN_TEXT,
+    Finding,
+    from_server,
+    raised,
+    server_named,
+    servers_named,
+)
 from forensics.model import Cause, Evidence, step_span
 from forensics.parsed import rows_where
 from forensics.server_context import ServerContext, server_context
@@ -116,7 +124,7 @@ def explain(
     server = server_context(_failing_servers_rows(metrics, events, in_window), onset, onset_time, spans.window,
                             has_server_log=has_server_log)
 
-    if finding.kind == "nan_inf":
+    if finding.diverged:
         return Verdict(
             "numerical_divergence",
             0.85,
@@ -295,6 +303,10 @@ def _attribute(events: pl.DataFrame, read: dict | None = None) -> pl.DataFrame:
         .then(named("inference_server_crash"))
         .when(pl.col("kind").is_in(list(_AMBIGUOUS)))
         .then(_or_read(_said(pl.col("message"))["cause"], "cause", read))
+        # (a reward alone non-finite is no divergence: a reward function's NaN, a batch with no reward)
+        .when((pl.col("kind") == "nan_inf") & pl.col("message").str.contains(REWARD_IN_TEXT)
+              & ~pl.col("message").str.contains(NUMERIC_HEALTH_IN_TEXT))
+        .then(pl.lit(None, pl.Categorical))
         .otherwise(by_kind)
     )
     return rows_where(events, pl.col("step").is_not_null()).with_columns(cause.alias("cause"))
@@ -570,7 +582,7 @@ def _undated(events: pl.DataFrame) -> pl.DataFrame:
 
 def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: dict[str, int], server: ServerContext,
               scores: pl.DataFrame, undated: pl.DataFrame) -> Verdict:
-    if finding.kind in ("reward_collapse", "zero_variance"):
+    if finding.kind in ("reward_collapse", "zero_variance", "nan_inf"):
         # A server seen answering makes "not the infrastructure" a finding, not a default.
         confidence = {True: 0.8, None: 0.6, False: 0.45}[server.answering]
         usual = scores.filter(pl.col("cause").is_not_null())
@@ -606,7 +618,8 @@ def _no_fault(finding: Finding, in_window: pl.DataFrame, spans: _Windows, seen: 
             cited + server.evidence,
             " ".join(
                 [
-                    f"{found} the rewards themselves went constant (reward function, parser or data), not the infrastructure.",
+                    f"{found} the rewards themselves went {'non-finite' if finding.kind == 'nan_inf' else 'constant'} "
+                    "(reward function, parser or data), not the infrastructure.",
                     *server.sentences,
                 ]
             ),

@@ -118,6 +118,15 @@ class Finding:
     raised: tuple[str, int] | None = None
     """For a crash the run's own exception ended, whose traceback no time or line places after the
     last step (undated, in the stderr beside the steps' stdout): its ``file`` and ``line``."""
+    non_finite: tuple[str, ...] = ()
+    """For non-finite values: the keys non-finite at the onset."""
+
+    @property
+    def diverged(self) -> bool:
+        """Non-finite values in the training numbers (loss, gradient norm), not only in the reward
+        (a reward function's NaN, or the mean of a batch with no reward). A finding made without
+        its keys is taken to be."""
+        return self.kind == "nan_inf" and (not self.non_finite or any(re.search(NUMERIC_HEALTH, k) for k in self.non_finite))
 
 
 _keys_of: tuple[weakref.ref[pl.DataFrame], int, set[str], set[str]] | None = None
@@ -615,6 +624,10 @@ def _streaks(flags: list[float], steps: list[int], t: Thresholds, last_step: int
 
 #: The keys whose non-finite values mean the training numbers diverged (besides the reward).
 NUMERIC_HEALTH = r"grad_norm$|actor_loss/avg$|pg_loss$|(?:^|/)loss$"
+#: Those keys named in a line that quotes one (a table row, ``step N: key = nan``, ``pg_loss=nan``).
+NUMERIC_HEALTH_IN_TEXT = r"(?:grad_norm|actor_loss/avg|pg_loss|(?:^|[\s/│|])loss)(?:[\s│|=:,]|$)"
+#: A reward named in such a line.
+REWARD_IN_TEXT = r"(?i)reward|score"
 
 
 def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> list[Finding]:
@@ -641,7 +654,8 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
             bad = sorted(str(k) for k in flags_frame["bad_keys"][i])
             metric = primary if primary in bad else bad[0]
             went = ", ".join(bad)
-            return [Finding("nan_inf", metric, steps[i], end, f"non-finite {went} for {run} steps from step {steps[i]}")]
+            return [Finding("nan_inf", metric, steps[i], end, f"non-finite {went} for {run} steps from step {steps[i]}",
+                            non_finite=tuple(bad))]
         i += run
     return []
 

@@ -295,6 +295,8 @@ class _Trigger:
     incident: int = 0
     """Which incident it tells of: a rule firing while another's alarm is still going on tells of
     the same one (a hang's timeouts after its collapse), and says something new only by its cause."""
+    non_finite: tuple[str, ...] = ()
+    """For ``nan_inf``: the keys non-finite at its first step."""
 
 
 @dataclass(frozen=True)
@@ -803,9 +805,12 @@ class _Follower:
             return []
         self._latched["nan_inf"] = True
         first = self._bad.first or row
+        # (named and cited as offline: the reward when it went non-finite, else the first other by name)
+        went = sorted(k for k in {roles.loss, roles.grad, roles.primary} if k in first.values and not finite_value(first.values[k]))
+        named = roles.primary if roles.primary in went else went[0] if went else roles.loss or roles.primary
         return [_Trigger("nan_inf", row.step, row.time, first.step,
-                         f"non-finite loss/gradient/reward for {self._bad.length} steps from step {first.step}",
-                         (_metric_evidence(first, roles.loss or roles.primary),), roles.primary)]
+                         f"non-finite {', '.join(went) or 'loss/gradient/reward'} for {self._bad.length} steps from step {first.step}",
+                         (_metric_evidence(first, named),), roles.primary, non_finite=tuple(went))]
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -968,7 +973,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     copies = copies.sort("time", nulls_last=False)
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
-    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary), events, metrics, onset_time,
+    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite), events, metrics, onset_time,
                       has_server_log=has_server_log, attributed=attributed.frame if kept is None else attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):

@@ -15,6 +15,7 @@ import pytest
 from areal_builder import LogLine, Outage, Relaunch, RunSpec, binomial_reward, healthy_reward, schedule, write_run
 from conftest import FIXTURES, read_line
 from typer.testing import CliRunner
+from verl_builder import VerlRunSpec, healthy_score, write_verl_run
 
 from forensics import analyze
 from forensics.cli import app
@@ -150,6 +151,40 @@ def test_non_finite_gradients(tmp_path: Path) -> None:
     assert incident.metric == "grpo_actor/grad_norm" and "non-finite grpo_actor/grad_norm for" in incident.summary
     assert {"nan_inf", "overflow_skip"} <= set(run.events["kind"].to_list())
     assert set(run.events.filter(pl.col("kind") == "nan_inf")["source"]) == {"areal"}
+
+
+def test_a_reward_alone_non_finite_is_no_divergence(tmp_path: Path) -> None:
+    # A reward function returning NaN from step 30, the loss and gradients finite: the contract's
+    # numerical_divergence is NaN/Inf in the loss or gradients; this is the reward pipeline's.
+    root = tmp_path / "run"
+    write_verl_run(root, VerlRunSpec(steps=60, save_freq=10, ray_session=True,
+                                     score=lambda s: math.nan if s >= 30 else healthy_score(s)))
+    run = only_run(root)
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.cause) == ("nan_inf", 30, "reward_pipeline")
+    assert "went non-finite" in incident.summary and "optimizer cannot recover" not in incident.summary
+    assert run.recommendation.step == 20
+    [alarm] = replay([root])[0].alarms  # watch names it alike
+    assert (alarm.kind, alarm.onset_step, alarm.cause) == ("nan_inf", 30, "reward_pipeline")
+    assert "non-finite critic/score/mean for" in alarm.summary
+
+
+def test_a_dead_servers_batches_averaging_no_reward_are_its_incident(tmp_path: Path) -> None:
+    # The server killed before step 120: every rollout fails, the batch's reward stats are means of
+    # nothing (NaN). One incident, the server's, not a second one blamed on divergence.
+    def empty(step: int, stats: dict[str, float]) -> None:
+        if step >= 120:
+            for key in stats:
+                if "task_reward" in key:
+                    stats[key] = math.nan
+
+    spec = RunSpec(last_step=220, save_freq_steps=25, seed=82, stats_tweak=empty,
+                   reward=lambda s: 0.0 if s >= 120 else healthy_reward(s))
+    at = {k.step: k.time for k in schedule(spec)}
+    spec = replace(spec, outages=(Outage(start=at[119] + timedelta(seconds=8), end=at[220], kind="refused", server_exit=True),))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    assert [(i.onset_step, i.cause) for i in run.incidents] == [(120, "inference_server_crash")]
+    assert run.recommendation.step == 100
 
 
 def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
