@@ -32,6 +32,7 @@ from forensics.detect import (
     abandoned_collapses,
     ceilings,
     choose_primary,
+    collapse_before_stop,
     crashes,
     dead_learning,
     died_before_relaunch,
@@ -275,6 +276,12 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
         found.append(stalled)
     if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
         found.append(ended)
+    # Steps that stopped right after a reward stuck for fewer steps than a collapse needs: it began there.
+    stops = [f for f in (*crashed, stalled, ended) if f is not None]
+    tail = collapse_before_stop(values, primary, t) if primary and values is not None and stops else None
+    if tail and any(f.onset_step > values["step"].max() for f in stops) and not any(
+            a <= tail.onset_step < b for a, b in [(f.onset_step, f.end_step or last + 1) for f in found]):
+        found.append(tail)
     # A server gone while the run went on: an incident of its own where nothing else tells of it.
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in servers_down(events, t, run.steps, planned, lambda: attribution.servers) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]

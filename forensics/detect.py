@@ -405,6 +405,31 @@ def _last_run(values: list[float], t: Thresholds) -> list[tuple[int, int]]:
     return [(len(values) - length, length)] if finite_value(values[-1] if values else None) and t.end_run <= length < t.min_run else []
 
 
+def collapse_before_stop(frame: pl.DataFrame, key: str, t: Thresholds) -> Finding | None:
+    """The run of one exact value the reward ends in, two steps or more but shorter than
+    ``t.end_run``, where the steps then stopped (a stall, a crash): the failure that stopped them
+    began in it — a hung server's last batches all timed out. Weighed at its place only (``p **
+    length`` under ``t.chance``, the value's smoothed rate before it): the stop says where to look,
+    no search of the history does. Only a value at or under the lowest before it: a fine-grained
+    reward repeating a middling value twice tells of nothing."""
+    values = frame["value"].to_list()
+    if not values or not finite_value(values[-1]):
+        return None
+    length = 1
+    while length < len(values) and same_value(values[-1 - length], values[-1]):
+        length += 1
+    start, value = len(values) - length, values[-1]
+    history = [v for v in values[:start] if finite_value(v)]
+    if not 2 <= length < t.end_run or not history or value > min(history):
+        return None
+    seen = sum(same_value(v, value) for v in values[:start])
+    if ((seen + 0.5) / (start + 1.0)) ** length >= t.chance:
+        return None
+    onset = frame["step"][start]
+    return Finding("reward_collapse", key, onset, None, f"{key} {_stuck(value)} from step {onset} to the last step logged "
+                   f"({length} steps), then the steps stopped", value)
+
+
 def first_steps(steps: list[int]) -> bool:
     """Does ``steps`` begin at the run's first step: 0 or 1, or N for a log written every N steps?"""
     return bool(steps) and (steps[0] <= 1 or (len(steps) > 1 and steps[0] <= steps[1] - steps[0]))

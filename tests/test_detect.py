@@ -187,6 +187,26 @@ def test_a_dead_servers_batches_averaging_no_reward_are_its_incident(tmp_path: P
     assert run.recommendation.step == 100
 
 
+def test_a_reward_zero_for_two_steps_before_the_steps_stopped_is_where_the_incident_began(tmp_path: Path) -> None:
+    # The server hangs before step 199: steps 199 and 200 still log, their rollouts all timed out
+    # (reward 0), step 200 saves, then the trainer blocks for an hour. Two zero steps are too few for
+    # a collapse anywhere in the run, but not right before the steps stopped: the checkpoint saved
+    # after two failed batches is no healthy one.
+    spec = RunSpec(last_step=200, save_freq_steps=10, seed=99, steps_per_epoch=1000, total_epochs=1, request_timeout=180,
+                   reward=lambda s: 0.0 if s >= 199 else healthy_reward(s))
+    at = {k.step: k.time for k in schedule(spec)}
+    spec = replace(spec, outages=(Outage(start=at[198] + timedelta(seconds=6), end=at[200] + timedelta(hours=1), kind="timeout",
+                                         burst_every=(60, 120)),))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [
+        ("reward_collapse", 199, "inference_server_unresponsive"), ("stall", 201, "inference_server_unresponsive")]
+    assert "then the steps stopped" in run.incidents[0].summary
+    assert run.recommendation.step == 190
+    # The same two steps with the run going on after them are noise, not an incident.
+    healthy = replace(spec, last_step=260, outages=(), reward=lambda s: 0.0 if s in (199, 200) else healthy_reward(s))
+    assert only_run(write_run(tmp_path / "on", healthy).fileroot).incidents == []
+
+
 def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
     base = RunSpec(last_step=60, step_seconds=(60, 60))
     end = schedule(base)[-1].time
