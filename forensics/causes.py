@@ -114,7 +114,9 @@ def explain(
         spans = _Windows((onset, onset), (max(onset - baseline, 0), onset - 1))
     else:
         first = max(onset - window_before, 0)
-        spans = _Windows((first, onset + window_after), (max(first - baseline, 0), first - 1))
+        # (a slow decline's failures may begin anywhere in it: its window runs to where it had fallen)
+        last = max(onset + window_after, finding.fell_by or onset)
+        spans = _Windows((first, last), (max(first - baseline, 0), first - 1))
     attributed = attributed if attributed is not None else attribute(events, clock)
     in_window = attributed.filter(_during(spans.window))
     in_baseline = attributed.filter(_during(spans.baseline) & ~_during(spans.window))

@@ -120,6 +120,9 @@ class Finding:
     last step (undated, in the stderr beside the steps' stdout): its ``file`` and ``line``."""
     non_finite: tuple[str, ...] = ()
     """For non-finite values: the keys non-finite at the onset."""
+    fell_by: int | None = None
+    """For a reward's slow decline: the step by which it had fallen (the onset, where it began, is
+    found from wide means, and may be some steps early)."""
 
     @property
     def diverged(self) -> bool:
@@ -262,7 +265,8 @@ def reward_drops(frame: pl.DataFrame, key: str, t: Thresholds, collapses: Sequen
         span = f"until step {steps[drop.end]}" if drop.end < n else "and never recovered"
         said = f"{how}, from a best of {best:.4g} (the highest mean of {levels.wide_w} logged steps)"
         findings.append(Finding("reward_drop", key, steps[drop.onset], steps[drop.end] if drop.end < n else None,
-                                f"{key} {said}, {span}", drop.level, said=said))
+                                f"{key} {said}, {span}", drop.level, said=said,
+                                fell_by=None if drop.sudden or drop.after_collapse else steps[i]))
         if drop.end >= n:
             break
         resumed = drop.end

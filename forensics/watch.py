@@ -297,6 +297,8 @@ class _Trigger:
     the same one (a hang's timeouts after its collapse), and says something new only by its cause."""
     non_finite: tuple[str, ...] = ()
     """For ``nan_inf``: the keys non-finite at its first step."""
+    fell_by: int | None = None
+    """For ``reward_drop``: the step by which a slow decline had fallen (:attr:`Finding.fell_by`)."""
 
 
 @dataclass(frozen=True)
@@ -712,7 +714,7 @@ class _Follower:
         first = next((r for r in level.rows if r.step == drop.onset_step), None)
         evidence = (_metric_evidence(first, key), _metric_evidence(row, key)) if first is not None else (_metric_evidence(row, key),)
         summary = drop.summary.replace(", and never recovered", f", and is still there at step {row.step}")
-        return [_Trigger("reward_drop", row.step, row.time, drop.onset_step, summary, evidence, key)]
+        return [_Trigger("reward_drop", row.step, row.time, drop.onset_step, summary, evidence, key, fell_by=drop.fell_by)]
 
     def _at_best(self) -> bool:
         """The reward held at the best it had reached (every rollout right): a solved task, whose
@@ -973,7 +975,8 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     copies = copies.sort("time", nulls_last=False)
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
-    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite), events, metrics, onset_time,
+    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite,
+                              fell_by=trigger.fell_by), events, metrics, onset_time,
                       has_server_log=has_server_log, attributed=attributed.frame if kept is None else attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):

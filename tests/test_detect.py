@@ -207,6 +207,23 @@ def test_a_reward_zero_for_two_steps_before_the_steps_stopped_is_where_the_incid
     assert only_run(write_run(tmp_path / "on", healthy).fileroot).incidents == []
 
 
+def test_a_slow_decline_is_explained_by_the_failures_logged_as_it_fell(tmp_path: Path) -> None:
+    # An overloaded server: from step 100 a growing share of rollouts time out, the reward slides over
+    # 30 steps to zero. Its onset is found from wide means, some steps early; the timeouts began inside
+    # the decline, not around that onset, and they are what explains it.
+    def reward(s: int) -> float:
+        return binomial_reward(s, 0.6, salt="sl") if s < 100 else 0.0 if s >= 130 else binomial_reward(s, 0.6 * (130 - s) / 31, salt="sl")
+
+    spec = RunSpec(last_step=260, save_freq_steps=5, seed=120, request_timeout=120, reward=reward)
+    at = {k.step: k.time for k in schedule(spec)}
+    spec = replace(spec, outages=(Outage(start=at[99] + timedelta(seconds=5), end=at[260], kind="timeout", burst_every=(20, 60)),))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    drop = next(i for i in run.incidents if i.kind == "reward_drop")
+    assert drop.onset_step < 100 and drop.cause == "inference_server_unresponsive"
+    assert "request_timeout in steps" in drop.summary and "nothing says its rollouts failed" not in drop.summary
+    assert run.recommendation.step < drop.onset_step
+
+
 def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
     base = RunSpec(last_step=60, step_seconds=(60, 60))
     end = schedule(base)[-1].time
