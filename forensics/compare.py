@@ -138,10 +138,15 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
         lines.append(f"A cannot be told healthy: {why}.")  # (no incident of A's is no clean control)
     elif not first_a:
         lines.append("Neither run has an incident." if not first_b else "A has no incident to avoid.")
+    unseen = []  # (A's incidents B stopped before: it cannot show whether it has them)
     for kind, inc in first_a.items():
         verb = _VERB.get(kind, f"had {kind}")
         other = first_b.get(kind)
-        if other is None:
+        if other is None and sb.last_step is not None and sb.last_step < inc.onset_step:
+            unseen.append(inc.onset_step)
+            lines.append(f"B was logged only up to step {sb.last_step}, before A {verb} at step {inc.onset_step}: "
+                         f"whether B has {kind} cannot be told.")
+        elif other is None:
             lines.append(f"B has no {kind}; A {verb} at step {inc.onset_step}.")
         else:
             when = ("later than" if other.onset_step > inc.onset_step
@@ -153,9 +158,7 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
     avoided_onsets = [i.onset_step for k, i in first_a.items() if k not in first_b]
     avoided = None if not first_a else not (first_a.keys() & first_b.keys())
     # Not seeing A's incident in B is no avoidance where B could not show it: cannot be told.
-    if avoided_onsets and sb.last_step is not None and sb.last_step < min(avoided_onsets):
-        lines.append(f"B was logged only up to step {sb.last_step}, before A's onset at step {min(avoided_onsets)}: "
-                     "it does not show that the fix holds that long.")
+    if unseen:
         avoided = None if avoided else avoided
     caveat = b.caveat()
     if avoided_onsets and caveat:

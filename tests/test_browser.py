@@ -355,4 +355,4 @@ def test_compare_page_loads_cleanly(browser: Browser, tmp_path: Path) -> None:
     browser.screenshot("compare.png")
     _assert_clean(browser, url)
     assert browser.js("document.querySelector('.compare-verdict').getBoundingClientRect().bottom") <= FOLD
-    assert "B has no reward_collapse" in browser.js("document.querySelector('.compare-verdict').innerText")
+    assert "whether B has reward_collapse cannot be told" in browser.js("document.querySelector('.compare-verdict').innerText")

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from areal_builder import RunSpec, healthy_reward, write_run
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -30,10 +31,10 @@ def test_fix_without_the_incident(runs) -> None:
     assert avoided.avoided is True and avoided.verdict[0] == "B has no reward_collapse; A collapsed at step 188."
     result = compare(runs["areal_seed000"], runs["areal_healthy_sparse"])
     assert result.avoided is None  # B stopped at 300, before A's onset at 940: it cannot show it
-    assert result.verdict[0] == "B has no reward_collapse; A collapsed at step 940."
-    assert "B has no stall; A stalled at step 1870." in result.verdict
-    # B stopped at step 300: the verdict says it cannot vouch for the steps beyond
-    assert any("only up to step 300" in line for line in result.verdict)
+    # B stopped at step 300: of each of A's incidents, that it cannot be told whether B has it
+    assert result.verdict[:2] == (
+        "B was logged only up to step 300, before A collapsed at step 940: whether B has reward_collapse cannot be told.",
+        "B was logged only up to step 300, before A stalled at step 1870: whether B has stall cannot be told.")
     assert any("different primary metrics" in line for line in result.verdict)
     a, b = result.stats_a, result.stats_b
     assert (a.first_step, a.last_step, b.last_step) == (1, 1869, 300)
@@ -43,11 +44,25 @@ def test_fix_without_the_incident(runs) -> None:
     assert b.peak_device_used_gb is not None
 
 
+def test_a_fix_that_stopped_between_the_controls_incidents_avoided_only_what_it_reached(tmp_path: Path) -> None:
+    # A collapsed at 940 and stalled at 1870; B, healthy, was logged to step 1000: it shows it has no
+    # collapse, not that it has no stall.
+    fix = write_run(tmp_path / "fix", RunSpec(last_step=1000, reward=healthy_reward, save_freq_steps=250))
+    [a] = analyze([Path(__file__).parent / "fixtures" / "areal_seed000" / "outputs"]).runs
+    [b] = analyze([fix.fileroot]).runs
+    result = compare(a, b)
+    assert result.avoided is None
+    assert "B has no reward_collapse; A collapsed at step 940." in result.verdict
+    assert ("B was logged only up to step 1000, before A stalled at step 1870: whether B has stall cannot be told."
+            in result.verdict)
+    assert not any(line.startswith("B has no stall") for line in result.verdict)
+
+
 def test_both_collapsed(runs) -> None:
     result = compare(runs["areal_seed000"], runs["areal_seed001"])
     assert result.avoided is False
     assert result.verdict[0] == "B also has reward_collapse: at step 188, earlier than A (collapsed at step 940)."
-    assert "B has no stall; A stalled at step 1870." in result.verdict
+    assert "B was logged only up to step 900, before A stalled at step 1870: whether B has stall cannot be told." in result.verdict
 
 
 def test_control_without_incident(runs) -> None:
@@ -71,7 +86,7 @@ def test_compare_document(runs) -> None:
 def test_compare_page(runs) -> None:
     page = render_compare_html(compare(runs["areal_seed000"], runs["areal_healthy_sparse"]))
     head = page[:page.index('<div class="plot"')]
-    assert "B has no reward_collapse; A collapsed at step 940." in head
+    assert "B was logged only up to step 300, before A collapsed at step 940: whether B has reward_collapse cannot be told." in head
     assert "Whether B avoided A&#x27;s incident cannot be told." in head
     assert "steps/h" in head and "GB" in head and "median step time" in head
     [block] = re.findall(r'<script type="application/json" data-plot="plot-1">(.*?)</script>', page, re.S)
@@ -87,8 +102,8 @@ def test_cli_compare(tmp_path: Path) -> None:
                                  str(here / "areal_healthy_sparse" / "outputs"), "--out", str(out), "--json", "-"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["verdict"][0] == "B has no reward_collapse; A collapsed at step 940."
-    assert "A (control)" in result.stderr and "B has no reward_collapse" in result.stderr
+    assert doc["verdict"][0] == "B was logged only up to step 300, before A collapsed at step 940: whether B has reward_collapse cannot be told."
+    assert "A (control)" in result.stderr and "whether B has reward_collapse cannot be told" in " ".join(result.stderr.split())
     assert (out / "compare.html").stat().st_size < 5_000_000
 
 
