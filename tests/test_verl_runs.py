@@ -160,7 +160,7 @@ def test_a_folder_holding_only_pasted_driver_output_is_read_as_its_files_are(tmp
         "due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 7c0f, IP: 10.0.0.2) over the last time period.\n")
     files = sorted(str(p) for p in pasted.iterdir())
 
-    def events(*paths: str) -> list[tuple]:
+    def events(*paths: str) -> list[dict]:
         result = runner.invoke(app, ["events", *paths, "--no-cache"])
         assert result.exit_code == 0, result.output
         return sorted((e["file"], e["line"], e["kind"]) for e in map(json.loads, result.stdout.splitlines()))
