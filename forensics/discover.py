@@ -100,16 +100,19 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     for given in paths:
         if given not in files:
             sources, problems = _walk(given, custom_format, links)
-            found = _group(given, sources, problems)
-            if not found and (loose := _loose_logs(given)):
-                # A folder of nothing but a driver's output, saved or pasted: its logs read as if named.
-                found, problems = _as_named(given, loose, custom_format)
         elif files[given] in done:
             continue
         else:
             done.add(files[given])
             mine = [f for f, home in files.items() if home == files[given]]
-            found, problems = _as_named(given, mine, custom_format, beside=_left_beside(mine))
+            sources, problems = _classify(mine, custom_format, given=True)
+            problems += _left_beside(mine)
+            if _several_runs(sources):  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
+                for source in sources:
+                    runs.extend(_group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")]))
+                skipped += problems
+                continue
+        found = _group(given, sources, problems)
         runs.extend(found)
         skipped += problems
         if not found and given not in files:
@@ -168,28 +171,6 @@ def _once(runs: list[RunLocation]) -> list[RunLocation]:
 
 #: How a run's log beside the ones given by name, and not given, is said.
 LEFT_BESIDE = "not read: beside the log given"
-
-
-def _as_named(given: Path, logs: list[Path], custom_format: CustomFormat | None,
-              beside: list[str] | None = None) -> tuple[list[RunLocation], list[str]]:
-    """The runs of ``logs`` given by name from one folder (``given``: the first named, or the
-    folder): one run, or one each where they are several runs' (:func:`_several_runs`).
-    ``beside``: what was left beside them (:func:`_left_beside`), said with the run."""
-    sources, problems = _classify(logs, custom_format, given=True)
-    problems += beside or []
-    if not _several_runs(sources):
-        return _group(given, sources, problems), problems
-    # (runA_trainer.log and runB_trainer.log, downloaded side by side)
-    return [run for source in sources
-            for run in _group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")])], problems
-
-
-def _loose_logs(folder: Path) -> list[Path]:
-    """The log files directly in ``folder`` (read only where it holds no run: see :func:`find_runs`)."""
-    try:
-        return sorted(p for p in folder.iterdir() if _LOG_NAME.match(p.name) and p.is_file())
-    except OSError:
-        return []
 
 
 def _several_runs(sources: list[LogSource]) -> bool:

@@ -146,30 +146,6 @@ def test_a_verl_experiment_is_one_run_however_its_parts_are_given(tmp_path: Path
     assert not (paths.root / "grpo-forensics-report").exists()
 
 
-def test_a_folder_holding_only_pasted_driver_output_is_read_as_its_files_are(tmp_path: Path) -> None:
-    # Two drivers' outputs pasted into files of a folder of their own: no run layout, no step. Given
-    # as the folder or file by file, the same events (each file a run of its own, as when named).
-    pasted = tmp_path / "pasted"
-    pasted.mkdir()
-    (pasted / "crash_a.log").write_text(
-        "Traceback (most recent call last):\n"
-        '  File "/usr/lib/python3.10/asyncio/tasks.py", line 650, in _wrap_awaitable\n'
-        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n")
-    (pasted / "oom_b.log").write_text(
-        "(raylet) [2025-11-12 03:12:27,577 E 1379 1379] (raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed "
-        "due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 7c0f, IP: 10.0.0.2) over the last time period.\n")
-    files = sorted(str(p) for p in pasted.iterdir())
-
-    def events(*paths: str) -> list[dict]:
-        result = runner.invoke(app, ["events", *paths, "--no-cache"])
-        assert result.exit_code == 0, result.output
-        return sorted((e["file"], e["line"], e["kind"]) for e in map(json.loads, result.stdout.splitlines()))
-
-    by_folder = events(str(pasted))
-    assert by_folder == events(*files)
-    assert {kind for _, _, kind in by_folder} >= {"actor_died", "host_oom_kill"}
-
-
 def test_a_rotated_consoles_live_part_is_read_as_its_earlier_part(tmp_path: Path) -> None:
     """Rotated by size inside the final traceback, the live ``train.log`` starts with no line a
     format knows: read as ``train.log.1`` is (it was 'no format this tool reads … not read')."""
