@@ -164,6 +164,7 @@ def _read_console(path: Path, keys: str | None = None) -> VerlLog:
     joined, metrics, superseded, steps = read.records, read.metrics, read.superseded, read.steps
     orphans, bad = read.orphans, read.bad
     events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
+    events = _resumed_into(events, pl.concat([metrics, superseded]))
     if not joined.is_empty() and joined["step"].min() == 0 and steps.filter(pl.col("step") == 0).is_empty():
         notes.append("step 0 holds only the validation run before training (val_before_train)")
     if orphans:
@@ -390,6 +391,23 @@ def _with_steps(events: pl.DataFrame, joined: pl.DataFrame) -> pl.DataFrame:
     marks = joined.select(pl.col("line").alias("step_line"), (pl.col("step") + 1).alias("during")).sort("step_line", maintain_order=True)
     placed = events.sort("line").join_asof(marks, left_on="line", right_on="step_line", strategy="backward")
     return placed.with_columns(pl.coalesce("step", "during").alias("step")).select(events.columns)
+
+
+def _resumed_into(events: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
+    """A resume's step: the first training step logged after its line, the one it resumed into (as
+    a relaunch's resume line is, by time, in a timed log), not the step the attempt it ended had in
+    progress. ``values``: every metric row of the log, an abandoned attempt's too."""
+    resumes = events.filter(pl.col("kind") == "run_resumed")
+    if resumes.is_empty():
+        return events
+    validation = _config()["step"]["validation_keys"]
+    trained = (values.filter(~pl.col("key").cast(pl.String).str.contains(validation))
+               .group_by("line").agg(pl.col("step").first().alias("into")).sort("line"))
+    placed = (events.with_row_index("_at").sort("line")
+              .join_asof(trained.select(pl.col("line").alias("_line"), "into"), left_on="line", right_on="_line", strategy="forward")
+              .sort("_at"))
+    resumed = (pl.col("kind") == "run_resumed") & pl.col("into").is_not_null()
+    return placed.with_columns(pl.when(resumed).then(pl.col("into")).otherwise(pl.col("step")).alias("step")).select(events.columns)
 
 
 def _resumes(joined: pl.DataFrame, events: pl.DataFrame, path: str) -> tuple[pl.DataFrame, list[str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import read_line
 from typer.testing import CliRunner
 from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
 
@@ -318,6 +319,9 @@ def test_a_collapse_in_an_attempt_a_restart_abandoned_is_an_incident(tmp_path: P
     assert "step:32 - " in line and "critic/score/mean:np.float64(0.0)" in line
     assert run.metrics.filter((pl.col("key") == "critic/score/mean") & (pl.col("step") == 40))["value"].item() > 0
     assert run.recommendation.step == 60 and "was in an attempt a relaunch abandoned" in run.recommendation.reason
+    # The resume line is at the step it resumed into (31), not the one the abandoned attempt had in progress (46).
+    [resumed] = run.events.filter(pl.col("kind") == "run_resumed").rows(named=True)
+    assert "global_step_30" in read_line(resumed["file"], resumed["line"]) and resumed["step"] == 31
     if ray_session:  # step times rebuilt copy after copy: the abandoned attempt's steps came first
         assert onset.time is not None and onset.time < run.steps.filter(pl.col("step") == 31)["time"].item()
         assert incident.wasted_hours is not None and 0.2 < incident.wasted_hours < 0.25
