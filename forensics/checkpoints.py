@@ -103,7 +103,8 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
             reason = f"No checkpoint was found, so none before the first incident's onset at step {first.onset_step}."
         if complete:
             reason += f" The oldest one (step {min(c.step for c in complete)}) is already after it."
-        return Recommendation(None, None, reason, None, tuple(warnings))
+        # (one saved after the incident ended is still worth naming: the only resume point there is)
+        return Recommendation(None, None, reason, None, tuple(warnings + _after_recovery(complete, incidents)))
     if first.began_after is not None:
         unknown = [c for c in before if c.step > first.began_after]
         before = [c for c in before if c.step <= first.began_after]

@@ -224,6 +224,21 @@ def test_a_slow_decline_is_explained_by_the_failures_logged_as_it_fell(tmp_path:
     assert run.recommendation.step < drop.onset_step
 
 
+def test_an_incident_from_the_first_step_names_the_checkpoint_saved_after_it_ended(tmp_path: Path) -> None:
+    # The server refused from before step 1 until step 20, then answered: no checkpoint precedes the
+    # incident (exit 4), but the ones saved after it ended are the only resume points there are: said.
+    spec = RunSpec(last_step=120, save_freq_steps=10, seed=72, reward=lambda s: 0.0 if s <= 20 else healthy_reward(s))
+    at = {k.step: k.time for k in schedule(spec)}
+    spec = replace(spec, outages=(Outage(start=at[1] - timedelta(seconds=30), end=at[20] + timedelta(seconds=5), kind="refused",
+                                         server_exit=True, server_restart=True),))
+    run = only_run(write_run(tmp_path / "outputs", spec).fileroot)
+    [incident] = run.incidents
+    assert (incident.onset_step, incident.end_step, incident.recovered) == (1, 21, True)
+    assert run.recommendation.checkpoint is None
+    [said] = [w for w in run.recommendation.warnings if "saved after it" in w]
+    assert "ended at step 21 and the run was healthy since: step 120 (" in said
+
+
 def test_steps_stop_while_refusals_go_on_is_a_stall(tmp_path: Path) -> None:
     base = RunSpec(last_step=60, step_seconds=(60, 60))
     end = schedule(base)[-1].time
