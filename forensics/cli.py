@@ -472,7 +472,7 @@ def watch(
     zero_steps: Annotated[int, typer.Option("--zero-steps", help="Steps in a row at one exact reward (e.g. 0) that make a collapse.")] = 5,
     warmup_steps: Annotated[int, typer.Option("--warmup-steps", help="A reward constant since the first step is judged only after this many steps.")] = 10,
     server_down_minutes: Annotated[float, typer.Option("--server-down-minutes", help="A server gone this long, with no relaunch, raises an alarm.")] = 5.0,
-    stop: Annotated[bool, typer.Option("--exit/--keep-going", help="Stop at the first alarm, or keep following.")] = True,
+    stop: Annotated[bool, typer.Option("--exit/--keep-going", help="Stop at the first alarm (and the others of its poll), or keep following.")] = True,
     fail_on_alarm: Annotated[bool, typer.Option("--fail-on-alarm", help="Exit 5 when an alarm fired (for a wrapper script).")] = False,
     on_alarm: Annotated[str | None, typer.Option("--on-alarm", help="Shell command run at each alarm: alarm JSON on stdin, GRPO_FORENSICS_* variables.")] = None,
     wandb_alert: Annotated[bool, typer.Option("--wandb-alert", help="Post a W&B alert to the run's W&B run (needs WANDB_API_KEY).")] = False,

@@ -255,15 +255,19 @@ class Watcher:
         return self._runs.get(run_id)
 
     def follow(self, on_alarm: Callable[[Alarm], bool], *, interval: float = 30.0, timeout: float | None = None) -> int:
-        """Poll every ``interval`` seconds; hand each alarm to ``on_alarm``, stop when it returns
-        ``False`` or after ``timeout`` seconds. Returns how many alarms were raised."""
+        """Poll every ``interval`` seconds; hand each alarm to ``on_alarm``, stop after a poll one of
+        whose alarms it returned ``False`` for, or after ``timeout`` seconds. Every alarm of that
+        poll is handed over all the same: the state has them as raised, and a restarted watch does
+        not raise them again. Returns how many alarms were raised."""
         started = self._clock()
         count = 0
         while True:
+            go_on = True
             for alarm in self.poll():
                 count += 1
-                if not on_alarm(alarm):
-                    return count
+                go_on = on_alarm(alarm) and go_on
+            if not go_on:
+                return count
             if timeout is not None and self._clock() - started + interval > timeout:
                 return count
             _time.sleep(interval)

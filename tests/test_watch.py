@@ -20,7 +20,7 @@ from verl_builder import nccl_hang_run, ray_oom_kill_run, zero_score_run
 
 from forensics import analyze
 from forensics.cli import app
-from forensics.watch import Watcher, WatchSettings, replay
+from forensics.watch import Alarm, Watcher, WatchSettings, replay
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
@@ -326,6 +326,18 @@ def test_a_watch_started_late_alarms_on_what_is_still_going_on_only(tmp_path: Pa
     assert by_kind["server_down"].onset_step == 851
     healthy = Watcher(FIXTURES / "areal_healthy_sparse" / "outputs", state_dir=tmp_path / "s2").poll()
     assert healthy == []
+
+
+def test_stopping_at_the_first_alarm_hands_over_every_alarm_of_its_poll(tmp_path: Path) -> None:
+    # A watch started on seed 000 after the fact raises two at once (the collapse, the dead server).
+    # Stopping at the first must not lose the second: the state has both as raised, and a restarted
+    # watch would never say it.
+    outputs = FIXTURES / "areal_seed000" / "outputs"
+    handed: list[Alarm] = []
+    watcher = Watcher(outputs, state_dir=tmp_path / "state")
+    assert watcher.follow(lambda alarm: handed.append(alarm) and False, interval=0.1, timeout=5) == 2
+    assert [a.kind for a in handed] == ["reward_collapse", "server_down"]
+    assert Watcher(outputs, state_dir=tmp_path / "state").poll() == []
 
 
 def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
