@@ -273,6 +273,22 @@ class Watcher:
             _time.sleep(interval)
 
 
+def _ends_mid_line(path: str | None) -> bool:
+    """Whether the last line of the log at ``path`` is still being written: no newline after it
+    yet. A gzipped log is written whole."""
+    try:
+        with open(path or "", "rb") as log:
+            if log.read(2) == b"\x1f\x8b":
+                return False
+            size = log.seek(0, os.SEEK_END)
+            if not size:
+                return False
+            log.seek(size - 1)
+            return log.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def default_state_dir(path: Path) -> Path:
     """``<cache dir>/watch/<hash of the resolved path>/``: never inside the watched tree."""
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
@@ -557,10 +573,12 @@ class _Follower:
         # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
         steps = steps.sort("time", "step") if steps["time"].null_count() == 0 else steps.sort("file", "line")
         if live and steps.height:
-            # The newest step's table may still be arriving: wait until a later step or the next poll.
+            # The newest step's table may still be arriving: wait until a later step or the next poll,
+            # and for as long as its log ends inside a line (a block-buffered writer's half-written
+            # line, ``critic/score/mean:0.`` of ``0.3125``, read now would be a wrong value).
             newest = steps.row(-1, named=True)
             ident = (newest["step"], newest["line"])
-            if self._held != ident:
+            if self._held != ident or _ends_mid_line(newest["file"]):
                 self._held, self._held_time = ident, newest["time"]
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():

@@ -340,6 +340,32 @@ def test_stopping_at_the_first_alarm_hands_over_every_alarm_of_its_poll(tmp_path
     assert Watcher(outputs, state_dir=tmp_path / "state").poll() == []
 
 
+def test_a_step_line_half_written_for_several_polls_is_not_judged_until_it_is_whole(tmp_path: Path) -> None:
+    # ``python … | tee train.log`` writes verl's console in 8 KB blocks: a step's line can stay cut
+    # after ``critic/score/mean:0.`` for more than one poll. Read then, a healthy 0.39 is 0.0, and
+    # ten such steps made a collapse from step 1.
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    spec = VerlRunSpec(steps=30, era="fixed", file_logger=False,
+                       score=lambda s: 0.0 if s >= 20 else 0.3 + 0.2 * ((s * 37) % 11) / 11)
+    log = write_verl_run(tmp_path / "run", spec).train_log
+    lines = log.read_bytes().splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if b"critic/score/mean" in line and b"step:" in line]
+    log.write_bytes(b"".join(lines[:starts[0]]))
+    watcher = Watcher(tmp_path / "run", state_dir=tmp_path / "state")
+    fired = watcher.poll()
+    for n, i in enumerate(starts):
+        chunk = b"".join(lines[i:starts[n + 1] if n + 1 < len(starts) else len(lines)])
+        cut = chunk.index(b"critic/score/mean:") + len(b"critic/score/mean:") + 2
+        for part, polls in ((chunk[:cut], 2), (chunk[cut:], 1)):
+            with log.open("ab") as out:
+                out.write(part)
+            for _ in range(polls):
+                fired += watcher.poll()
+    [replayed] = replay([tmp_path / "run"])
+    assert [(a.kind, a.onset_step) for a in fired] == [(a.kind, a.onset_step) for a in replayed.alarms] == [("reward_collapse", 20)]
+
+
 def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     result = runner.invoke(app, ["watch", str(tmp_path / "run"), "--state-dir", str(tmp_path / "run" / "s")])
