@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import time as _time
 from collections import Counter, deque
@@ -75,6 +76,7 @@ from forensics.run import RunData, load_run, other_logs
 from forensics.texts import iter_with_messages, table_row
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
+from parsers.schema import ROTATED, stream_of
 
 ALARM_KINDS = ("reward_collapse", "reward_drop", "zero_variance", "dead_loss", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
@@ -463,7 +465,9 @@ class _Follower:
         self._held_time: datetime | None = None
         """The newest step's time while its table is held back: the run was alive then."""
         self._recent: dict[tuple[Any, ...], datetime | None] = {}
-        self._event_mark: datetime | None = None
+        self._event_marks: dict[str, datetime] = {}
+        """Each log's (its rotated parts one) newest event time fed: a log synced from a server's
+        node arrives minutes behind the trainer's, and its lines are no older for it."""
         # the clock: the newest log time, moved on by wall time while the logs are silent
         self._log_now: datetime | None = None
         self._log_now_at: float | None = None
@@ -594,10 +598,15 @@ class _Follower:
 
     def _new_events(self, events: pl.DataFrame) -> list[dict[str, Any]]:
         """Events not fed before, told apart by content so a rotated or recompressed copy of a log
-        is not fed twice; records older than the high-water mark by more than a slack are old."""
+        is not fed twice; records older than their log's high-water mark by more than a slack are old."""
         slack = timedelta(minutes=10)
-        if self._event_mark is not None:
-            events = events.filter(pl.col("time").is_null() | (pl.col("time") >= self._event_mark - slack))
+        stream = stream_of(pl.col("file").cast(pl.String))
+        if self._event_marks:
+            marks = pl.DataFrame({"_stream": list(self._event_marks), "_mark": list(self._event_marks.values())},
+                                 schema={"_stream": pl.String, "_mark": pl.Datetime("ms")})
+            events = (events.with_columns(stream.alias("_stream")).join(marks, on="_stream", how="left", maintain_order="left")
+                      .filter(pl.col("time").is_null() | pl.col("_mark").is_null() | (pl.col("time") >= pl.col("_mark") - slack))
+                      .drop("_stream", "_mark"))
         fresh = []
         for row in (row for part in iter_with_messages(events) for row in part.iter_rows(named=True)):
             key = (row["time"], row["kind"], row["message"]) if row["time"] else (Path(row["file"]).name, row["line"])
@@ -605,10 +614,12 @@ class _Follower:
                 continue
             self._recent[key] = row["time"]
             fresh.append(row)
-            if row["time"] and (self._event_mark is None or row["time"] > self._event_mark):
-                self._event_mark = row["time"]
-        if self._event_mark is not None and len(self._recent) > 10_000:
-            floor = self._event_mark - slack
+            if row["time"]:
+                log = re.sub(ROTATED, "", row["file"], count=1)
+                if log not in self._event_marks or row["time"] > self._event_marks[log]:
+                    self._event_marks[log] = row["time"]
+        if self._event_marks and len(self._recent) > 10_000:
+            floor = min(self._event_marks.values()) - slack
             self._recent = {k: t for k, t in self._recent.items() if t is None or t >= floor}
             if len(self._recent) > 100_000:  # untimed records only: keep the newest
                 self._recent = dict(list(self._recent.items())[-50_000:])

@@ -11,8 +11,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import tree_state
 from typer.testing import CliRunner
@@ -364,6 +366,26 @@ def test_a_step_line_half_written_for_several_polls_is_not_judged_until_it_is_wh
                 fired += watcher.poll()
     [replayed] = replay([tmp_path / "run"])
     assert [(a.kind, a.onset_step) for a in fired] == [(a.kind, a.onset_step) for a in replayed.alarms] == [("reward_collapse", 20)]
+
+
+def test_a_server_log_synced_minutes_late_still_has_its_lines_fed() -> None:
+    # A server log copied from its node every few minutes arrives behind the trainer's: its lines
+    # are older than the trainer's newest when they come, not old news (nor a rotated copy's).
+    from forensics.watch import _Follower
+    from parsers.schema import EVENT_SCHEMA
+
+    def events(file: str, minutes: list[int], kind: str) -> pl.DataFrame:
+        t0 = datetime(2025, 11, 18, 16, 0)
+        rows = [(t0 + timedelta(minutes=m), None, "sglang", kind, "error", file, n + 1, f"{kind} at {m}")
+                for n, m in enumerate(minutes)]
+        return pl.DataFrame(rows, schema=list(EVENT_SCHEMA), orient="row").cast(EVENT_SCHEMA)
+
+    follower = _Follower("run", WatchSettings())
+    assert len(follower._new_events(events("/r/trainer.log", [0, 30, 60], "request_timeout"))) == 3
+    late = events("/r/llm_server.log", [0, 1, 2], "server_exit")
+    assert [e["line"] for e in follower._new_events(late)] == [1, 2, 3]
+    assert follower._new_events(late) == []  # (fed once)
+    assert follower._new_events(events("/r/trainer.log.1", [0, 30], "request_timeout")) == []  # a rotated copy's lines
 
 
 def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
