@@ -33,21 +33,28 @@ def alarm_environment(alarm: Alarm, report: Path | None) -> dict[str, str]:
 
 
 def run_command(command: str, alarm: Alarm, *, report: Path | None = None, timeout: float = 600.0) -> str:
-    """Run ``command`` through the shell with the alarm as JSON on stdin and in the environment."""
+    """Run ``command`` through the shell with the alarm as JSON on stdin and in the environment.
+    What it prints goes to standard error: standard output is the alarms' (``watch --json | jq``)."""
     env = {**os.environ, **alarm_environment(alarm, report)}
     payload = json.dumps({**alarm.to_dict(), "report": str(report) if report else None})
     try:
-        done = subprocess.run(command, shell=True, input=payload, text=True, env=env, timeout=timeout, check=False)
+        done = subprocess.run(command, shell=True, input=payload, text=True, env=env, timeout=timeout, check=False,
+                              stdout=2)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"--on-alarm command failed: {exc}"
     return f"--on-alarm command exited {done.returncode}"
 
 
-def write_report(run: RunData, out_dir: Path) -> Path:
-    """The HTML report of the run as it is now."""
+def write_report(run: RunData, out_dir: Path) -> tuple[Path | None, str]:
+    """The HTML report of the run as it is now, and the line that says where, or why there is none
+    (a full disk, a folder that cannot be made): the alarm goes on to be told all the same."""
     from reports import write_html
 
-    return write_html(Analysis([analyze_run(run, Thresholds())]), out_dir)
+    try:
+        report = write_html(Analysis([analyze_run(run, Thresholds())]), out_dir)
+    except OSError as exc:
+        return None, f"--report-dir: no report written ({exc.strerror or exc}: {exc.filename or out_dir})"
+    return report, f"report: {report}"
 
 
 def post_wandb_alert(alarm: Alarm, run: RunData) -> str:

@@ -520,13 +520,13 @@ def watch(
         def handle(alarm: Any) -> bool:
             fired.append(alarm)
             run = watcher.run(alarm.run_id)
-            report = act.write_report(run, report_dir) if report_dir is not None and run is not None else None
+            report, said = act.write_report(run, report_dir) if report_dir is not None and run is not None else (None, None)
             if as_json:
                 sys.stdout.write(json.dumps({**alarm.to_dict(), "report": str(report) if report else None}) + "\n")
                 sys.stdout.flush()
             print_alarm(alarm, console)
-            if report:
-                console.print(f"report: {report}", markup=False)
+            if said:
+                console.print(said, markup=False)
             if on_alarm:
                 console.print(act.run_command(on_alarm, alarm, report=report), markup=False)
             if wandb_alert and run is not None:

@@ -420,6 +420,25 @@ def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp
     assert quiet.exit_code == 0, quiet.output
 
 
+def test_an_alarm_whose_report_cannot_be_written_is_still_told_and_acted_on(tmp_path: Path) -> None:
+    # --report-dir below a regular file (a typo, a read-only mount, a full disk): the alarm was lost
+    # (exit 2, never printed, --on-alarm never run, and recorded as raised). What the command prints
+    # stays off the JSON lines on stdout.
+    outputs = FIXTURES / "sglang_healthy_collapse" / "outputs"
+    (tmp_path / "file").write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30", "--json",
+         "--state-dir", str(tmp_path / "state"), "--report-dir", str(tmp_path / "file" / "report"),
+         "--on-alarm", f"cat > {tmp_path}/alarm.json; echo hook says hello"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [alarm] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (alarm["kind"], alarm["onset_step"], alarm["report"]) == ("reward_collapse", 120, None)
+    assert json.loads((tmp_path / "alarm.json").read_text())["kind"] == "reward_collapse"
+    assert "--report-dir: no report written" in done.stderr and "hook says hello" in done.stderr
+
+
 @pytest.mark.parametrize("option", [("--interval", "-1"), ("--interval", "nan"), ("--timeout", "nan"), ("--timeout", "-5"),
                                     ("--zero-steps", "0"), ("--server-down-minutes", "inf")])
 def test_watch_numbers_that_mean_nothing_are_bad_input(option: tuple[str, str]) -> None:
