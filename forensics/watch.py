@@ -111,6 +111,11 @@ class WatchSettings:
         return {**out, **self.thresholds.to_dict()}
 
 
+def alarm_key(run_id: str, kind: str, onset_step: int | None) -> str:
+    """What makes an alarm the same one after a restart of ``watch``."""
+    return f"{run_id}|{kind}|{onset_step}"
+
+
 @dataclass(frozen=True)
 class Alarm:
     """An incident that has started: what, at which step and time, why, and the lines that show it."""
@@ -130,7 +135,7 @@ class Alarm:
     @property
     def key(self) -> str:
         """What makes an alarm the same one after a restart of ``watch``."""
-        return f"{self.run_id}|{self.kind}|{self.onset_step}"
+        return alarm_key(self.run_id, self.kind, self.onset_step)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -239,11 +244,17 @@ class Watcher:
             if follower is None:
                 follower = self._followers[location.run_id] = _Follower(location.run_id, self.settings)
             triggers = follower.feed(run, live_now=self._clock())
+            current = triggers
             if catching_up:  # of the history, only the incidents still going on: the last of each kind, if open
                 last = {t.kind: t for t in triggers}
-                triggers = [t for t in last.values() if follower.still_open(t.kind)]
+                current = [t for t in last.values() if follower.still_open(t.kind)]
             attributed = Attribution(_own_events(run))
             for trigger in triggers:
+                if not any(trigger is t for t in current):
+                    # (history a watch before this one raised: what it told folds what follows, as it did then)
+                    if self._state.has(alarm_key(location.run_id, trigger.kind, trigger.onset_step)):
+                        follower.new_news(trigger, _alarm(run, trigger, as_of_trigger=False, attributed=attributed))
+                    continue
                 alarm = _alarm(run, trigger, as_of_trigger=False, attributed=attributed)
                 if not follower.new_news(trigger, alarm):
                     if alarm.key not in {a.key for a in self.folded}:  # (each once, as raised ones are)
@@ -1051,6 +1062,10 @@ class _State:
             self._raised: dict[str, dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["raised"]
         except (OSError, ValueError, KeyError, TypeError):
             self._raised = {}
+
+    def has(self, key: str) -> bool:
+        """Whether the alarm of ``key`` (:attr:`Alarm.key`) was raised before."""
+        return key in self._raised
 
     def add(self, alarm: Alarm) -> bool:
         """Record ``alarm``; ``False`` when it was raised before."""

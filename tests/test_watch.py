@@ -388,6 +388,43 @@ def test_a_server_log_synced_minutes_late_still_has_its_lines_fed() -> None:
     assert follower._new_events(events("/r/trainer.log.1", [0, 30], "request_timeout")) == []  # a rotated copy's lines
 
 
+def _written_at(line: bytes, before: datetime) -> datetime:
+    """When a line was logged: its AReaL or SGLang stamp, else the line's before it."""
+    if found := re.search(rb"(\d{8}-\d{2}:\d{2}:\d{2})", line[:40]):
+        return datetime.strptime(found.group(1).decode(), "%Y%m%d-%H:%M:%S")
+    if found := re.search(rb"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", line):
+        return datetime.strptime(found.group(1).decode(), "%Y-%m-%d %H:%M:%S")
+    return before
+
+
+def test_a_restarted_watch_folds_what_the_watch_before_it_would_have(tmp_path: Path) -> None:
+    # seed 001: followed to step 260 (the server's errors and the collapse at 188, alarmed), stopped,
+    # started again at the run's end. The server dying again at 851 is the same incident, its cause
+    # told already: folded, as a watch that never stopped (and --replay) folds it — not paged again.
+    source, run = trial_dir("areal_seed001"), tmp_path / "outputs" / "logs" / "root" / "exp" / "trial0"
+    run.mkdir(parents=True)
+    parts: dict[str, list[tuple[datetime, bytes]]] = {}
+    for log in sorted(source.glob("*.log*")):
+        data = log.read_bytes()
+        when = datetime.min
+        for line in (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).splitlines(keepends=True):
+            when = _written_at(line, when)
+            parts.setdefault(log.name.removesuffix(".gz"), []).append((when, line))
+    cut = next(when for when, line in parts["trainer.log"] if b"Train step 260/" in line)
+
+    def write(upto: bool) -> None:
+        for name, lines in parts.items():
+            with (run / name).open("ab") as out:
+                out.writelines(line for when, line in lines if (when <= cut) == upto)
+
+    write(True)
+    before = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state").poll()
+    assert {a.kind for a in before} >= {"reward_collapse"}
+    write(False)
+    again = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state").poll()
+    assert again == [], [(a.kind, a.onset_step) for a in again]
+
+
 def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     result = runner.invoke(app, ["watch", str(tmp_path / "run"), "--state-dir", str(tmp_path / "run" / "s")])
