@@ -611,8 +611,8 @@ class _Follower:
         """Events not fed before, told apart by content so a rotated or recompressed copy of a log
         is not fed twice; records older than their log's high-water mark by more than a slack are old."""
         slack = timedelta(minutes=10)
-        stream = stream_of(pl.col("file").cast(pl.String))
         if self._event_marks:
+            stream = stream_of(pl.col("file").cast(pl.String))
             marks = pl.DataFrame({"_stream": list(self._event_marks), "_mark": list(self._event_marks.values())},
                                  schema={"_stream": pl.String, "_mark": pl.Datetime("ms")})
             events = (events.with_columns(stream.alias("_stream")).join(marks, on="_stream", how="left", maintain_order="left")
