@@ -403,10 +403,16 @@ class _Levels:
 def _last_run(values: list[float], t: Thresholds) -> list[tuple[int, int]]:
     """``(start, length)`` of the run of one finite value the log ends in, if ``t.end_run`` to
     ``t.min_run`` steps long (a longer one is among the long runs already)."""
+    length = _tail_length(values)
+    return [(len(values) - length, length)] if finite_value(values[-1] if values else None) and t.end_run <= length < t.min_run else []
+
+
+def _tail_length(values: list[float]) -> int:
+    """How many of the last ``values`` are one value (0 for none)."""
     length = 0
     while length < len(values) and same_value(values[-1 - length], values[-1]):
         length += 1
-    return [(len(values) - length, length)] if finite_value(values[-1] if values else None) and t.end_run <= length < t.min_run else []
+    return length
 
 
 def collapse_before_stop(frame: pl.DataFrame, key: str, t: Thresholds) -> Finding | None:
@@ -419,9 +425,7 @@ def collapse_before_stop(frame: pl.DataFrame, key: str, t: Thresholds) -> Findin
     values = frame["value"].to_list()
     if not values or not finite_value(values[-1]):
         return None
-    length = 1
-    while length < len(values) and same_value(values[-1 - length], values[-1]):
-        length += 1
+    length = _tail_length(values)
     start, value = len(values) - length, values[-1]
     history = [v for v in values[:start] if finite_value(v)]
     if not 2 <= length < t.end_run or not history or value > min(history):

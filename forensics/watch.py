@@ -34,7 +34,6 @@ import itertools
 import json
 import math
 import os
-import re
 import statistics
 import time as _time
 from collections import Counter, deque
@@ -76,7 +75,7 @@ from forensics.run import RunData, load_run, other_logs
 from forensics.texts import iter_with_messages, table_row
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
-from parsers.schema import ROTATED, stream_of
+from parsers.schema import stream_of
 
 ALARM_KINDS = ("reward_collapse", "reward_drop", "zero_variance", "dead_loss", "nan_inf", "server_errors", "server_down", "stall", "crash")
 _REFUSALS = frozenset({"connection_refused", "connection_reset"})
@@ -611,24 +610,23 @@ class _Follower:
         """Events not fed before, told apart by content so a rotated or recompressed copy of a log
         is not fed twice; records older than their log's high-water mark by more than a slack are old."""
         slack = timedelta(minutes=10)
+        events = events.with_columns(stream_of(pl.col("file")).alias("_stream"))
         if self._event_marks:
-            stream = stream_of(pl.col("file").cast(pl.String))
             marks = pl.DataFrame({"_stream": list(self._event_marks), "_mark": list(self._event_marks.values())},
                                  schema={"_stream": pl.String, "_mark": pl.Datetime("ms")})
-            events = (events.with_columns(stream.alias("_stream")).join(marks, on="_stream", how="left", maintain_order="left")
+            events = (events.join(marks, on="_stream", how="left", maintain_order="left")
                       .filter(pl.col("time").is_null() | pl.col("_mark").is_null() | (pl.col("time") >= pl.col("_mark") - slack))
-                      .drop("_stream", "_mark"))
+                      .drop("_mark"))
         fresh = []
         for row in (row for part in iter_with_messages(events) for row in part.iter_rows(named=True)):
+            log = row.pop("_stream")
             key = (row["time"], row["kind"], row["message"]) if row["time"] else (Path(row["file"]).name, row["line"])
             if key in self._recent:
                 continue
             self._recent[key] = row["time"]
             fresh.append(row)
-            if row["time"]:
-                log = re.sub(ROTATED, "", row["file"], count=1)
-                if log not in self._event_marks or row["time"] > self._event_marks[log]:
-                    self._event_marks[log] = row["time"]
+            if row["time"] and (log not in self._event_marks or row["time"] > self._event_marks[log]):
+                self._event_marks[log] = row["time"]
         if self._event_marks and len(self._recent) > 10_000:
             floor = min(self._event_marks.values()) - slack
             self._recent = {k: t for k, t in self._recent.items() if t is None or t >= floor}

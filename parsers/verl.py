@@ -375,11 +375,14 @@ def _rows(values: pl.DataFrame, path: str) -> pl.DataFrame:
     return conform(values.with_columns(pl.lit(path).alias("file"), pl.lit("verl").alias("source")), METRIC_SCHEMA)
 
 
+def _training(metrics: pl.DataFrame) -> pl.DataFrame:
+    """The training values of ``metrics``: not the validation run's (a validation-only line is no step)."""
+    return metrics.filter(~pl.col("key").cast(pl.String).str.contains(_config()["step"]["validation_keys"]))
+
+
 def _steps(metrics: pl.DataFrame, path: str) -> pl.DataFrame:
     """Training steps (a validation-only line is not one), each at the last line that logged it."""
-    validation = _config()["step"]["validation_keys"]
-    training = metrics.filter(~pl.col("key").cast(pl.String).str.contains(validation))
-    rows = training.group_by("step").agg(pl.col("line").max()).sort("step")
+    rows = _training(metrics).group_by("step").agg(pl.col("line").max()).sort("step")
     return conform(rows.with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
 
 
@@ -397,12 +400,9 @@ def _resumed_into(events: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
     """A resume's step: the first training step logged after its line, the one it resumed into (as
     a relaunch's resume line is, by time, in a timed log), not the step the attempt it ended had in
     progress. ``values``: every metric row of the log, an abandoned attempt's too."""
-    resumes = events.filter(pl.col("kind") == "run_resumed")
-    if resumes.is_empty():
+    if not (events["kind"] == "run_resumed").any():
         return events
-    validation = _config()["step"]["validation_keys"]
-    trained = (values.filter(~pl.col("key").cast(pl.String).str.contains(validation))
-               .group_by("line").agg(pl.col("step").first().alias("into")).sort("line"))
+    trained = _training(values).group_by("line").agg(pl.col("step").first().alias("into")).sort("line")
     placed = (events.with_row_index("_at").sort("line")
               .join_asof(trained.select(pl.col("line").alias("_line"), "into"), left_on="line", right_on="_line", strategy="forward")
               .sort("_at"))
