@@ -97,6 +97,19 @@ def test_files_named_in_reverse_of_their_order_are_sorted_by_name() -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
+def test_files_whose_rows_lie_together_are_sorted_as_by_all_three_keys(seed: int) -> None:
+    """Each file's rows together in line order, as readers leave them (the files in any order):
+    one sort by time over the files in name order. Judged a few rows at a time, as a flood is."""
+    rng = random.Random(seed)
+    names = rng.sample(["/r/b.log", "/r/a.log", "/r/c.log", "/r/d.log"], k=rng.randint(1, 4))
+    events = pl.concat([_events(rng.randint(0, 400), seed + i).with_columns(pl.lit(name, pl.Categorical).alias("file"))
+                        for i, name in enumerate(names)])
+    expected = events.sort("time", "file", "line", nulls_last=True, maintain_order=True)
+    _sort_by_time(events, rows=rng.choice([1, 7, 64, 1 << 20]))
+    assert events.equals(expected)
+
+
+@pytest.mark.parametrize("seed", range(6))
 def test_rows_where_keeps_what_a_filter_keeps(seed: int) -> None:
     """One run of rows (sliced, not copied) or scattered ones, with nulls: the filter's rows."""
     rng = random.Random(seed)
