@@ -143,13 +143,15 @@ def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:
 
 
 def _pairs_per_row(head: list[str], prefixes: list[str]) -> int:
-    """Key/value pairs per table row, from the first table's top border (AReaL prints 4)."""
+    """Key/value pairs per table row: AReaL prints 4, and fewer in a table of fewer values (realhf's
+    time tables of 2 or 3, often a log's first); more only where a border in the head shows more."""
+    widest = 4
     for line in head:
         for regex in prefixes:
             line = re.sub(regex, "", line, count=1)
         if line.startswith("╒"):
-            return max(1, (line.count("╤") + 1) // 2)
-    return 4
+            widest = max(widest, (line.count("╤") + 1) // 2)
+    return widest
 
 
 def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: int) -> dict[str, pl.LazyFrame]:
@@ -245,7 +247,6 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         text.str.contains("Training completes! Total time elapsed", literal=True).alias("completes"),
         pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER, r"\(global step (\d+)\) finishes\.", " finishes.")).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
-        text.str.contains(_TIME_TABLE_ANCHOR).alias("timing_table"),
     ).filter(pl.any_horizontal(pl.col("lite_step", "planned", "realhf_step").is_not_null()) | pl.col("completes") | pl.col("anchor"))
     # Untimed lines matter as traceback starts and exceptions, and through their neighbours among
     # the untimed lines (is the traceback chained?): those, and each batch's first and last untimed
@@ -439,11 +440,11 @@ def _table_metrics(
     if runs.is_empty():
         return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("top")
-    anchors = marks.filter("anchor").select(pl.col("line").alias("anchor"), "timing_table").sort("anchor")
+    anchors = marks.filter("anchor").select(pl.col("line").alias("anchor")).sort("anchor")
     # A table belongs to the stats anchor just above its top border (a few lines at most);
-    # AReaL-lite prints tables after their step header, realhf before it.
+    # AReaL-lite prints tables after their step header, realhf before it (its RPCs' time stats too).
     tables = tops.join_asof(anchors, left_on="top", right_on="anchor", strategy="backward").filter(
-        (pl.col("top") - pl.col("anchor") <= 3) & ~pl.col("timing_table")
+        pl.col("top") - pl.col("anchor") <= 3
     )
     by_era = {era: headers.filter(pl.col("era") == era).select(pl.col("line").alias("header"), "step", "time") for era in ("lite", "realhf")}
     owned = (

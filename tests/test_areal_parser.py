@@ -104,16 +104,45 @@ def test_a_realhf_table_its_header_has_not_followed_yet_is_no_steps_before(tmp_p
     whole = write_run(tmp_path / "outputs", spec).trainer_log
     lines = whole.read_text().splitlines(keepends=True)
     last_header = max(i for i, line in enumerate(lines) if "(global step 6) finishes" in line)
-    top = max(i for i in range(last_header) if lines[i].lstrip("\x1b[0123456789m").startswith("╒"))
+    returns = max(i for i in range(last_header) if "RPC name actor_train returns" in lines[i])
+    top = next(i for i in range(returns, last_header) if lines[i].lstrip("\x1b[0123456789m").startswith("╒"))
     cut = tmp_path / "trainer.log"
     cut.write_text("".join(lines[: top + 1 + rows]))
     log = read_areal_log(cut)
     assert log.steps["step"].to_list() == [1, 2, 3, 4, 5]
     assert not log.metrics.filter(pl.struct("step", "key").is_duplicated()).height
     assert values(log, "ppo_actor/task_reward/avg") == {s: pytest.approx(0.1 * s) for s in range(1, 6)}
-    written = sum(line.startswith("│") for line in lines[top + 1 : top + 1 + rows])  # (fancy_grid rules between rows)
+    header_5 = max(i for i, line in enumerate(lines) if "(global step 5) finishes" in line)
+    # (the step's tables before its header: the generation's time stats, then the cut one; fancy_grid rules between rows)
+    written = sum(line.startswith("│") for line in lines[header_5 : top + 1 + rows])
     orphans = [n for n in log.notes if "belong to no step header" in n]
-    assert orphans == ([f"{written} table rows belong to no step header (pasted or cut-off tables)"] if rows else [])
+    assert orphans == [f"{written} table rows belong to no step header (pasted or cut-off tables)"]
+
+
+def test_realhf_time_tables_are_their_steps_and_leave_the_stats_tables_whole(tmp_path: Path) -> None:
+    """realhf prints each RPC's time stats (2 or 3 values: a narrower table, often a log's first)
+    before the step's header, as it does the step's stats: each is its own step's, and the stats
+    tables after it are read whole, 4 pairs a row."""
+    lines = []
+    for step in range(1, 6):
+        t = f"20250101-10:{step:02d}:00.000"
+        lines += [
+            f"{GREEN}{t} realhf.system.model_function_call INFO: Model rpc actor_gen finished. "
+            f"Request-reply time 1.0000s. Detailed time stats:{RESET}",
+            tabulate_stats({"timeperf/actor_generate/pre-data_transfer": 0.1,
+                            "timeperf/actor_generate/main": 10.0 + step}, floatfmt=".2f") + ".",
+            f"{GREEN}{t} realhf.system.model_function_call INFO: RPC name actor_train returns{RESET}",
+            tabulate_stats({f"ppo_actor/key{i}": step + i / 100 for i in range(16)}),
+            f"{GREEN}{t} master worker INFO: Epoch 1/1 step {step}/5 (global step {step}) finishes. "
+            f"#End to end# execution time: *1.000*s. Total time consumption: 1.000s. {RESET}",
+        ]
+    path = tmp_path / "master_worker-0"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_areal_log(path)
+    assert values(log, "timeperf/actor_generate/main") == {s: 10.0 + s for s in range(1, 6)}
+    for i in range(16):
+        assert values(log, f"ppo_actor/key{i}") == {s: pytest.approx(s + i / 100) for s in range(1, 6)}
+    assert log.notes == ()
 
 
 @pytest.mark.parametrize("actor", ["MasterWorker", "master_worker/0"])  # (AReaL's tutorial shows the second)
