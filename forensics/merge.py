@@ -85,6 +85,24 @@ def step_units(reference: pl.DataFrame, copy: pl.DataFrame) -> StepUnits:
     return best
 
 
+#: Keys AReaL's actor puts in a step's first minibatch record only: the batch's, not an update's.
+_BATCH_KEYS = r"task_reward|^rollout/|^timeperf/"
+
+
+def areal_copy_units(copy: pl.DataFrame) -> StepUnits:
+    """An AReaL copy's steps with no log to compare against. StatsLogger hands W&B and TensorBoard
+    the 0-based global step (its log and checkpoints count from 1); with k minibatches it logs a
+    step's k updates at steps k·g … k·g+k−1, the batch's own keys (rewards, timers) only at the
+    first, so their steps' stride is k while the updates' fill the steps between."""
+    stepped = copy.filter(pl.col("step").is_not_null())
+    batch = stepped.filter(pl.col("key").cast(pl.String).str.contains(_BATCH_KEYS))["step"].unique().sort()
+    strides = batch.diff().drop_nulls()
+    k = int(strides.min()) if strides.len() else 1
+    minibatches = (k > 1 and (batch % k == 0).all() and (strides % k == 0).all()
+                   and stepped["step"].n_unique() >= 1.5 * batch.len())
+    return StepUnits(scale=k, offset=1) if minibatches else StepUnits(offset=1)
+
+
 def _matching(ref: pl.DataFrame, other: pl.DataFrame, units: StepUnits) -> float:
     """The share of the log's values the copy's (their mean, per step) match, to the log's printed precision."""
     means = other.group_by(units.of(pl.col("step")).alias("step"), "key").agg(pl.col("value").mean())

@@ -24,7 +24,7 @@ from forensics.detect import keys_matching
 from forensics.discover import LEFT_BESIDE, UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
-from forensics.merge import StepUnits, merge_sources, per_log_step, step_units
+from forensics.merge import StepUnits, areal_copy_units, merge_sources, per_log_step, step_units
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
 from forensics.readers import COPY_SOURCES, LINEAGE, READERS, SOURCE_READERS, read
@@ -462,9 +462,13 @@ def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFra
             units = step_units(reference, copy)
             why = "so that its values line up with the text log's"
         else:
-            units = StepUnits(offset=1 if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else 0)
+            units = areal_copy_units(copy) if keys_matching(copy, r"^(?:grpo|ppo)_actor/") else StepUnits()
             why = "AReaL logs its 0-based global_step there; its trainer log and checkpoints count from 1"
-        if units.scale > 1:
+        if units.scale > 1 and reference is None:
+            notes.append(f"{name} steps are minibatch updates, {units.scale} to each training step (AReaL logs a step's "
+                         f"{units.scale} updates at steps of their own, its rewards at the first): shown as that step "
+                         f"(step // {units.scale} {units.offset:+d}, their values averaged, as its log averages them)")
+        elif units.scale > 1:
             notes.append(f"{name} steps are micro-steps, {units.scale} to each of the text log's steps: shown as that step "
                          f"(step // {units.scale}{f' {units.offset:+d}' if units.offset else ''}, their values averaged, "
                          "as the log averages them)")

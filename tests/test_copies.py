@@ -111,6 +111,36 @@ def test_tensorboard_copy_alone_gives_the_same_onset(console, tmp_path: Path) ->
     assert collapse.cause == "unknown" and "No text log was found, only copies of the run's numbers" in collapse.summary
 
 
+def as_minibatches(rows: list, k: int) -> list:
+    """AReaL's StatsLogger with ``k`` minibatches a step: each update's record at a step of its
+    own (``log_step = max(global_step, last + 1)``, then ``log_step + i``), the batch's reward in
+    the first only (areal/utils/stats_logger.py, areal/engine/ppo/actor.py at v0.4.0)."""
+    out, last = [], -1
+    for global_step, row in rows:
+        updates = [{key: value + (i - (k - 1) / 2) / 100 for key, value in row.items() if "task_reward" not in key} for i in range(k)]
+        updates[0] |= {key: value for key, value in row.items() if "task_reward" in key}
+        at = max(global_step, last + 1)
+        out += [(at + i, update) for i, update in enumerate(updates)]
+        last = at + k - 1
+    return out
+
+
+@pytest.mark.parametrize("copy", ["wandb", "tensorboard"])
+def test_an_areal_copy_with_minibatches_alone_is_read_in_training_steps(console, tmp_path: Path, copy: str) -> None:
+    """Four minibatches a step put a step's updates at four W&B/TensorBoard steps: the copy is
+    steps 1-100 with the collapse at its step, not 400 steps with it at step 277."""
+    _, rows = console
+    spread = as_minibatches(rows, 4)
+    (write_wandb if copy == "wandb" else write_tensorboard)(tmp_path / "copy", spread)
+    [run] = analyze([tmp_path / "copy"]).runs
+    assert run.step_range()["first"] == 1 and run.step_range()["last"] == 100
+    assert [i.onset_step for i in run.incidents if i.kind == "reward_collapse"] == [ONSET]
+    assert any(n.startswith(f"{copy} steps are minibatch updates, 4 to each training step") for n in run.notes), run.notes
+    loss = run.metrics.filter(pl.col("key") == "grpo_actor/actor_loss/avg").sort("step")
+    expected = dict(rows)[9]["grpo_actor/actor_loss/avg"]  # (the four updates' mean: the step's value)
+    assert loss.filter(pl.col("step") == 10)["value"].item() == pytest.approx(expected)
+
+
 def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path) -> None:
     paths, rows = console
     import shutil
