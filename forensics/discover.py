@@ -598,11 +598,14 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             if above is not None:
                 by_root[above].extend(by_root.pop(root))
     roots = sorted(by_root)
+    boards = {s.path.parent for s in sources if s.kind == "tensorboard"}
     for source in sources:
         if source.kind in COPY_KINDS:
             # ``wandb/`` sits in the run's log folder; event files anywhere below it; a Trainer's
             # state in its output_dir's checkpoint-N/.
             home = source.path.parent.parent if source.kind == "trl_state" else source.path.parent
+            if source.kind == "tensorboard":  # (add_scalars writes ``<logdir>/<tag>/<name>/``: the logdir's)
+                home = next((folder for folder in reversed(home.parents) if folder in boards), home)
             # (a session given as the path: its own logs/, read as given, is the run)
             owner = next((r for r in reversed(roots) if r in (home, source.path) or r in home.parents or source.path in r.parents), home)
             by_root.setdefault(owner, []).append(source)

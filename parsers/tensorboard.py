@@ -18,7 +18,8 @@ time (:func:`_simple_scalar`); the others are decoded field by field here.
 A restarted writer adds a new file to the same folder, going back to the step it resumed from:
 files are ordered by their first ``wall_time``, and an earlier file's values of a tag from that
 step on are an abandoned attempt's (``superseded``), as TensorBoard purges them. Events in a sub-folder (torch/
-tensorboardX ``add_scalars``) get the folder as a key prefix: ``loss/train/loss``.
+tensorboardX ``add_scalars``) get the folder as a key prefix: ``loss/train/loss``; discovery reads
+them as the run of the logdir above them that holds event files too.
 Keys are relative to the deepest folder holding all files read, so sibling run folders read
 together are told apart by their folder name. ``line`` holds the 1-based record index in its file.
 

@@ -141,6 +141,22 @@ def test_an_areal_copy_with_minibatches_alone_is_read_in_training_steps(console,
     assert loss.filter(pl.col("step") == 10)["value"].item() == pytest.approx(expected)
 
 
+def test_add_scalars_sub_folders_are_series_of_their_logdirs_run(tmp_path: Path) -> None:
+    """``add_scalars("response_length", {...})`` writes each series in ``<logdir>/response_length/<name>/``:
+    they are the logdir's run's series, not runs of their own (best-checkpoint refused the folder
+    as three runs)."""
+    logdir = tmp_path / "tensorboard_log" / "proj" / "exp"
+    writer = tensorboardX.SummaryWriter(str(logdir))
+    for step in range(1, 61):
+        writer.add_scalar("critic/score/mean", 0.0 if step >= 40 else 0.55 + step % 7 / 50, step)
+        writer.add_scalars("response_length", {"mean": 300.0 + step, "max": 1024.0}, step)
+    writer.close()
+    [run] = analyze([logdir]).runs
+    keys = set(run.metrics["key"].cast(pl.String).unique())
+    assert {"response_length/mean/response_length", "response_length/max/response_length"} < keys
+    assert [i.onset_step for i in run.incidents if i.kind == "reward_collapse"] == [40]
+
+
 def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path) -> None:
     paths, rows = console
     import shutil
