@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
-from parsers._lines import open_log
+from parsers._lines import head_bytes, open_log
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
@@ -524,9 +524,8 @@ def utf16(path: Path) -> bool:
     """Whether ``path`` is UTF-16 text (a Windows tool's copy, PowerShell's ``>``): the readers read
     UTF-8 bytes, and every other byte of it is a NUL."""
     try:
-        with path.open("rb") as f:
-            head = f.read(4096)
-    except OSError:
+        head = head_bytes(path, 4096)  # (past a ``copytruncate`` hole of zeros: no sign of UTF-16)
+    except (OSError, EOFError):
         return False
     return head[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(head) >= 64 and head.count(0) > len(head) // 3)
 

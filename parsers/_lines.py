@@ -183,6 +183,13 @@ class _GzipTolerant:
         self._text += len(out)
         return bytes(out)
 
+    def skip_zeros(self) -> None:
+        """Go past the zeros the text starts with (a ``copytruncate`` hole, gzipped with its log)."""
+        while chunk := self.read(1 << 20):
+            if rest := chunk.lstrip(b"\0"):
+                self._salvaged, self._text = rest + self._salvaged, self._text - len(rest)
+                return
+
     def _say(self, what: str) -> None:
         _damage[self._path] = f"gzip stream {what}"
 
@@ -435,13 +442,14 @@ def _blocks(path: Path, size: int) -> Iterator[bytes]:
     fd = os.open(path, os.O_RDONLY)  # opened once: a session's thousands of small files
     try:
         if os.pread(fd, 2, 0) != b"\x1f\x8b":
-            for _, block in _positioned_blocks(fd, size):
+            for _, block in _positioned_blocks(fd, size, _data_start(fd)):
                 yield block
             return
     finally:
         os.close(fd)
     rest = _Line()  # the line a read ended in, to be finished by the next
     with open_log(path) as fh:
+        fh.skip_zeros()
         while block := fh.read(size):
             cut = block.rfind(b"\n") + 1
             if not cut:
@@ -510,5 +518,32 @@ def _last_line_end(fd: int, offset: int, size: int) -> int | None:
 
 def sniff(path: Path, n_bytes: int = 1 << 20) -> str:
     """The first ``n_bytes`` of ``path`` (decompressed, lossily decoded) for format detection."""
+    return head_bytes(path, n_bytes).decode("utf-8", errors="replace").removeprefix("\ufeff")
+
+
+def head_bytes(path: Path, n_bytes: int) -> bytes:
+    """The first ``n_bytes`` of ``path`` (decompressed) past a hole of zeros at its start (see
+    :func:`_line_blocks`: a hole of gigabytes would hide every line from a head read at 0)."""
     with open_log(path) as fh:
-        return fh.read(n_bytes).decode("utf-8", errors="replace").removeprefix("\ufeff")
+        if isinstance(fh, _GzipTolerant):
+            fh.skip_zeros()
+        else:
+            fh.seek(_data_start(fh.fileno()))
+        return fh.read(n_bytes)
+
+
+def _data_start(fd: int) -> int:
+    """Where a plain file's bytes begin past a hole of zeros at its start; 0 for nearly all."""
+    if os.pread(fd, 1, 0) != b"\0":
+        return 0
+    try:
+        offset = os.lseek(fd, 0, os.SEEK_DATA)  # (a sparse hole is skipped unread where the filesystem tells)
+    except OSError:
+        offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        zeros = len(chunk) - len(chunk.lstrip(b"\0"))
+        if zeros < len(chunk):
+            return offset + zeros
+        offset += len(chunk)
+    return offset
+

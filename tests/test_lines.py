@@ -126,6 +126,37 @@ def test_a_copytruncate_hole_or_a_byte_order_mark_before_the_first_line_is_skipp
         assert getattr(a, name).drop("file", strict=False).equals(getattr(b, name).drop("file", strict=False)), name
 
 
+@pytest.mark.parametrize("hole", [3 << 20, 20 << 20], ids=["past-the-sniffed-head", "past-a-block"])
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
+def test_a_run_whose_log_starts_with_a_hole_of_megabytes_is_read_whole(tmp_path: Path, hole: int, packed: bool) -> None:
+    """A hole longer than the head read to tell a log's format (1 MiB) was taken for UTF-16 text
+    and the log left unread; one longer than a block was read as a first line of zeros."""
+    import gzip
+    import shutil
+
+    from conftest import FIXTURES
+
+    from forensics import analyze
+
+    tree = tmp_path / "run"
+    shutil.copytree(FIXTURES / "sglang_hang", tree)
+    trial = tree / "outputs" / "logs" / "root" / "gsm8k-grpo-hang" / "trial0"
+    text = gzip.decompress((trial / "trainer.log.gz").read_bytes())
+    (trial / "trainer.log.gz").unlink()
+    if packed:
+        (trial / "trainer.log.gz").write_bytes(gzip.compress(b"\0" * hole + text, compresslevel=1))
+    else:
+        with open(trial / "trainer.log", "wb") as fh:  # (sparse, as the writer's seek past the cut leaves it)
+            fh.seek(hole)
+            fh.write(text)
+    [expected] = analyze([FIXTURES / "sglang_hang" / "outputs"]).runs
+    [run] = analyze([tree / "outputs"]).runs
+    [trainer] = [s for s in run.sources if "trainer.log" in s.path]
+    assert (trainer.lines, trainer.unparsed_lines, trainer.notes) == (text.count(b"\n"), 0, ())
+    assert run.step_range() == expected.step_range()
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [(i.kind, i.onset_step) for i in expected.incidents]
+
+
 @pytest.mark.parametrize("size", [64, 700, 4096, 1 << 20])
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "gzip"])
 def test_a_line_longer_than_long_line_keeps_its_head_and_tail(
