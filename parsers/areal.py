@@ -201,9 +201,17 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         .filter(pl.col("text") != "")
         .with_columns(pl.col("text").str.head(_HEAD_CHARS).alias("head"))
         .with_columns(pl.col("head").str.contains(fmt.line_regex).alias("logged"))
+        # A logger line after another writer's partial one (two processes tee'd into one log, no
+        # newline between): read from where it starts, and said.
+        .with_columns(pl.when(~pl.col("logged")).then(pl.col("text").str.extract(f"({fmt.line_regex.removeprefix('^')})", 1)).alias("after"))
+        .with_columns(pl.col("after").is_not_null().alias("joined"))
+        .with_columns(pl.coalesce("after", "text").alias("text"))
+        .with_columns(pl.when("joined").then(pl.col("text").str.head(_HEAD_CHARS)).otherwise("head").alias("head"),
+                      pl.col("logged") | pl.col("joined"))
         .select(
             "line",
             "text",
+            "joined",
             "logged",  # a logger line, even when its time is not a date (a damaged digit): null time
             pl.when("logged").then(pl.col("head").str.extract(fmt.fields["time"], 1)).str.strptime(
                 pl.Datetime("ms"), fmt.timestamp_format, strict=False).alias("time"),
@@ -238,7 +246,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     )
     # The few logger lines that mark steps and tables, apart: as columns of every logger line,
     # their mostly empty values would cost a flood's millions of lines 40 bytes each.
-    marks = flags.filter(logged).select(
+    # (a header whose logger prefix is damaged, a bad byte in its level, is read by its step words)
+    marks = flags.filter(logged | text.str.contains("Train step ", literal=True) | text.str.contains("(global step ", literal=True)).select(
         "line",
         "time",
         pl.when(text.str.contains("Train step ", literal=True)).then(_header_step(text, _LITE_HEADER, r"Train step (\d+)/\d+ done\.", " done.")).alias("lite_step"),
@@ -264,6 +273,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         flags.select(
             (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
             (logged & pl.col("time").is_null()).sum().alias("undated"),
+            pl.col("joined").sum().alias("joined"),
         ),
     ], how="horizontal")
     # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
@@ -339,6 +349,8 @@ def _assemble(
             (broken, "table rows cut off mid-row were skipped"),
             (bad_values, "table values were not numbers"),
             (int(counts["undated"].sum()), "logger lines carry a time that is no date (a damaged digit): read without a time"),
+            (int(counts["joined"].sum()), "logger lines began after other output on the same line (two writers, no newline "
+                                          "between): read from where they begin"),
             (int(row_counts["overflow"].sum()), f"table rows had more than {pairs} key/value pairs; the rest were skipped"),
         )
         if count

@@ -344,6 +344,31 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
         assert log.metrics.with_columns(pl.lit("areal").alias("source"))["time"].n_chunks() == chunks
 
 
+@pytest.mark.parametrize(("damage", "joined"), [
+    (lambda line: b"[rollout worker 3] progress 17%" + line, True),  # another writer's partial line, no newline between
+    (lambda line: b"\0" * 64 + line, True),
+    (lambda line: b"\x89\xfe\x01\x02" + line, True),
+    (lambda line: line.replace(b"INFO", b"IN\xffFO", 1), False),  # its logger prefix damaged: read by its step words
+], ids=["partial-line", "nuls", "binary", "bad-level"])
+def test_a_step_header_after_junk_on_its_line_keeps_its_step_and_table(tmp_path: Path, damage, joined: bool) -> None:
+    """The header's table went to the step above (two tables averaged into one step's value that
+    was never logged) and the step was gone, with nothing said."""
+    source = Path(__file__).parent / "fixtures/sglang_hang/outputs/logs/root/gsm8k-grpo-hang/trial0/trainer.log.gz"
+    lines = gzip.decompress(source.read_bytes()).split(b"\n")
+    at = next(i for i, line in enumerate(lines) if b"Train step 250/" in line)
+    (tmp_path / "plain.log").write_bytes(b"\n".join(lines))
+    lines[at] = damage(lines[at])
+    (tmp_path / "damaged.log").write_bytes(b"\n".join(lines))
+    plain, hurt = read_areal_log(tmp_path / "plain.log"), read_areal_log(tmp_path / "damaged.log")
+    assert hurt.steps["step"].to_list() == plain.steps["step"].to_list()
+    values = ["step", "key", "value"]
+    assert hurt.metrics.select(values).equals(plain.metrics.select(values))
+    said = [n for n in hurt.notes if "began after other output on the same line" in n]
+    assert (said, hurt.unparsed_lines) == ((["1 logger lines began after other output on the same line (two writers, no "
+                                             "newline between): read from where they begin"], plain.unparsed_lines)
+                                           if joined else ([], plain.unparsed_lines + 1))
+
+
 def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> None:
     """A damaged digit (month 13) makes a header's time no date: the step is still read, without a
     time, and the lines so read are said."""

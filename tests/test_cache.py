@@ -209,6 +209,8 @@ def test_a_log_whose_last_line_is_not_text_is_spliced_at_its_next_growth(tmp_pat
         paths, text, at = _hung(tmp_path, 20)
         lines = [line.encode() for line in text]
         lines[at] += b"\n" if ending == "blank line" else b"    "
+        # (the indented line goes on as such: a logger line after it on the same line would be another writer's)
+        lines[at + 1] = (b"" if ending == "blank line" else b"a continued message\n") + lines[at + 1]
     paths.trainer_log.write_bytes(b"".join(lines[: at + 1]))
     cache = ParseCache(tmp_path / "cache")
     load(paths.fileroot, cache)
