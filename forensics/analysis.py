@@ -52,6 +52,7 @@ from forensics.errors import UnusableInput
 from forensics.model import (
     FROM_THE_NUMBERS,
     LOGS_UNREAD,
+    STEPS_UNREAD,
     Analysis,
     Checkpoint,
     Evidence,
@@ -156,9 +157,9 @@ def read_log_format(path: PathArg | None) -> CustomFormat | None:
         raise UnusableInput(f"{path}: {exc.strerror or exc}") from exc
 
 
-def _caveat(run: RunData, primary: str | None) -> str | None:
+def _caveat(run: RunData, primary: str | None, unread: str | None) -> str | None:
     """Why no incident would not make ``run`` healthy: nothing judged, or part of its logs unread."""
-    return unjudged(run.steps.is_empty(), primary) or (LOGS_UNREAD if data_lost(run.sources) else None)
+    return unjudged(run.steps.is_empty(), primary) or (LOGS_UNREAD if data_lost(run.sources) or unread else None)
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
@@ -175,7 +176,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
-    recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary),
+    recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary, unread),
                                judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned,
                                read_to=_judged_to(run, values) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
@@ -191,7 +192,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         notes.append("no training steps found: events are reported, no metric could be judged")
     if unread:
         last = int(run.steps["step"].max())
-        notes.append(f"steps after step {last} could not be read ({unread}): the run may have gone on, so whether it "
+        notes.append(f"{STEPS_UNREAD}{last} could not be read ({unread}): the run may have gone on, so whether it "
                      "stalled, crashed or recovered after it cannot be told")
     return RunAnalysis(
         run_id=run.location.run_id,

@@ -215,6 +215,8 @@ class SourceReport:
         }
 
 
+#: How the run's note begins that says steps after the last read may have been logged.
+STEPS_UNREAD = "steps after step "
 #: The caveat of a run part of whose logs could not be read.
 LOGS_UNREAD = "part of the logs could not be read"
 
@@ -285,8 +287,9 @@ class RunAnalysis:
         return self.unjudged() or (LOGS_UNREAD if self.data_lost() else None)
 
     def data_lost(self) -> list[str]:
-        """``file: note`` for every source note saying part of a source could not be read."""
-        return data_lost(self.sources)
+        """``file: note`` for every source note saying part of a source could not be read, and the
+        run's note that steps after the last read may have been logged (checkpoints went on)."""
+        return data_lost(self.sources) + [note for note in self.notes if note.startswith(STEPS_UNREAD)]
 
     def event_markers(self, limit: int) -> pl.DataFrame:
         """The run's warnings, errors and fatal events as at most ``limit`` markers on its steps,

@@ -270,6 +270,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     counts = pl.concat([
         # (every line, blank lines and rules too: the cache finds a line's place by counting them)
         lines.select(pl.col("line").max().alias("last")),
+        # (the last line with text: a table's row or inner rule there is a table the log ends inside)
+        lines.filter(pl.col("text").str.strip_chars() != "").select(pl.col("text").str.head(1).last().alias("ends_in")),
         flags.select(
             (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
             (logged & pl.col("time").is_null()).sum().alias("undated"),
@@ -341,7 +343,10 @@ def _assemble(
     events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
-    notes = [
+    ends_in = counts["ends_in"].drop_nulls()
+    notes = ["the log ends inside a table, cut off while it was written: its rows so far are read"] if (
+        ends_in.len() and ends_in[-1] in _INSIDE_A_TABLE) else []
+    notes += [
         f"{count} {what}"
         for count, what in (
             (orphans, "table rows belong to no step header (pasted or cut-off tables)"),
@@ -643,6 +648,10 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
 def _as_categories(*columns: str) -> list[pl.Expr]:
     """Names as categories, as a flood's are from the start (see :func:`_classified`)."""
     return [pl.col(c).cast(pl.Categorical) for c in columns]
+
+
+#: What a table's rows and inner rules begin with (its top border too: a table with no row yet).
+_INSIDE_A_TABLE = ("│", "├", "╞", "╒")
 
 
 #: glog's prefix, as torch's C++ logs it: ``[E1201 11:36:35.394775308 …`` (month, day, time; no year).

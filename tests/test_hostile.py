@@ -890,3 +890,23 @@ def test_a_wrong_option_or_argument_is_one_line_on_stderr(args: list[str]) -> No
     assert done.returncode == 2 and done.stdout == ""
     [line] = done.stderr.splitlines()
     assert line.startswith(f"grpo-forensics: {args[0]}: ") and f"(see grpo-forensics {args[0]} --help)" in line, line
+
+
+@pytest.mark.parametrize("into_the_row", [0, 40], ids=["after-a-rule", "inside-a-row"])
+def test_a_log_cut_inside_a_table_is_said_and_no_run_is_called_healthy(tmp_path: Path, into_the_row: int) -> None:
+    """A copy taken while step 162's table was being written, its checkpoints going on to step 400:
+    the cut was said nowhere (0 unparsed) and the run "looks healthy"."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "run")
+    trial = tmp_path / "run" / "outputs" / "logs" / "root" / "gsm8k-grpo-hang" / "trial0"
+    text = gzip.decompress((trial / "trainer.log.gz").read_bytes())
+    (trial / "trainer.log.gz").unlink()
+    rule = text.index("├".encode(), text.index(b"Train step 162/"))
+    (trial / "trainer.log").write_bytes(text[: text.index(b"\n", rule) + 1 + into_the_row])
+    [run] = analyze([tmp_path / "run" / "outputs"]).runs
+    assert run.step_range()["last"] == 162 and not run.incidents
+    lost = run.data_lost()
+    assert "trainer.log: the log ends inside a table, cut off while it was written: its rows so far are read" in lost
+    assert any(line.startswith("steps after step 162 could not be read (checkpoints were saved up to step 400)") for line in lost)
+    assert run.caveat() == "part of the logs could not be read"
+    shown = invoke("analyze", str(tmp_path / "run" / "outputs"), "--no-html")
+    assert "No incident found in what could be read" in shown.output and "looks healthy" not in shown.output
