@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from areal_builder import LogLine, Relaunch, RunSpec, tabulate_stats, write_run
+from areal_builder import LogLine, Relaunch, RunSpec, schedule, tabulate_stats, write_run
 
 from parsers import read_areal_log
 
@@ -367,6 +367,26 @@ def test_a_step_header_after_junk_on_its_line_keeps_its_step_and_table(tmp_path:
     assert (said, hurt.unparsed_lines) == ((["1 logger lines began after other output on the same line (two writers, no "
                                              "newline between): read from where they begin"], plain.unparsed_lines)
                                            if joined else ([], plain.unparsed_lines + 1))
+
+
+@pytest.mark.parametrize("said", ["Killed", "Traceback (most recent call last):\n  File \"/AReaL/x.py\", line 3, in f\n"
+                                  "ValueError: bad thing"], ids=["bare-killed", "traceback"])
+def test_an_untimed_failure_after_the_last_steps_table_is_in_the_next_step(tmp_path: Path, said: str) -> None:
+    """Dated by the line above it, the header's or its table's, a bare ``Killed`` fell in step 30
+    by time: the crash was said to be during step 30, and step 30's checkpoint passed over."""
+    from dataclasses import replace
+
+    from forensics import analyze
+
+    spec = RunSpec(last_step=30, save_freq_steps=10)
+    # (no line of its own after the table: the failure is dated by the lines above it)
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=[LogLine(time=schedule(spec)[-1].time, message=said)]))
+    log = read_areal_log(paths.trainer_log)
+    [failure] = log.events.filter(pl.col("severity").is_in(["error", "fatal"])).rows(named=True)
+    assert failure["time"] == log.steps["time"].max() and failure["step"] == 31
+    [run] = analyze([paths.fileroot]).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("crash", 31)]
+    assert run.recommendation.step == 30
 
 
 def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> None:
