@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from parsers.areal import NON_FINITE_ROW
 from parsers.schema import relaunches
 
 
@@ -41,6 +42,31 @@ def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
         pieces.append(chunk)
         start += chunk.len()
     return frame.with_columns(pl.concat(pieces, rechunk=False))
+
+
+def past_their_headers(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``events`` (steps assigned by time) with those of a step log at one of its headers' very
+    time but on a later line in the next step: logged after that step ended (an untimed line dated
+    by the header above it, a bare ``Killed`` after a run's last step). A table row's own value (a
+    NaN in it) is the header's step's, where AReaL prints tables after their header."""
+    headers = steps.filter(pl.col("time").is_not_null()).select(
+        "time", pl.col("file").alias("header_file"), pl.col("line").alias("header"), pl.col("step").alias("header_step"))
+    if headers.is_empty() or events.is_empty():
+        return events
+    tied = events.select(pl.col("time").is_in(headers["time"].implode()).fill_null(False)
+                         & ~NON_FINITE_ROW.fill_null(False)).to_series().arg_true()
+    if not tied.len():
+        return events
+    later = (
+        events[tied].with_row_index("row").with_columns(pl.col("file").cast(pl.String))
+        .join(headers, on="time")
+        .filter((pl.col("file") == pl.col("header_file")) & (pl.col("line") > pl.col("header"))
+                & (pl.col("step") == pl.col("header_step")))
+        .group_by("row").agg((pl.col("header_step").max() + 1).alias("step"))
+    )
+    if later.is_empty():
+        return events
+    return events.with_columns(events["step"].clone().scatter(tied.gather(later["row"]), later["step"]))
 
 
 def step_durations(steps: pl.DataFrame) -> pl.DataFrame:

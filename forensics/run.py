@@ -12,6 +12,7 @@ import polars as pl
 from forensics.align import (
     assign_steps,
     into_dying_attempts,
+    past_their_headers,
     reconstruct_times,
     relaunch_gaps,
     server_zone,
@@ -185,7 +186,7 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
-    events_frame = into_dying_attempts(assign_steps(events_frame, clock), relaunch_gaps(all_steps))
+    events_frame = into_dying_attempts(past_their_headers(assign_steps(events_frame, clock), all_steps), relaunch_gaps(all_steps))
     _sort_by_time(events_frame)
     metrics_frame, earlier = _copied_from_abandoned_steps(metrics_frame, earlier, all_steps, latest_steps)
     if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time

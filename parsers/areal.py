@@ -340,8 +340,7 @@ def _assemble(
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
     metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, marks, headers)
     memory = _line_metrics(path, lined, fmt)
-    events = pl.concat([_events(path, untimed, logged, fmt, headers.filter(pl.col("step") != _DAMAGED)),
-                        _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
+    events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
     ends_in = counts["ends_in"].drop_nulls()
@@ -582,9 +581,9 @@ def _aligned(piece: pl.DataFrame) -> pl.DataFrame:
     return piece.rechunk()
 
 
-def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat, headers: pl.DataFrame) -> pl.DataFrame:
+def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
     """Logger lines of known kinds, unrecognised errors, and uncaught tracebacks (the logger
-    lines first, then the others: see :func:`read_areal_log`). ``headers``: the step headers."""
+    lines first, then the others: see :func:`read_areal_log`)."""
     # (the lines an event pattern found were classified batch by batch: see :func:`_classified`)
     is_error = pl.col("level").is_in(["ERROR", "CRITICAL"])
     # (lazy: a flood's millions of event lines are copied once, into the events)
@@ -639,28 +638,11 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
     events = pl.concat(
         [
             named.select("time", "kind", "severity", "line", pl.col("text").alias("message")),
-            _past_the_header(tracebacks.lazy().select("time", *_as_categories("kind", "severity"), pl.col("cited").alias("line"),
-                                                      "message", pl.lit(True).alias("dated_above")), headers),
-            _past_the_header(bare.lazy().select("time", *_as_categories("kind", "severity"), "line", pl.col("text").alias("message"),
-                                                _glog_time(pl.col("text"), pl.col("time")).is_null().alias("dated_above")), headers),
-        ],
-        how="diagonal",
+            tracebacks.lazy().select("time", *_as_categories("kind", "severity"), pl.col("cited").alias("line"), "message"),
+            bare.lazy().select("time", *_as_categories("kind", "severity"), "line", pl.col("text").alias("message")),
+        ]
     ).with_columns(pl.lit(fmt.source, pl.Categorical).alias("source"), pl.lit(path, pl.Categorical).alias("file"))
     return conform(events.collect(), EVENT_SCHEMA)
-
-
-def _past_the_header(untimed: pl.LazyFrame, headers: pl.DataFrame) -> pl.LazyFrame:
-    """Untimed events with the step they fell in where their time cannot tell it: one dated by the
-    line above it (``dated_above``) at a step header's very time came after that header, in the
-    next step (a bare ``Killed`` after a run's last step and its table); by time alone, the header's."""
-    above = headers.lazy().select(pl.col("line").alias("header"), pl.col("step").alias("header_step"),
-                                  pl.col("time").alias("header_time")).sort("header")
-    return (
-        untimed.sort("line").join_asof(above, left_on="line", right_on="header", strategy="backward")
-        .with_columns(pl.when(pl.col("dated_above") & (pl.col("time") == pl.col("header_time")))
-                      .then(pl.col("header_step") + 1).alias("step"))
-        .drop("dated_above", "header", "header_step", "header_time")
-    )
 
 
 def _as_categories(*columns: str) -> list[pl.Expr]:

@@ -381,10 +381,9 @@ def test_an_untimed_failure_after_the_last_steps_table_is_in_the_next_step(tmp_p
     spec = RunSpec(last_step=30, save_freq_steps=10)
     # (no line of its own after the table: the failure is dated by the lines above it)
     paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=[LogLine(time=schedule(spec)[-1].time, message=said)]))
-    log = read_areal_log(paths.trainer_log)
-    [failure] = log.events.filter(pl.col("severity").is_in(["error", "fatal"])).rows(named=True)
-    assert failure["time"] == log.steps["time"].max() and failure["step"] == 31
     [run] = analyze([paths.fileroot]).runs
+    [failure] = run.events.filter(pl.col("severity").is_in(["error", "fatal"])).rows(named=True)
+    assert failure["time"] == run.steps["time"].max() and failure["step"] == 31
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("crash", 31)]
     assert run.recommendation.step == 30
 
