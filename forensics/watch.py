@@ -73,6 +73,7 @@ from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
 from forensics.texts import iter_with_messages, table_row
+from parsers._lines import ends_mid_line
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat
 from parsers.schema import stream_of
@@ -283,22 +284,6 @@ class Watcher:
             if timeout is not None and self._clock() - started + interval > timeout:
                 return count
             _time.sleep(interval)
-
-
-def _ends_mid_line(path: str | None) -> bool:
-    """Whether the last line of the log at ``path`` is still being written: no newline after it
-    yet. A gzipped log is written whole."""
-    try:
-        with open(path or "", "rb") as log:
-            if log.read(2) == b"\x1f\x8b":
-                return False
-            size = log.seek(0, os.SEEK_END)
-            if not size:
-                return False
-            log.seek(size - 1)
-            return log.read(1) != b"\n"
-    except OSError:
-        return False
 
 
 def default_state_dir(path: Path) -> Path:
@@ -592,7 +577,7 @@ class _Follower:
             # line, ``critic/score/mean:0.`` of ``0.3125``, read now would be a wrong value).
             newest = steps.row(-1, named=True)
             ident = (newest["step"], newest["line"])
-            if self._held != ident or _ends_mid_line(newest["file"]):
+            if self._held != ident or ends_mid_line(newest["file"]):
                 self._held, self._held_time = ident, newest["time"]
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():

@@ -134,6 +134,22 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
 _damage: dict[str, str] = {}
 
 
+def ends_mid_line(path: Path | str | None) -> bool:
+    """Whether the plain log at ``path`` ends inside a line: no newline after its last one (still
+    being written, or cut off while it was). A gzipped log is written whole (see :func:`gzip_damage`)."""
+    try:
+        with open(path or "", "rb") as log:
+            if log.read(2) == b"\x1f\x8b":
+                return False
+            size = log.seek(0, os.SEEK_END)
+            if not size:
+                return False
+            log.seek(size - 1)
+            return log.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def gzip_damage(path: Path | str) -> str | None:
     """Why reading gzipped ``path`` stopped before its end the last time it was read to the end
     (cut off mid-stream, corrupt), or ``None``: whole, or not gzipped."""

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, sniff
+from parsers._lines import ANSI, collect_lines, ends_mid_line, gzip_damage, sniff
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
 from parsers.schema import (
     MAX_STEP,
@@ -159,8 +159,9 @@ def _read_console(path: Path, keys: str | None = None) -> VerlLog:
     parts = collect_lines(path, lambda lines: scan_parts(lines, fmt, extra=_step_parts, prefixed=prefixed), _stitched,
                           heavy=True, finish=partial(_read_batch, keys=keys))
     log = assemble_events(str(path), "verl_console", parts, fmt, source="verl")
+    step_lines, cut = _without_a_cut_value(parts.pop("step_lines"), path, log.lines)
     # What the batches read, and the records their edges cut, read now that they are whole again.
-    read = _metrics([parts, _read_records(_joined(parts.pop("step_lines")), keys)], str(path))
+    read = _metrics([parts, _read_records(_joined(step_lines), keys)], str(path))
     joined, metrics, superseded, steps = read.records, read.metrics, read.superseded, read.steps
     orphans, bad = read.orphans, read.bad
     events, notes = _resumes(joined, _with_steps(log.events, joined), str(path))
@@ -171,6 +172,8 @@ def _read_console(path: Path, keys: str | None = None) -> VerlLog:
         notes.append(f"{orphans} lines look like pieces of a wrapped metric line but follow none")
     if bad:
         notes.append(f"{bad} metric values were not numbers and were skipped")
+    if cut:
+        notes.append("the log's last line has no newline after it (cut off while it was written): its last value was skipped")
     if steps.height:
         notes.append("console lines carry no time: step and metric times are null (timing_s/step holds each step's duration)")
     else:
@@ -187,6 +190,17 @@ def _read_console(path: Path, keys: str | None = None) -> VerlLog:
         facts=_facts(parts["facts"]),
         superseded=superseded,
     )
+
+
+def _without_a_cut_value(step_lines: pl.DataFrame, path: Path, last_line: int) -> tuple[pl.DataFrame, bool]:
+    """``step_lines`` without the last ``key:value`` of a metric line the log ends inside (no newline
+    after it, or a torn .gz): it may be cut inside its number (``critic/score/mean:0.`` read as 0);
+    and whether one was cut off."""
+    at_the_end = (pl.col("line") == last_line) & pl.col("text").str.contains(" - ", literal=True)
+    if not (ends_mid_line(path) or gzip_damage(path)) or not step_lines.select(at_the_end.any()).item():
+        return step_lines, False
+    last_pair = pl.col("text").str.extract(r"^(.*) - ", 1)  # (greedy: up to the last separator)
+    return step_lines.with_columns(pl.when(at_the_end).then(last_pair).otherwise(pl.col("text")).alias("text")), True
 
 
 #: Where another print starts inside a metric line: a Ray worker prefix or ``step:N - `` right after

@@ -69,6 +69,30 @@ def test_pformat_era_console(tmp_path: Path) -> None:
     assert log.unparsed_lines == 0
 
 
+@pytest.mark.parametrize("era", ["fixed", "pformat"])
+@pytest.mark.parametrize("packed", [False, True], ids=["cut-off", "torn-gzip"])
+def test_a_log_ending_inside_its_last_metric_line_skips_the_value_it_may_cut(tmp_path: Path, era: str, packed: bool) -> None:
+    """A log cut at ``critic/score/mean:0.`` (a copy taken mid-write, a torn .gz): the cut value
+    was read as 0, with nothing said; the values before it on the line are whole."""
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=10, era=era))
+    text = paths.train_log.read_bytes()
+    last = text.rindex(b"step:10 - ")
+    cut = text[: text.index(b"critic/score/mean:", last) + len(b"critic/score/mean:0")] + (b"." if era == "fixed" else b"")
+    whole = read_verl_log(paths.train_log)
+    if packed:
+        (tmp_path / "train.log.gz").write_bytes(gzip.compress(text)[: len(gzip.compress(cut)) - 12])
+        log = read_verl_log(tmp_path / "train.log.gz")
+    else:
+        paths.train_log.write_bytes(cut)
+        log = read_verl_log(paths.train_log)
+    ten = log.metrics.filter(pl.col("step") == 10)
+    assert "critic/score/mean" not in ten["key"].to_list() and ten.height >= 1
+    kept = whole.metrics.filter(pl.col("step") == 10).join(ten.select("key"), on="key", how="semi")
+    assert ten.select("key", "value").equals(kept.select("key", "value"))
+    assert any(n.startswith("the log's last line has no newline after it (cut off while it was written): its last value was skipped")
+               for n in log.notes), log.notes
+
+
 def test_fixed_era_console_with_main_task_prefix(tmp_path: Path) -> None:
     paths = write_verl_run(tmp_path / "old", VerlRunSpec(steps=6, era="fixed", prefix="main_task", colour=False, save_freq=0))
     log = read_verl_log(paths.train_log)
