@@ -627,9 +627,10 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         )
     )
     named = named.filter((pl.col("kind") != "log_error") | ~(pl.col("line") + 1).is_in(tracebacks["line"].implode()))
-    # A library's own lines (torch's NCCL watchdog on stderr): the time of the logger line above them.
+    # A library's own lines (torch's NCCL watchdog on stderr): the time of the logger line above them;
+    # a traceback's own exception line is the traceback's event, not one of its own.
     bare = (
-        untimed.filter("bare")
+        untimed.filter(pl.col("bare") & ~pl.col("line").is_in(tracebacks["exc_line"].drop_nulls().implode()))
         .join_asof(clock, left_on="line", right_on="timed_line", strategy="backward")
         .with_columns(pl.coalesce(_glog_time(pl.col("text"), pl.col("time")), "time").alias("time"),
                       fmt.classify(pl.col("text"), untimed=True).alias("kind"))

@@ -388,6 +388,25 @@ def test_an_untimed_failure_after_the_last_steps_table_is_in_the_next_step(tmp_p
     assert run.recommendation.step == 30
 
 
+@pytest.mark.parametrize(("raised", "kind"), [
+    ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+     "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5", "nccl_error"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "illegal_memory_access"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "cuda_oom"),
+])
+def test_a_traceback_ending_in_a_torch_error_is_one_event_of_its_kind(tmp_path: Path, raised: str, kind: str) -> None:
+    """torch says ``NCCL error in:`` (the traceback was untyped, its exception line an event of its
+    own), and an illegal memory access was told twice: by the traceback and by its last line."""
+    from dataclasses import replace
+
+    spec = RunSpec(last_step=10)
+    said = f'Traceback (most recent call last):\n  File "/AReaL/areal/trainer/rl.py", line 311, in train\n{raised}'
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=[LogLine(time=schedule(spec)[4].time, message=said)]))
+    log = read_areal_log(paths.trainer_log)
+    start = next(i for i, line in enumerate(paths.trainer_log.read_text().splitlines(), 1) if line.startswith("Traceback"))
+    assert log.events.filter(pl.col("line").is_between(start, start + 2)).select(pl.col("kind").cast(pl.String), "line").rows() == [(kind, start)]
+
+
 def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> None:
     """A damaged digit (month 13) makes a header's time no date: the step is still read, without a
     time, and the lines so read are said."""
