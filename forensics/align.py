@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from parsers.areal import NON_FINITE_ROW
+from parsers.areal import DATED_ABOVE
 from parsers.schema import relaunches
 
 
@@ -45,20 +45,19 @@ def assign_steps(frame: pl.DataFrame, clock: pl.DataFrame) -> pl.DataFrame:
 
 
 def past_their_headers(events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """``events`` (steps assigned by time) with those of a step log at one of its headers' very
-    time but on a later line in the next step: logged after that step ended (an untimed line dated
-    by the header above it, a bare ``Killed`` after a run's last step). A table row's own value (a
-    NaN in it) is the header's step's, where AReaL prints tables after their header."""
+    """``events`` (steps assigned by time) with those of lines that have no time of their own,
+    dated by the line above them, at one of their log's step headers' very time but on a later
+    line in the next step: printed after that step ended (a bare ``Killed`` after a run's last step
+    and its table), where by time alone they fell in it."""
     headers = steps.filter(pl.col("time").is_not_null()).select(
         "time", pl.col("file").alias("header_file"), pl.col("line").alias("header"), pl.col("step").alias("header_step"))
     if headers.is_empty() or events.is_empty():
         return events
-    tied = events.select(pl.col("time").is_in(headers["time"].implode()).fill_null(False)
-                         & ~NON_FINITE_ROW.fill_null(False)).to_series().arg_true()
+    tied = events.select(pl.col("time").is_in(headers["time"].implode()).fill_null(False)).to_series().arg_true()
     if not tied.len():
         return events
     later = (
-        events[tied].with_row_index("row").with_columns(pl.col("file").cast(pl.String))
+        events[tied].with_row_index("row").filter(DATED_ABOVE.fill_null(False)).with_columns(pl.col("file").cast(pl.String))
         .join(headers, on="time")
         .filter((pl.col("file") == pl.col("header_file")) & (pl.col("line") > pl.col("header"))
                 & (pl.col("step") == pl.col("header_step")))

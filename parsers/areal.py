@@ -499,6 +499,10 @@ def _table_metrics(
 
 #: The events of :func:`_non_finite_rows`: a table row quoted, whatever value in it went non-finite.
 NON_FINITE_ROW = (pl.col("kind") == "nan_inf") & pl.col("message").str.starts_with("│")
+#: Events of lines with no time of their own (a traceback, a bare ``Killed``), dated by the logger
+#: line above them: their messages are not logger lines (a flood's, left unheld, are).
+DATED_ABOVE = ((pl.col("source") == load_format("areal").source) & pl.col("message").is_not_null()
+               & ~pl.col("message").str.contains(load_format("areal").line_regex) & ~NON_FINITE_ROW)
 
 
 def _non_finite_rows(path: str, rows: pl.DataFrame, logged: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
