@@ -65,6 +65,7 @@ from forensics.model import (
     unjudged,
 )
 from forensics.observations import slow_start
+from forensics.readers import COPY_SOURCES
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
 from forensics.texts import table_row
 from parsers._formats import FormatDefinitionError
@@ -556,7 +557,9 @@ def _unseen(run: RunData, finding: Finding, onset_time: datetime | None, events:
     first = max(finding.onset_step - 3, 0)
     if steps.height and int(steps["step"].max()) >= first:
         return None
-    seen = [t for t in (events["time"].max(), other_logs(run)["time"].max(), steps["time"].max()) if t is not None]
+    # (what a copy's own numbers tell, a NaN in them, is no log going on past the onset)
+    logged = events.filter(~pl.col("source").is_in(list(COPY_SOURCES)))["time"].max()
+    seen = [t for t in (logged, other_logs(run)["time"].max(), steps["time"].max()) if t is not None]
     if seen and onset_time is not None and max(seen) >= onset_time:  # type: ignore[type-var]
         return None  # (a server's or Ray's log went on past it)
     if not texts:

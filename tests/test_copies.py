@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -155,6 +156,18 @@ def test_add_scalars_sub_folders_are_series_of_their_logdirs_run(tmp_path: Path)
     keys = set(run.metrics["key"].cast(pl.String).unique())
     assert {"response_length/mean/response_length", "response_length/max/response_length"} < keys
     assert [i.onset_step for i in run.incidents if i.kind == "reward_collapse"] == [40]
+
+
+def test_a_nan_in_a_copy_alone_is_no_log_that_went_on(console, tmp_path: Path) -> None:
+    """A NaN gradient norm after the onset, told from the copy's own numbers, was taken for a log
+    going on past it: "no failure was logged … the reward pipeline", with no log to show one."""
+    _, rows = console
+    rows = [(step, {**row, "grpo_actor/grad_norm": math.nan} if step == ONSET + 10 else row) for step, row in rows]
+    write_tensorboard(tmp_path / "tb", rows)
+    [run] = analyze([tmp_path / "tb"]).runs
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert collapse.cause == "unknown" and "No text log was found, only copies of the run's numbers" in collapse.summary
+    assert "nan_inf" in run.events["kind"].cast(pl.String).to_list()
 
 
 def test_log_and_wandb_copy_merge_with_the_log_preferred(console, tmp_path: Path) -> None:
