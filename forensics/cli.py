@@ -215,7 +215,7 @@ def analyze(
         if not paths and not wandb:
             raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
         _refuse_inside(paths or [], json=json_out, markdown=markdown, out=out)
-        cache = _cache(cache_dir, no_cache, paths or [])
+        cache = _cache(cache_dir, no_cache, paths or [], log_format)
         found = locate(paths, custom_format=log_format) if paths else []
         # (the runs' checkpoint folders are read too, wherever their logs were given from)
         _refuse_inside([r.checkpoint_dir for r in found if r.checkpoint_dir], json=json_out, markdown=markdown, out=out)
@@ -315,7 +315,7 @@ def best_checkpoint(
     """
 
     def work() -> None:
-        run = _single_run(path, _cache(cache_dir, no_cache, [path]), log_format)
+        run = _single_run(path, _cache(cache_dir, no_cache, [path], log_format), log_format)
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -351,7 +351,7 @@ def events(
     def work() -> None:
         seen: set[str] = set()
         # A run at a time: each run's events are written and its frames let go before the next is read.
-        for run in analyze_each(paths, keys=ANALYSIS_KEYS, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths)):
+        for run in analyze_each(paths, keys=ANALYSIS_KEYS, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths, log_format)):
             frame = run.events
             seen.update(frame["kind"].unique().drop_nulls())
             if kind:
@@ -403,12 +403,14 @@ def metrics(
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
         _refuse_inside(paths or [], output=output)
+        if output is not None and paths:
+            _refuse_inside(_checkpoint_dirs(paths, log_format), output=output)
         if keys is not None:
             try:
                 re.compile(keys)
             except re.error as exc:
                 raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
-        cache = _cache(cache_dir, no_cache, paths or [])
+        cache = _cache(cache_dir, no_cache, paths or [], log_format)
         rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
         if output is not None:
@@ -447,7 +449,7 @@ def compare(
         _need_stdout("the comparison")
         _refuse_inside([run_a, run_b], json=json_out, out=out)
         folder = _report_dir(out, [run_a, run_b]) if html else None  # (refused before the analysis, not after)
-        cache = _cache(cache_dir, no_cache, [run_a, run_b])
+        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format)
         result = compare_runs(_single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format))
         console = _Console(stderr=json_out == "-")
         render_comparison(result, console)
@@ -584,15 +586,17 @@ def _digest(path: Path | None) -> str:
         return "unreadable"
 
 
-def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCache | None:
-    """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one dropped)."""
+def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None) -> ParseCache | None:
+    """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one
+    dropped), nor in a checkpoint folder the runs found there are read from."""
     if no_cache:
         return None
     try:
         chosen = cache_dir or default_cache_dir()
     except NoCacheDir:  # (no home folder: parsed afresh each time, as with --no-cache)
         return None
-    if any(within(chosen, given) for given in _trees(paths)):
+    read = _trees(paths) + (_checkpoint_dirs(paths, log_format) if cache_dir is not None else [])
+    if any(within(chosen, given) for given in read):
         if cache_dir is not None:
             raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
         return None
@@ -601,6 +605,11 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path]) -> ParseCa
 
 def _trees(paths: list[Path]) -> list[Path]:
     return [analyzed_tree(path) for path in paths]
+
+
+def _checkpoint_dirs(paths: list[Path], log_format: Path | None) -> list[Path]:
+    """The checkpoint folders the runs at ``paths`` are read from, wherever their logs were given from."""
+    return [run.checkpoint_dir for run in locate(paths, custom_format=log_format) if run.checkpoint_dir]
 
 
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
