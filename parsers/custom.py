@@ -309,7 +309,51 @@ def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tup
     events = events.join_asof(lines, left_on="line", right_on="step_line", strategy=strategy)
     if fmt.step_line_at == "end" and not steps.is_empty():
         events = events.with_columns(pl.col("step").fill_null(_in_progress(steps)))
-    return events, used
+    return _dated(events, marked, steps, fmt), used
+
+
+def _dated(events: pl.DataFrame, marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> pl.DataFrame:
+    """``events`` with a ``time``: the line's own, where it starts with the time a metric line
+    starts with (``2025-06-01 14:03:12 ERROR …``), else the nearest timed step line's above it (a
+    traceback's lines carry none)."""
+    own: Any = pl.lit(None, dtype=pl.Datetime("ms"))
+    for pattern in fmt.patterns:
+        if pattern.time_format and (lead := _leading_time(pattern.regex)):
+            read = pl.col("text").str.extract_groups(lead).struct.field("time").str.strptime(
+                pl.Datetime("ms"), pattern.time_format, strict=False)
+            own = pl.coalesce(own, read)
+    texts = marked.select(pl.col("line"), own.alias("own"))
+    above = steps.filter(pl.col("time").is_not_null()).select(pl.col("line").alias("timed_line"), pl.col("time").alias("above"))
+    return (events.join(texts, on="line", how="left", maintain_order="left")
+            .join_asof(above.sort("timed_line"), left_on="line", right_on="timed_line", strategy="backward")
+            .with_columns(pl.coalesce("own", "above").alias("time"))
+            .drop("own", "timed_line", "above"))
+
+
+def _leading_time(regex: str) -> str | None:
+    """A metric regex up to the end of its ``time`` group, when the time is what its lines begin
+    with (``^(?P<time>…) | step …``): the other lines the loop prints begin so too."""
+    start = regex.find("(?P<time>")
+    if not regex.startswith("^") or start < 0 or "(" in regex[:start].replace("\\(", ""):
+        return None
+    depth, i, in_class = 0, start, False
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return regex[: i + 1]
+        i += 1
+    return None
 
 
 def _any(events: tuple[EventPattern, ...]) -> str:

@@ -287,3 +287,24 @@ def test_a_loss_exactly_zero_while_rewards_vary_is_a_dead_loss(tmp_path: Path) -
     # each group) with a live gradient: only a loss that was live and went dead is told.
     _loop_log(tmp_path / "surrogate", dead_from=0, warn=False)
     assert analyze([tmp_path / "surrogate"]).runs[0].incidents == []
+
+
+def test_a_declared_formats_events_carry_their_lines_time_and_a_stopped_loop_is_a_stall(tmp_path: Path) -> None:
+    """The loop stops stepping at step 40 and logs a CUDA OOM every 10 minutes for two hours: its
+    events had no time (the metric regex alone read one), so nothing told the steps had stopped."""
+    log = tmp_path / "train.log"
+    write_toy_log(log, steps=40, collapse=99)
+    last = log.read_text().splitlines()[-1][:19]
+    from datetime import datetime, timedelta
+
+    t = datetime.fromisoformat(last)
+    oom = [f"{t + timedelta(minutes=10 * k):%Y-%m-%d %H:%M:%S} ERROR torch.OutOfMemoryError: CUDA out of memory. "
+           "Tried to allocate 2.00 GiB" for k in range(1, 13)]
+    traceback = ["Traceback (most recent call last):", '  File "loop.py", line 9, in <module>',
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    with open(log, "a") as fh:
+        fh.write("\n".join(traceback + oom) + "\n")
+    [run] = analyze([log], custom_format=FORMAT).runs
+    ooms = run.events.filter(pl.col("kind") == "cuda_oom").sort("line")
+    assert ooms["time"].to_list() == [t, *(t + timedelta(minutes=10 * k) for k in range(1, 13))]  # (the traceback: its step line's)
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("stall", 41)]
