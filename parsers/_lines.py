@@ -378,6 +378,12 @@ def _texts(data: bytes) -> pl.DataFrame:
         if "utf" not in str(exc).lower():
             raise
     body = data[:-1] if data.endswith(b"\n") else data
+    if len(body) > LONG_LINE:  # (cut before decoding: a long line not UTF-8 decodes to three times its size)
+        lines = body.split(b"\n")
+        if max(map(len, lines)) > LONG_LINE:
+            body = b"\n".join(_left_out(line[:LINE_HEAD], len(line), line[-LINE_TAIL:]) if len(line) > LONG_LINE else line
+                              for line in lines)
+        del lines
     texts = body.decode("utf-8", errors="replace").split("\n")
     return _shortened(pl.DataFrame({"text": texts}).with_columns(pl.col("text").str.strip_suffix("\r")))
 

@@ -184,3 +184,21 @@ def test_a_line_longer_than_long_line_keeps_its_head_and_tail(
     for reader in (lines.line_frames(log, size), lines.iter_line_chunks(log, size)):
         frames = [frame.lazy().collect() for frame in reader]
         assert list(pl.concat(frames).select("line", "text").iter_rows()) == want
+
+
+def test_a_long_line_that_is_not_utf8_is_cut_before_it_is_decoded() -> None:
+    """A block Polars cannot take (bytes that are not UTF-8) is decoded by Python: a 12 MB line of
+    them decoded whole took three times its size, as characters, before it was cut (a 60 MB one in
+    a server log: 1 GB of peak RSS)."""
+    import tracemalloc
+
+    from parsers._lines import LONG_LINE, _texts
+
+    block = b"first line\n" + b"\xff" * (12 << 20) + b"\nlast line\n"
+    tracemalloc.start()
+    texts = _texts(block)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert texts["text"].to_list()[0::2] == ["first line", "last line"]
+    assert "bytes of this line left out" in texts["text"][1] and len(texts["text"][1].encode()) < LONG_LINE
+    assert peak < 3 * len(block), peak  # (the block, its lines split; not 15 times it)
