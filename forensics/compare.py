@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.model import TOOL_VERSION, Incident, RunAnalysis
+from forensics.model import TOOL_VERSION, Incident, RunAnalysis, unjudged
 
 SCHEMA = "grpo-forensics/compare/v1"
 #: The primary metric's "final" value is its mean over this many last logged steps.
@@ -139,10 +139,14 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
     elif not first_a:
         lines.append("Neither run has an incident." if not first_b else "A has no incident to avoid.")
     unseen = []  # (A's incidents B stopped before: it cannot show whether it has them)
+    unjudged_b = unjudged(b.steps.is_empty(), b.primary_metric)  # (no step or no reward read in B: none of A's can be looked for)
     for kind, inc in first_a.items():
         verb = _VERB.get(kind, f"had {kind}")
         other = first_b.get(kind)
-        if other is None and sb.last_step is not None and sb.last_step < inc.onset_step:
+        if other is None and unjudged_b:
+            unseen.append(inc.onset_step)
+            lines.append(f"Whether B has {kind} cannot be told ({unjudged_b}); A {verb} at step {inc.onset_step}.")
+        elif other is None and sb.last_step is not None and sb.last_step < inc.onset_step:
             unseen.append(inc.onset_step)
             lines.append(f"B was logged only up to step {sb.last_step}, before A {verb} at step {inc.onset_step}: "
                          f"whether B has {kind} cannot be told.")
@@ -161,7 +165,7 @@ def _verdict(a: RunAnalysis, b: RunAnalysis, sb: RunStats) -> tuple[bool | None,
     if unseen:
         avoided = None if avoided else avoided
     caveat = b.caveat()
-    if avoided_onsets and caveat:
+    if avoided_onsets and caveat and not unjudged_b:
         lines.append(f"B cannot show it either way: {caveat}.")
         avoided = None if avoided else avoided
     if a.primary_metric != b.primary_metric:

@@ -120,15 +120,20 @@ def test_cli_compare_needs_exactly_one_run_each(tmp_path: Path) -> None:
 
 
 def test_a_fix_whose_reward_could_not_be_judged_avoided_nothing_that_can_be_told(runs, tmp_path: Path) -> None:
-    """B is a server log alone (no step, no reward series): not seeing A's collapse in it is no
-    avoidance; ``avoided`` is null and the verdict says why."""
+    """B is a server log alone (no step, no reward series), or a log that could not be read: not
+    seeing A's collapse in it is no avoidance; ``avoided`` is null, and the verdict says of each of
+    A's incidents that whether B has it cannot be told, and why (it said "B has no …")."""
     server = next((Path(__file__).parent / "fixtures" / "sglang_oom" / "outputs").rglob("llm_server.log.gz"))
     (tmp_path / "b").mkdir()
     shutil.copy(server, tmp_path / "b" / server.name)
     [b] = analyze([tmp_path / "b"]).runs
     result = compare(runs["areal_seed001"], b)
     assert result.avoided is None
-    assert any(line.startswith("B cannot show it either way: no training step was logged") for line in result.verdict), result.verdict
+    kinds = {i.kind for i in runs["areal_seed001"].incidents}
+    told = [line for line in result.verdict if line.startswith("Whether B has ")]
+    assert {line.split()[3] for line in told} == kinds, result.verdict
+    assert all("cannot be told (no training step was logged: no metric could be judged); A " in line for line in told)
+    assert not any(line.startswith("B has no ") for line in result.verdict), result.verdict
 
 
 def test_a_control_that_could_not_be_judged_is_not_called_incident_free(runs, tmp_path: Path) -> None:
