@@ -469,7 +469,7 @@ def _same_servers(later: pl.DataFrame, events: pl.DataFrame, spans: _Windows, ca
     """Of ``later``, the lines of the servers the window's ``cause`` lines name: with several
     servers, another one's exit is not the hung one's. A line naming no server is its log's (a
     node's ``SIGTERM received``): not the hung one's when that log's launch lines name another."""
-    named = _servers_named(events.filter(_during(spans.window) & (pl.col("cause") == cause)))
+    named = _servers_named(events.lazy().filter(_during(spans.window) & (pl.col("cause") == cause)).select("at").collect())
     if named.is_empty():
         return later
     named = named.implode()
@@ -496,7 +496,7 @@ def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window
     """With one server log per node: ``metrics`` of the logs of the servers the window's failures
     name (by the address each log's launch lines give), so that a healthy peer's stats are not
     told as the failing server's. All of them where that cannot be told."""
-    named = _servers_named(in_window.filter(pl.col("cause").is_not_null()))
+    named = _servers_named(in_window.lazy().filter(pl.col("cause").is_not_null()).select("at").collect())
     if named.is_empty():
         return metrics
     # Each server log (its rotated pieces one), among the logs with server stats: not the trainer's launcher lines.
@@ -516,8 +516,8 @@ def _escalation(events: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
     """What the same failure turned into later (a hang that ended in a crash)."""
     if cause != "inference_server_unresponsive":
         return ""
-    crash = events.filter((pl.col("step") > spans.window[1]) & (pl.col("cause") == "inference_server_crash"))
-    crash = _same_servers(crash, events, spans, cause)
+    crash = _same_servers(_narrow(events, (pl.col("step") > spans.window[1]) & (pl.col("cause") == "inference_server_crash")),
+                          events, spans, cause)
     if crash.is_empty():
         return "No refused connection or server exit followed: the server stayed up but stopped answering."
     row = _by_time(crash, 1).row(0, named=True)
@@ -566,13 +566,22 @@ def _earliest() -> pl.Expr:
 
 
 def _later_evidence(events: pl.DataFrame, spans: _Windows, cause: Cause) -> tuple[Evidence, ...]:
-    later = events.filter((pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
+    later = _narrow(events, (pl.col("step") > spans.window[1]) & ~_during(spans.window) & pl.col("cause").is_not_null())
     later = _same_servers(later, events, spans, cause)
     # Each kind's earliest line, then the four earliest of those: a flood after the window is not
     # sorted whole (the rows kept in frame order, so that ties stay in it).
-    earliest = _ranked(later).group_by("kind").agg(_earliest()).collect()["row"].sort()
-    firsts = later[earliest]
-    return _cited(_by_time(firsts, 4))
+    earliest = later.lazy().group_by("kind").agg(_earliest()).collect()["row"].sort()
+    return _cited(_by_time(events[earliest], 4))
+
+
+#: What the lines after a window are judged by (their text and the rest are read for the few cited).
+_NARROW = ("row", "time", "step", "line", "kind", "cause", "severity", "at", "file")
+
+
+def _narrow(events: pl.DataFrame, where: pl.Expr) -> pl.DataFrame:
+    """The rows of ``events`` ``where`` holds, with their ``row`` in it, in :data:`_NARROW`'s
+    columns only: a flood after a window copied whole took a gigabyte."""
+    return events.lazy().with_row_index("row").filter(where).select(_NARROW).collect()
 
 
 def _undated(events: pl.DataFrame) -> pl.DataFrame:
