@@ -406,6 +406,9 @@ def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None
             continue
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
         files += [Path(folder, name) for name in sorted(names)]
+        # (a botched copy, ``cp -r`` of a folder named like the log: said, as a pipe in its place is)
+        problems += [f"{Path(folder, d)}: a folder, not a log: read as any folder is" for d in dirs
+                     if _named_like_a_runs_log(Path(d))]
     found, more = _classify(files, custom_format)
     if links is not None:
         inside = os.path.realpath(top)

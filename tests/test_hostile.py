@@ -927,3 +927,14 @@ def test_nothing_is_written_in_the_checkpoint_folder_read_for_a_log_given_alone(
     done = invoke(*command, str(paths.trainer_log), option, str(target))
     assert done.exit_code == 2 and "is inside the analyzed path" in done.output
     assert tree_state(paths.checkpoint_root) == before
+
+
+def test_a_folder_where_the_trainer_log_should_be_is_said(tmp_path: Path) -> None:
+    """A botched copy left a folder named trainer.log: the run was read from the server log alone
+    and nothing named the trainer's log (a pipe in its place is said)."""
+    shutil.copytree(FIXTURES / "sglang_hang", tmp_path / "run")
+    trial = tmp_path / "run" / "outputs" / "logs" / "root" / "gsm8k-grpo-hang" / "trial0"
+    (trial / "trainer.log.gz").unlink()
+    (trial / "trainer.log" / "part0").mkdir(parents=True)
+    [run] = analyze([tmp_path / "run" / "outputs"]).runs
+    assert "trainer.log: a folder, not a log: read as any folder is" in run.data_lost()
