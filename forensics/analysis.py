@@ -713,7 +713,11 @@ def _went_on(finding: Finding) -> list[Evidence]:
 def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     """The line that shows the onset itself: the metric's row at the onset step."""
     if finding.metric is None:
-        copies = run.step_copies.filter(pl.col("time") == finding.last_step_time) if finding.redone else run.steps
+        copies = run.steps
+        if finding.redone and finding.last_step_time is not None:
+            copies = run.step_copies.filter(pl.col("time") == finding.last_step_time)
+        elif finding.redone:  # (a log with no times: the abandoned attempt's copy is the one logged first)
+            copies = run.step_copies.sort("line").unique("step", keep="first", maintain_order=True)
         last = copies.filter(pl.col("step") == finding.onset_step - 1)
         if last.is_empty():
             return None

@@ -878,25 +878,45 @@ def died_before_relaunch(finding: Finding, steps: pl.DataFrame, gaps: pl.DataFra
     (``gaps``: :func:`forensics.align.relaunch_gaps`): the attempt's, not the run's own history —
     the relaunch logged that step again. Told as such, its abandoned steps in ``redone``, and
     ``until`` when the run (``steps``, its own copies) was back where it failed."""
-    if finding.kind != "crash" or gaps.is_empty():
+    if finding.kind != "crash":
         return finding
-    for gap in gaps.filter(pl.col("died_in") == finding.onset_step).iter_rows(named=True):
+    for gap in (gaps.filter(pl.col("died_in") == finding.onset_step).iter_rows(named=True) if gaps.height else ()):
         failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"])
                                & pl.col("time").is_between(gap["after"], gap["before"], closed="right"))
         kinds = ", ".join(sorted(set(failed.filter(pl.col("kind").is_in(CRASH_KINDS))["kind"])))
         if not kinds:
             continue
         first, resumed = int(gap["first"]), int(gap["resumed"])
-        taken = (f"a relaunch from step {resumed - 1} took the run on from step {resumed}" if resumed > 1
-                 else "the run was started again from its first step")
-        lost = (f"logged steps {first}–{finding.onset_step - 1} again" if finding.onset_step - 1 > first
-                else f"logged step {first} again")
         back = steps.filter(pl.col("step") == finding.onset_step - 1)["time"].drop_nulls()
-        return replace(finding, end_step=finding.onset_step + 1, redone=(first, finding.onset_step - 1),
-                       failed_at=failed["time"].min(), last_step_time=gap["after"], until=back.max() if len(back) else None,
-                       summary=f"a training process failed during step {finding.onset_step} ({kinds}) in an attempt "
-                               f"the run abandoned: {taken} and {lost}")
+        return _abandoned_by(finding, kinds, first, resumed, failed_at=failed["time"].min(), last_step_time=gap["after"],
+                             until=back.max() if len(back) else None)
+    return _died_before_a_resume_line(finding, events)
+
+
+def _died_before_a_resume_line(finding: Finding, events: pl.DataFrame) -> Finding:
+    """Where the step log has no times (a verl console), by line order: the crash's own lines, then
+    in the same log a resume line (``run_resumed``, its step the first the relaunch logged) going
+    back to the step the attempt died in or before it."""
+    failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("time").is_null() & pl.col("kind").is_in(CRASH_KINDS))
+    resumes = events.filter((pl.col("kind") == "run_resumed") & (pl.col("step") <= finding.onset_step))
+    for (file,), lines in failed.group_by("file", maintain_order=True):
+        resume = resumes.filter((pl.col("file") == file) & (pl.col("line") > lines["line"].max())).sort("line").head(1)
+        if resume.height:
+            resumed = int(resume["step"][0])
+            return _abandoned_by(finding, ", ".join(sorted(set(lines["kind"].cast(pl.String)))), resumed, resumed)
     return finding
+
+
+def _abandoned_by(finding: Finding, kinds: str, first: int, resumed: int, **when: Any) -> Finding:
+    """``finding``, a crash in an attempt a relaunch from before it abandoned: the relaunch took the
+    run on from step ``resumed`` and logged steps ``first``… up to the one it died in again."""
+    taken = (f"a relaunch from step {resumed - 1} took the run on from step {resumed}" if resumed > 1
+             else "the run was started again from its first step")
+    lost = (f"logged steps {first}–{finding.onset_step - 1} again" if finding.onset_step - 1 > first
+            else f"logged step {first} again")
+    return replace(finding, end_step=finding.onset_step + 1, redone=(first, finding.onset_step - 1), **when,
+                   summary=f"a training process failed during step {finding.onset_step} ({kinds}) in an attempt "
+                           f"the run abandoned: {taken} and {lost}")
 
 
 #: How a traceback event's message starts: Python's first line, or Ray's for a task's error.

@@ -500,3 +500,28 @@ def test_checkpoints_in_rays_copy_of_the_working_folder_are_found(tmp_path: Path
     assert any(w.startswith("checkpoints not found: the logs say") for w in rec.warnings)
     result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "run"), "--no-cache"])
     assert result.exit_code == 2, result.output
+
+
+def test_a_crash_in_an_attempt_a_relaunch_abandoned_is_passed_over_with_no_times(tmp_path: Path) -> None:
+    """Attempt one OOM-killed during step 7; a relaunch from global_step_4, appended to the same
+    console, healthy to step 16. A verl console has no times, so the relaunch was not seen by time:
+    the crash was the run's, and best-checkpoint went back to global_step_4 (a collapse in such an
+    attempt was passed over already)."""
+    import shutil
+
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    first = write_verl_run(tmp_path / "a", VerlRunSpec(steps=16, save_freq=4, failure="oom_kill", fail_at=7))
+    again = write_verl_run(tmp_path / "b", VerlRunSpec(steps=16, save_freq=4, restart=(6, 4), seed=1))
+    lines = again.train_log.read_text().split("\n")
+    resume = next(i for i, line in enumerate(lines) if "Load from checkpoint" in line)
+    relaunch = [line for line in lines[:resume] if "step:" not in line and "local_global_step_folder" not in line] + lines[resume:]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text((first.train_log.read_text() + "\n".join(relaunch)).replace(str(tmp_path / "b"), str(run))
+                                   .replace(str(tmp_path / "a"), str(run)))
+    shutil.copytree(tmp_path / "b" / "checkpoints", run / "checkpoints")
+    [analysis] = analyze([run / "train.log"]).runs
+    assert [(i.kind, i.onset_step, i.redone) for i in analysis.incidents] == [("crash", 7, True)]
+    assert "in an attempt the run abandoned: a relaunch from step 4 took the run on from step 5" in analysis.incidents[0].summary
+    assert analysis.recommendation.step == 16
