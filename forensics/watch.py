@@ -882,6 +882,8 @@ class _Follower:
     def _crash(self, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
         if "crash" in self._latched:
             return []
+        if self._finished and row["step"] is not None and self._last_step is not None and row["step"] > self._last_step:
+            return []  # (after every step the run was launched for: its teardown, as offline)
         self._latched["crash"] = row["step"]
         summary = f"a training process failed during step {row['step']} ({row['kind']})"
         return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]

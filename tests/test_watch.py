@@ -153,6 +153,23 @@ def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     assert by_kind["server_down"].evidence[0].kind == "server_exit" and by_kind["server_down"].cause == collapse.cause
 
 
+def test_a_worker_death_after_a_verl_run_logged_every_step_raises_no_alarm(tmp_path: Path) -> None:
+    """A run that logged every step it was launched for, then Ray told of a worker dying at
+    shutdown: analyze calls it teardown, the replay paged a crash at step 13."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=12, save_freq=4))
+    lines = [line for line in paths.train_log.read_text().split("\n") if line]
+    lines.insert(3, "\x1b[36m(TaskRunner pid=32604)\x1b[0m Total training steps: 12")
+    lines.append("\x1b[33m(raylet)\x1b[0m A worker died or was killed while executing a task by an unexpected system error. "
+                 "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2.")
+    paths.train_log.write_text("\n".join(lines) + "\n")
+    [run] = analyze([tmp_path / "run"]).runs
+    [result] = replay([tmp_path / "run"])
+    assert run.incidents == [] and result.alarms == []
+    assert "worker_died" in run.events["kind"].cast(pl.String).to_list()
+
+
 @pytest.mark.parametrize(
     ("build", "onset", "kind"),
     [(nccl_hang_run, 8, "stall"), (ray_oom_kill_run, 6, "crash"), (zero_score_run, 1, "reward_collapse")],
