@@ -509,7 +509,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
-                      unseen=_unseen(run, finding, onset_time, events), clock=attribution.clock, attributed=attribution.frame)
+                      unseen=unseen_at_onset(run, finding, onset_time, events), clock=attribution.clock, attributed=attribution.frame)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     # The steps run after the onset while it lasted, logged or not (a copy may hold every tenth: the
@@ -547,7 +547,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     )
 
 
-def _unseen(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
+def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
     """Why no log could have shown a failure at the onset, when none could: the text logs ended
     before it (the steps after are known only from a W&B or TensorBoard copy), or there are none."""
     if finding.kind not in ("reward_collapse", "reward_drop", "zero_variance"):

@@ -45,7 +45,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.analysis import analyze_run, planned_steps
+from forensics.analysis import analyze_run, planned_steps, unseen_at_onset
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, Attribution, explain
 from forensics.detect import (
@@ -1004,9 +1004,11 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     copies = copies.sort("time", nulls_last=False)
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
-    verdict = explain(Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite,
-                              fell_by=trigger.fell_by), events, metrics, onset_time,
-                      has_server_log=has_server_log, attributed=attributed.frame if kept is None else attributed.rows(kept))
+    finding = Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite, fell_by=trigger.fell_by)
+    # (as offline: where no log could have shown a failure at the onset, finding none is no finding)
+    verdict = explain(finding, events, metrics, onset_time, has_server_log=has_server_log,
+                      unseen=unseen_at_onset(run, finding, onset_time, events),
+                      attributed=attributed.frame if kept is None else attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):
         cause = CAUSE_OF_KIND.get(trigger.evidence[0].kind, "unknown") if trigger.evidence else "unknown"

@@ -153,6 +153,19 @@ def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     assert by_kind["server_down"].evidence[0].kind == "server_exit" and by_kind["server_down"].cause == collapse.cause
 
 
+def test_a_copy_alone_replayed_names_no_cause_it_cannot_see(tmp_path: Path) -> None:
+    """verl's file-logger JSONL alone, the score 0 from step 15: no text log could show a failure,
+    so the cause is unknown, as offline; the replay said reward_pipeline ("no failure was logged")."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=25, save_freq=5, score=lambda s: 0.0 if s >= 15 else healthy_score(s)))
+    [run] = analyze([paths.jsonl]).runs
+    [result] = replay([paths.jsonl])
+    assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 15, "unknown")]
+    assert [(a.kind, a.onset_step, a.cause) for a in result.alarms] == [("reward_collapse", 15, "unknown")]
+    assert "No text log was found" in result.alarms[0].summary
+
+
 def test_a_worker_death_after_a_verl_run_logged_every_step_raises_no_alarm(tmp_path: Path) -> None:
     """A run that logged every step it was launched for, then Ray told of a worker dying at
     shutdown: analyze calls it teardown, the replay paged a crash at step 13."""
