@@ -177,6 +177,8 @@ def load_run(
     del events  # (the frame holds their rows now: each column is let go as the sort below replaces it)
     events_frame, metrics_frame, zoned = _servers_on_the_runs_clock(events_frame, metrics_frame, all_steps["time"])
     notes += zoned
+    if location.checkpoint_dir is None and (named := _save_folder_named(location, facts)) is not None:
+        location = replace(location, checkpoint_dir=named)
     if location.checkpoint_dir is None:
         checkpoints = empty(CHECKPOINT_SCHEMA)
     elif location.framework == "verl" or is_verl_checkpoint_root(location.checkpoint_dir):  # (a copy-only run's)
@@ -210,6 +212,16 @@ def load_run(
         superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
                                     abandoned_steps]),
     )
+
+
+def _save_folder_named(location: RunLocation, facts: dict[str, str]) -> Path | None:
+    """The folder a verl run's console names as its ``default_local_dir``, where it is absolute
+    and holds the run's checkpoints: a Ray session or its TaskRunner's output given alone names
+    where the run saved, though nothing beside them is."""
+    named = facts.get("default_local_dir")
+    if location.framework != "verl" or not named or not Path(named).is_absolute():
+        return None
+    return Path(named) if is_verl_checkpoint_root(Path(named)) else None
 
 
 def _one_event_a_line(frames: list[pl.DataFrame]) -> pl.DataFrame:

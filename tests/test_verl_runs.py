@@ -525,3 +525,12 @@ def test_a_crash_in_an_attempt_a_relaunch_abandoned_is_passed_over_with_no_times
     assert [(i.kind, i.onset_step, i.redone) for i in analysis.incidents] == [("crash", 7, True)]
     assert "in an attempt the run abandoned: a relaunch from step 4 took the run on from step 5" in analysis.incidents[0].summary
     assert analysis.recommendation.step == 16
+
+
+def test_a_ray_session_given_alone_finds_the_checkpoints_its_console_names(tmp_path: Path) -> None:
+    """The TaskRunner's output in the session is verl's console; it prints ``default_local_dir`` as
+    an absolute path, where the run saved global_step_4: best-checkpoint exited 2 ("checkpoints not
+    found … find them where the run's working folder was")."""
+    paths = nccl_hang_run(tmp_path / "run")
+    done = runner.invoke(app, ["best-checkpoint", str(paths.session), "--no-cache"])
+    assert (done.exit_code, done.stdout.strip()) == (0, str(paths.ckpt_root / "global_step_4"))
