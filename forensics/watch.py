@@ -1004,7 +1004,10 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     copies = copies.sort("time", nulls_last=False)
     onset_time = copies["time"][-1] if copies.height else trigger.time
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
-    finding = Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite, fell_by=trigger.fell_by)
+    # (a crash told by the run's own traceback: that line, dated or not, is what stopped it, as offline)
+    raised = next(((e.file, e.line) for e in trigger.evidence if e.kind == "traceback"), None) if trigger.kind == "crash" else None
+    finding = Finding(finding_kind, trigger.metric, onset, None, trigger.summary, non_finite=trigger.non_finite, fell_by=trigger.fell_by,
+                      raised=raised)
     # (as offline: where no log could have shown a failure at the onset, finding none is no finding)
     verdict = explain(finding, events, metrics, onset_time, has_server_log=has_server_log,
                       unseen=unseen_at_onset(run, finding, onset_time, events),

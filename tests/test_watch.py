@@ -604,6 +604,17 @@ def test_replay_of_a_run_ended_by_its_own_exception_alarms_where_analyze_puts_th
 
 
 @pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
+def test_replay_of_the_session_alone_names_the_cause_analyze_names() -> None:
+    """The same session given alone: its traceback is undated, in the TaskRunner's ``.err``. The
+    replay said "Nothing in the logs explains it" (cause unknown) while citing the exception."""
+    [session] = sorted((SAMPLES / "c_task_exception").glob("session_*"))
+    [result] = replay([session])
+    [incident] = analyze([session]).runs[0].incidents
+    assert [(a.kind, a.step, a.cause) for a in result.alarms] == [("crash", 3, "training_worker_crash")]
+    assert (incident.kind, incident.onset_step, incident.cause) == ("crash", 3, "training_worker_crash")
+
+
+@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
 def test_one_death_forwarded_late_to_the_console_is_one_crash_alarm() -> None:
     """Real Ray session: a RolloutWorker segfaults in step 3; the driver's console shows the death
     after step 1 and step 2's line after it (Ray forwards worker output late), then the session's
