@@ -4,6 +4,7 @@ record gets the step it fell in (the step in progress when it was written).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -130,22 +131,27 @@ def relaunch_gaps(copies: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def into_dying_attempts(events: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+def into_dying_attempts(events: pl.DataFrame, gaps: pl.DataFrame, launches: Sequence[datetime] = ()) -> pl.DataFrame:
     """Failures logged after an attempt's last step and before the relaunch's resume line
     (``run_resumed``) take the step the attempt died in: by time they fall in the relaunch's first
-    step, but they are what ended the attempt before it. Without a resume line in the gap there
-    is no telling where one attempt ends and the next begins: left as they are."""
+    step, but they are what ended the attempt before it. Where the resume line has no time (verl's
+    console), the relaunch's Ray session start (``launches``) in the gap is the cut. Without either
+    there is no telling where one attempt ends and the next begins: left as they are."""
     if gaps.is_empty() or events.is_empty():
         return events
     placed = pl.col("step")
     for gap in gaps.iter_rows(named=True):
         within = pl.col("time").is_between(gap["after"], gap["before"], closed="right")
         resume = events.filter(within & (pl.col("kind") == "run_resumed")).sort("time", "line")
-        if resume.is_empty():
+        began = [t for t in launches if gap["after"] is not None and gap["before"] is not None and gap["after"] < t <= gap["before"]]
+        if resume.is_empty() and not began:
             continue
-        cut = resume.row(0, named=True)
-        before_it = (pl.col("time") < cut["time"]) | ((pl.col("time") == cut["time"]) & (pl.col("file") == cut["file"])
-                                                     & (pl.col("line") < cut["line"]))
+        if resume.is_empty():
+            before_it = pl.col("time") < min(began)
+        else:
+            cut = resume.row(0, named=True)
+            before_it = (pl.col("time") < cut["time"]) | ((pl.col("time") == cut["time"]) & (pl.col("file") == cut["file"])
+                                                         & (pl.col("line") < cut["line"]))
         placed = pl.when(within & before_it & (pl.col("severity") != "info")).then(pl.lit(gap["died_in"])).otherwise(placed)
     return events.with_columns(placed.alias("step"))
 

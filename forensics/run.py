@@ -188,7 +188,8 @@ def load_run(
     else:
         checkpoints = read_areal_checkpoints(location.checkpoint_dir)
     latest_steps = _latest_steps(all_steps)
-    events_frame = into_dying_attempts(past_their_headers(assign_steps(events_frame, clock), all_steps), relaunch_gaps(all_steps))
+    events_frame = into_dying_attempts(past_their_headers(assign_steps(events_frame, clock), all_steps), relaunch_gaps(all_steps),
+                                       starts if estimated else ())
     _sort_by_time(events_frame)
     metrics_frame, earlier = _copied_from_abandoned_steps(metrics_frame, earlier, all_steps, latest_steps)
     if estimated and earlier.height:  # an abandoned attempt's values take their step copy's estimated time

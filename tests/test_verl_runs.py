@@ -534,3 +534,33 @@ def test_a_ray_session_given_alone_finds_the_checkpoints_its_console_names(tmp_p
     paths = nccl_hang_run(tmp_path / "run")
     done = runner.invoke(app, ["best-checkpoint", str(paths.session), "--no-cache"])
     assert (done.exit_code, done.stdout.strip()) == (0, str(paths.ckpt_root / "global_step_4"))
+
+
+def test_a_dead_attempts_ray_records_stay_in_the_step_it_died_in_beside_the_relaunchs(tmp_path: Path) -> None:
+    """Attempt one OOM-killed during step 7 (its Ray session's records timed then), a relaunch with a
+    Ray of its own from global_step_4, healthy to 16, both sessions beside the appended console. By
+    the step times estimated from each session's start, the dead attempt's records fell in the
+    relaunch's first step: a second, phantom crash at step 5 (the console alone: one, at 7)."""
+    import shutil
+    from datetime import timedelta
+
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    first = write_verl_run(tmp_path / "a", VerlRunSpec(steps=16, save_freq=4, ray_session=True, failure="oom_kill", fail_at=7))
+    start = VerlRunSpec().start + timedelta(seconds=10 + 7 * 60 + 120)
+    again = write_verl_run(tmp_path / "b", VerlRunSpec(steps=16, save_freq=4, restart=(6, 4), ray_session=True, start=start,
+                                                       pid=41000, seed=1))
+    lines = again.train_log.read_text().split("\n")
+    resume = next(i for i, line in enumerate(lines) if "Load from checkpoint" in line)
+    relaunch = [line for line in lines[:resume] if "step:" not in line and "local_global_step_folder" not in line] + lines[resume:]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.log").write_text(first.train_log.read_text() + "\n".join(relaunch))
+    shutil.copytree(tmp_path / "b" / "checkpoints", run / "checkpoints")
+    for session in (first.session, again.session):
+        shutil.copytree(session, run / "ray_tmp" / session.name)
+    [analysis] = analyze([run]).runs
+    assert [(i.kind, i.onset_step, i.redone) for i in analysis.incidents] == [("crash", 7, True)]
+    kills = analysis.events.filter(pl.col("kind") == "host_oom_kill")
+    assert kills.height > 1 and kills["step"].to_list() == [7] * kills.height
+    assert analysis.recommendation.step == 16
