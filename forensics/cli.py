@@ -215,10 +215,11 @@ def analyze(
         if not paths and not wandb:
             raise UnusableInput("give a PATH to analyze, or --wandb ENTITY/PROJECT/RUN_ID")
         _refuse_inside(paths or [], json=json_out, markdown=markdown, out=out)
-        cache = _cache(cache_dir, no_cache, paths or [], log_format)
         found = locate(paths, custom_format=log_format) if paths else []
         # (the runs' checkpoint folders are read too, wherever their logs were given from)
-        _refuse_inside([r.checkpoint_dir for r in found if r.checkpoint_dir], json=json_out, markdown=markdown, out=out)
+        checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
+        _refuse_inside(checkpoint_dirs, json=json_out, markdown=markdown, out=out)
+        cache = _cache(cache_dir, no_cache, paths or [], log_format, checkpoint_dirs=checkpoint_dirs)
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
@@ -403,14 +404,14 @@ def metrics(
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
         _refuse_inside(paths or [], output=output)
-        if output is not None and paths:
-            _refuse_inside(_checkpoint_dirs(paths, log_format), output=output)
+        checkpoint_dirs = _checkpoint_dirs(paths, log_format) if paths and (output is not None or cache_dir is not None) else []
+        _refuse_inside(checkpoint_dirs, output=output)
         if keys is not None:
             try:
                 re.compile(keys)
             except re.error as exc:
                 raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
-        cache = _cache(cache_dir, no_cache, paths or [], log_format)
+        cache = _cache(cache_dir, no_cache, paths or [], log_format, checkpoint_dirs=checkpoint_dirs)
         rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
         if output is not None:
@@ -586,16 +587,20 @@ def _digest(path: Path | None) -> str:
         return "unreadable"
 
 
-def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None) -> ParseCache | None:
+def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None, *,
+           checkpoint_dirs: list[Path] | None = None) -> ParseCache | None:
     """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one
-    dropped), nor in a checkpoint folder the runs found there are read from."""
+    dropped), nor in a checkpoint folder the runs found there are read from (``checkpoint_dirs``, where
+    the caller has them; else found for an explicit one)."""
     if no_cache:
         return None
     try:
         chosen = cache_dir or default_cache_dir()
     except NoCacheDir:  # (no home folder: parsed afresh each time, as with --no-cache)
         return None
-    read = _trees(paths) + (_checkpoint_dirs(paths, log_format) if cache_dir is not None else [])
+    read = _trees(paths)
+    if cache_dir is not None:  # (a default cache is never in a run's checkpoint folder)
+        read += checkpoint_dirs if checkpoint_dirs is not None else _checkpoint_dirs(paths, log_format)
     if any(within(chosen, given) for given in read):
         if cache_dir is not None:
             raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
