@@ -34,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import time as _time
 from collections import Counter, deque
@@ -83,6 +84,9 @@ _REFUSALS = frozenset({"connection_refused", "connection_reset"})
 _TIMEOUTS = frozenset({"request_timeout"})
 _SERVER_UP = frozenset({"server_launch", "server_ready"})
 _TRAINER_CALLING = _REFUSALS | _TIMEOUTS | {"workflow_failed", "retries_exhausted"}
+#: A client's retry of a request that timed out (AReaL: ``… timed out after 600.00s (attempt 2/3)``;
+#: verl: ``… timed out (attempt 2)``): the same request, not another one failing.
+_RETRY = re.compile(r"\(attempt ([2-9]|\d{2,})(?:/\d+)?\)")
 
 
 @dataclass(frozen=True)
@@ -900,10 +904,14 @@ class _Follower:
         window = self._refusals if refused else self._timeouts
         seconds = self.s.refusal_window_s if refused else self.s.timeout_window_s
         needed = self.s.refusal_burst if refused else self.s.timeout_burst
+        self._errors_quiet_since = when
+        if not refused and _RETRY.search(row["message"] or ""):
+            # (one slow request retried is one request timing out; a refusal retried is the server
+            # still not there, which is the point)
+            return []
         window.append((when, evidence))
         while window and (when - window[0][0]).total_seconds() > seconds:
             window.popleft()
-        self._errors_quiet_since = when
         if self._steps_seen == 0 or self._launching or "server_errors" in self._latched or len(window) < needed:
             return []  # before the first step, or while a server loads, clients are refused by design
         self._latched["server_errors"] = True

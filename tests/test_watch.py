@@ -142,6 +142,27 @@ def test_another_server_coming_up_does_not_revive_the_dead_one(tmp_path: Path) -
     assert "server_down" in told and [a.kind for a in result.alarms].count("server_errors") <= 1, told
 
 
+def test_one_stuck_requests_retries_are_no_burst_of_timeouts(tmp_path: Path) -> None:
+    """A healthy run where one request hangs once: its three attempts time out 10 min apart, then its
+    workflow fails. One request, not three: no ``server_errors`` alarm (a ``--on-alarm scancel``
+    would kill a healthy job); offline finds no incident either. Three requests stuck at once still alarm."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
+
+    base = RunSpec(last_step=120, reward=healthy_reward, request_timeout=600, request_retries=3, finished=True)
+    at = {t.step: t.time for t in schedule(base)}
+    for requests, alarmed in ((1, False), (3, True)):
+        one = Outage(start=at[60], end=at[60] + timedelta(seconds=1300), kind="timeout",
+                     burst_every=(5000.0, 6000.0), requests_per_burst=(requests, requests))
+        paths = write_run(tmp_path / f"r{requests}" / "outputs", replace(base, outages=(one,)))
+        timeouts = analyze(paths.fileroot).runs[0].events.filter(pl.col("kind") == "request_timeout")
+        assert timeouts.height == 3 * requests
+        [result] = replay([paths.fileroot])
+        assert ("server_errors" in [a.kind for a in result.alarms]) is alarmed, (requests, result.alarms)
+
+
 def test_replay_of_seed001_names_the_server_crash_and_the_collapse() -> None:
     [result] = replay([FIXTURES / "areal_seed001" / "outputs"])
     # One incident (the reward never recovered): the server's errors, then the collapse they caused;
