@@ -245,7 +245,7 @@ def analyze(
                 report.write_bytes(kept["report.html"])
             else:
                 report = write_html(result, folder)
-            console.print(f"report: {report}")
+            console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)  # (a sweep's folder: ``run[lr=3e-6]``)
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}))
@@ -457,7 +457,7 @@ def compare(
         if json_out is not None:
             _write_json(result.to_dict(), json_out)
         if folder is not None:
-            console.print(f"report: {write_compare_html(result, folder)}")
+            console.print(f"report: {write_compare_html(result, folder)}", markup=False, highlight=False, soft_wrap=True)
 
     _guard(debug, work)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from forensics.model import iso
 from forensics.watch import Alarm, ReplayResult
@@ -13,7 +14,8 @@ from forensics.watch import Alarm, ReplayResult
 
 def print_alarm(alarm: Alarm, console: Console) -> None:
     """The alarm, its cause and where the logs show it."""
-    console.print(f"[bold red]ALARM[/] {alarm.run_id}  {alarm.kind}  step {alarm.step}  at {iso(alarm.time) or '?'}")
+    # (run ids and file names are folder names: ``grpo[lr=1e-6]`` is text, not markup)
+    console.print(Text.assemble(("ALARM", "bold red"), f" {alarm.run_id}  {alarm.kind}  step {alarm.step}  at {iso(alarm.time) or '?'}"))
     console.print(f"  cause    {alarm.cause}" + (f" (confidence {alarm.confidence:.2f})" if alarm.confidence else ""))
     console.print(f"  onset    step {alarm.onset_step}")
     console.print(f"  summary  {alarm.summary}", markup=False)
@@ -25,12 +27,12 @@ def render_replay(results: list[ReplayResult], console: Console) -> None:
     """One table per run: each alarm's step and time against the offline onset and the last step."""
     for result in results:
         onsets = ", ".join(f"{kind} at step {step}" for kind, step in result.offline_onsets) or "none"
-        table = Table(title=f"{result.run_id}: offline incidents {onsets}; last step {result.last_step}", title_justify="left")
+        table = Table(title=Text(f"{result.run_id}: offline incidents {onsets}; last step {result.last_step}"), title_justify="left")
         for column in ("step", "time", "kind", "cause", "onset", "evidence"):
             table.add_column(column, overflow="fold")
         for a in result.alarms:
             where = f"{Path(a.evidence[0].file).name}:{a.evidence[0].line}" if a.evidence else ""
-            table.add_row(str(a.step), iso(a.time) or "", a.kind, a.cause, str(a.onset_step), where)
+            table.add_row(str(a.step), iso(a.time) or "", a.kind, a.cause, str(a.onset_step), Text(where))
         console.print(table)
         if result.alarms and result.last_step is not None:
             first = result.alarms[0]

@@ -408,3 +408,14 @@ def test_metrics_and_events_say_a_path_holding_no_run(fixture_run, tmp_path: Pat
     for command in (["metrics"], ["events"]):
         result = runner.invoke(app, [*command, str(fixture_run("areal_healthy_sparse")), str(tmp_path / "empty"), "--no-cache"])
         assert result.exit_code == 2 and result.stdout and f"{tmp_path / 'empty'}: no training run found" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["sweep[lr=3e-6]", "rep[/b]"])
+def test_the_report_path_is_printed_as_written_whatever_its_brackets(tmp_path: Path, name: str) -> None:
+    """A sweep's folder names hold brackets: the path printed is the report's, not rich markup read
+    out of it (``sweep/report.html``, which does not exist, or a crash after the report was written)."""
+    out = tmp_path / name
+    result = runner.invoke(app, ["analyze", str(FIXTURES / "areal_healthy_sparse" / "outputs"), "--out", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    [printed] = [line.removeprefix("report: ") for line in result.stdout.splitlines() if line.startswith("report: ")]
+    assert printed == str(out / "report.html") and Path(printed).is_file()

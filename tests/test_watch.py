@@ -238,6 +238,27 @@ def test_healthy_sparse_rewards_never_alarm() -> None:
     assert result.alarms == []
 
 
+@pytest.mark.parametrize(("experiment", "trial"), [("grpo[lr=1e-6]", "trial0"), ("grpo[x", "y]")])
+def test_a_run_id_with_brackets_is_named_whole_in_alarms(tmp_path: Path, experiment: str, trial: str) -> None:
+    """Run ids are folder names, a sweep's hold brackets: the alarm and the replay name the run
+    as it is (not ``grpo/trial0`` for every variant, nor ``grpo`` for ``grpo[x/y]``)."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from areal_builder import Outage, RunSpec, healthy_reward, schedule, write_run
+
+    spec = RunSpec(experiment=experiment, trial=trial, last_step=100, reward=lambda s: 0.0 if s >= 80 else healthy_reward(s))
+    at = {t.step: t.time for t in schedule(spec)}
+    spec = replace(spec, outages=(Outage(start=at[79] + timedelta(seconds=8), end=at[100], kind="refused", server_exit=True),))
+    tree = write_run(tmp_path / "outputs", spec).fileroot
+    run_id = f"{experiment}/{trial}"
+    replayed = runner.invoke(app, ["watch", str(tree), "--replay"], env={"COLUMNS": "200"})
+    assert replayed.exit_code == 0 and replayed.stdout.splitlines()[0].startswith(f"{run_id}: offline incidents"), replayed.output
+    live = runner.invoke(app, ["watch", str(tree), "--interval", "0.1", "--state-dir", str(tmp_path / "state")], env={"COLUMNS": "200"})
+    assert live.exit_code == 0, live.output
+    assert next(line for line in live.stdout.splitlines() if "ALARM" in line).startswith(f"ALARM {run_id}  ")
+
+
 def test_replay_json_is_the_contract_document(tmp_path: Path) -> None:
     before = tree_state(FIXTURES / "areal_seed001")
     result = runner.invoke(app, ["watch", str(FIXTURES / "areal_seed001" / "outputs"), "--replay", "--json"])
