@@ -126,7 +126,25 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
         raise NoRunsFound(
             f"{shown}: no training run found (looked for AReaL, SGLang and loop logs, W&B runs, TensorBoard files, a Trainer's checkpoints){why}"
         )
-    return _with_checkpoints_given_apart(_once(_with_sessions_given_apart(_once(runs), custom_format)), apart)
+    runs = _with_servers_given_apart(_once(_with_sessions_given_apart(_once(runs), custom_format)))
+    return _with_checkpoints_given_apart(runs, apart)
+
+
+_SERVERS = ("areal_server", "sglang_server")
+
+
+def _with_servers_given_apart(runs: list[RunLocation]) -> list[RunLocation]:
+    """Server logs given apart from one run (``analyze outputs/ node3/llm_server.log.gz``: copied off
+    the node that served it) are that run's, as one copied into a folder below it would be: its
+    OOM is the cause of the run's collapse, not a run of its own. Beside several runs, or none, each
+    stays a run of its own (which run a server served cannot be told from its log)."""
+    apart = [run for run in runs if run.logs and all(s.kind in _SERVERS for s in run.logs)]
+    others = [run for run in runs if run not in apart]
+    if not apart or len(others) != 1:
+        return runs
+    run = others[0]
+    servers = tuple(s for r in apart for s in r.logs)
+    return [replace(run, logs=tuple(sorted((*run.logs, *servers), key=_log_order)), skipped=(*run.skipped, *(p for r in apart for p in r.skipped)))]
 
 
 def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) -> list[RunLocation]:
@@ -592,11 +610,10 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
             by_root.setdefault(source.path.parent, []).append(source)
     # A server's log copied into a folder of its own below a run's (``trial0/node2/llm_server.log``)
     # is that run's: the server served it.
-    servers = ("areal_server", "sglang_server")
     for root in sorted(by_root, key=lambda r: -len(r.parts)):
-        if all(s.kind in servers for s in by_root[root]):
+        if all(s.kind in _SERVERS for s in by_root[root]):
             above = next((r for r in sorted(by_root, key=lambda r: -len(r.parts))
-                          if r in root.parents and any(s.kind not in servers for s in by_root[r])), None)
+                          if r in root.parents and any(s.kind not in _SERVERS for s in by_root[r])), None)
             if above is not None:
                 by_root[above].extend(by_root.pop(root))
     roots = sorted(by_root)
@@ -623,13 +640,18 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 run_id=_run_id(given, root),
                 framework=_framework(members),
                 root=root,
-                logs=tuple(sorted(members, key=lambda s: (s.kind in COPY_KINDS, s.path.name.split(".")[0], s.order, str(s.path)))),
+                logs=tuple(sorted(members, key=_log_order)),
                 checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members) or _trl_checkpoint_dir(root, given),
                 skipped=tuple(p for p in problems if owners[p] in (None, root)),  # (one in no run's folder: any run's)
                 twins=twins,
             )
         )
     return _verl_jsonl_per_experiment(_tensorboard_per_folder(runs))
+
+
+def _log_order(source: LogSource) -> tuple:
+    """A run's logs in order: text logs before copies, by name, a log's rotated parts oldest first."""
+    return source.kind in COPY_KINDS, source.path.name.split(".")[0], source.order, str(source.path)
 
 
 def _verl_jsonl_per_experiment(runs: list[RunLocation]) -> list[RunLocation]:

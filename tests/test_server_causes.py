@@ -267,6 +267,32 @@ def test_a_server_log_from_another_node_in_a_folder_below_the_run_is_the_runs(fi
     assert any("/node2/llm_server.log" in e["file"] for e in incident["evidence"])
 
 
+@pytest.mark.parametrize("given", ["file", "folder"])
+def test_a_server_log_given_apart_from_its_run_is_the_runs(fixture_run, tmp_path: Path, given: str) -> None:
+    """The OOM fixture's server log copied off its node into a folder of its own and given beside the
+    run (``analyze outputs/ sglang_logs/llm_server.log.gz``): one run, its cause the server's OOM, as
+    with the log in place. Beside two runs it stays a run of its own (whose it is cannot be told)."""
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_oom"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    apart = tmp_path / "sglang_logs"
+    apart.mkdir()
+    log.rename(apart / log.name)
+    server = apart / log.name if given == "file" else apart
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), str(server), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    assert run["incidents"][0]["cause"] == "inference_server_oom"
+    assert any(e["file"] == str(apart / log.name) for e in run["incidents"][0]["evidence"])
+
+    other = tmp_path / "other"
+    shutil.copytree(fixture_run("areal_healthy_sparse"), other)
+    assert runner.invoke(app, ["analyze", str(tree), str(other), str(server), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    assert len(json.loads(out.read_text())["runs"]) == 3
+
+
 def test_a_bare_killed_in_a_warning_level_server_log_is_dated_at_the_exit_it_precedes(tmp_path: Path) -> None:
     """SGLang at AReaL's default warning level: the launch lines, then hours later the shell's
     ``Killed`` and the wrapper's exit line. ``Killed`` has no time of its own; it is the death,
