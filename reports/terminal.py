@@ -106,10 +106,10 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
         parts.append(Text("evidence", style="dim"))
         for ev in inc.evidence[:3]:
             text = " ".join(ev.text.split())
-            parts.append(Text.assemble(
-                (f"  {_short(ev.file, run.root)}:{ev.line}", "cyan"), "  ", text,
-                no_wrap=True, overflow="ellipsis",
-            ))
+            # The file and line whole (folded if they must be: a Ray worker's log name is longer than
+            # a terminal), the line's text cut to what is left.
+            parts.append(Text(f"  {_short(ev.file, run.root)}:{ev.line}", style="cyan", overflow="fold"))
+            parts.append(Text(f"    {text}", no_wrap=True, overflow="ellipsis"))
         if len(inc.evidence) > 3:
             parts.append(Text(f"  ... {len(inc.evidence) - 3} more in the HTML report", style="dim"))
     title = Text.assemble((inc.id, "bold"), "  ", (inc.kind, "bold red"))

@@ -475,3 +475,24 @@ def test_an_incident_seen_in_the_numbers_alone_is_not_called_no_incident() -> No
     page = render_html(Analysis(runs=[stripped]))
     assert "no incident was found" not in page
     assert "No failure lines: the incidents were seen in the numbers alone" in page
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+def test_the_terminal_names_each_evidence_line_by_its_whole_file_and_line(tmp_path: Path, columns: int) -> None:
+    """A Ray worker's log name is longer than a terminal is wide: its evidence line still shows the
+    file and line whole (folded), only the line's text is cut."""
+    from verl_builder import nccl_hang_run
+
+    from forensics import analyze
+
+    run = nccl_hang_run(tmp_path / "hang")
+    analysis = analyze([run.root])
+    [ran] = analysis.runs
+    console = Console(file=io.StringIO(), width=columns, color_system=None)
+    render_summary(analysis, console)
+    shown = "".join(line.strip("│ ") for line in console.file.getvalue().splitlines())
+    root = ran.root.rstrip("/") + "/"
+    evidence = ran.incidents[0].evidence[:3]
+    assert any(len(e.file) - len(root) > columns for e in evidence)  # (a name longer than the terminal)
+    for e in evidence:
+        assert f"{e.file.removeprefix(root)}:{e.line}" in shown
