@@ -16,6 +16,7 @@ from typing import Any, Literal
 import polars as pl
 
 from forensics.markers import event_markers
+from forensics.texts import with_messages
 
 SCHEMA = "grpo-forensics/analysis/v1"
 TOOL_VERSION = "0.1.0"
@@ -295,6 +296,17 @@ class RunAnalysis:
         """The run's warnings, errors and fatal events as at most ``limit`` markers on its steps,
         their first lines' texts read back from the logs (see :func:`forensics.markers.event_markers`)."""
         return event_markers(self.events, self.steps, limit)
+
+    def failures_logged(self) -> pl.DataFrame:
+        """Each kind of failure (error, fatal) the run's logs hold, in the order they began: how many,
+        and the first one's ``time``, ``step``, ``file``, ``line`` and ``message`` (read back where a
+        flood's was not held) — what a run with no step to place an incident at shows of them."""
+        failed = self.events.filter(pl.col("severity").is_in(["error", "fatal"]))
+        firsts = (failed.lazy().sort("time", "line", nulls_last=True, maintain_order=True)
+                  .group_by("kind", maintain_order=True)
+                  .agg(pl.len().alias("count"), *(pl.col(c).first() for c in ("time", "step", "file", "line", "message")))
+                  .collect())
+        return with_messages(firsts.with_columns(pl.col("kind", "file").cast(pl.String)))
 
     def step_range(self) -> dict[str, int | None]:
         if self.steps.is_empty():

@@ -101,21 +101,11 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
     )
 
 
-def _hours_between(run: RunAnalysis, first: int, last: int) -> float | None:
-    clock = run.steps.filter(pl.col("step").is_in([first, last]) & pl.col("time").is_not_null())
-    times = dict(clock.group_by("step").agg(pl.col("time").min()).iter_rows())
-    if first in times and last in times:
-        return (times[last] - times[first]).total_seconds() / 3600
-    return None
-
-
 def _end(run: RunAnalysis, inc: Incident) -> str:
     if inc.end_step is None:
         last = run.step_range()["last"]
         return '<span class="nr">not recovered</span>' + (f" (the log ends at step {last})" if last else "")
-    hours = _hours_between(run, inc.onset_step, inc.end_step)
-    lasted = f"lasted {inc.end_step - inc.onset_step} steps" + (f", {hours:.2f} h" if hours is not None else "")
-    return f"step {inc.end_step}{' (recovered)' if inc.recovered else ''} — {e(lasted)}"
+    return f"step {inc.end_step}{' (recovered)' if inc.recovered else ''}"
 
 
 def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
@@ -225,6 +215,8 @@ def _tables(run: RunAnalysis, prefix: str) -> str:
     out.append(_table(["incident", "time", "step", "source", "kind", "file:line", "text"], ev_rows)
                if ev_rows else "<p>No evidence: no incident was found.</p>" if not run.incidents
                else "<p>No failure lines: the incidents were seen in the numbers alone (each one's metric line is in its card).</p>")
+    if not run.incidents and run.steps.is_empty():
+        out.append(_failures_logged(run, prefix))
     if run.checkpoints:
         rec = run.recommendation.checkpoint
         ck_rows = [
@@ -253,6 +245,24 @@ def _tables(run: RunAnalysis, prefix: str) -> str:
     if run.notes:
         out.append("<h3>Notes</h3><ul>" + "".join(f"<li>{e(n)}</li>" for n in run.notes) + "</ul>")
     return "\n".join(out)
+
+
+def _failures_logged(run: RunAnalysis, prefix: str) -> str:
+    """With no step to place an incident at, the failures the logs hold: each kind's first line."""
+    failures = run.failures_logged()
+    if failures.is_empty():
+        return ""
+    rows = [
+        [
+            ("", e(f["kind"])), ("num", f"{f['count']:,}"), ("mono nowrap", e(iso(f["time"]) or "")),
+            ("loc mono", f'<span title="{e(f["file"])}">{e(short(f["file"], run.root))}</span>:{f["line"]}'),
+            ("text mono", e((f["message"] or "")[:300])),
+        ]
+        for f in failures.iter_rows(named=True)
+    ]
+    return (f'<h2 id="{prefix}failures">Failures logged</h2><p>No training step was logged, so no incident '
+            "can be placed; each kind of failure the logs hold, with its first line:</p>"
+            + _table(["kind", "count", "first at", "file:line", "text"], rows))
 
 
 def _footer(analysis: Analysis) -> str:

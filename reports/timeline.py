@@ -9,8 +9,8 @@ grouped by (kind, step bucket) above ``MAX_EVENT_MARKERS``. Checkpoints, inciden
 markers keep exact steps. Only ``scatter`` traces are used (the basic bundle has no ``scattergl``).
 
 Untrusted text: trace names and hover text are HTML-escaped (plotly renders a few tags in them);
-an event's full line travels raw in ``customdata`` and the page script shows it with
-``textContent`` only.
+an event's full line travels in ``customdata`` (control characters as their escapes, as everywhere
+on the page) and the page script shows it with ``textContent`` only.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from forensics.markers import PROBLEM_SEVERITIES
 from forensics.model import RunAnalysis, iso
 from parsers.schema import stream_of
 from reports.page import fmt_time, short
+from reports.visible import visible
 
 MAX_POINTS = 5_000
 BUCKETS = 2_000
@@ -53,8 +54,9 @@ def hover(text: str | None, limit: int = HOVER_CHARS) -> str:
 
 
 def _esc(text: str) -> str:
-    """Text for plotly's pseudo-HTML labels: no tags; quotes stay (plotly shows ``&quot;`` literally)."""
-    return html.escape(text, quote=False)
+    """Text for plotly's pseudo-HTML labels: no tags, control characters shown as their escapes (as
+    everywhere on the page: see :mod:`reports.visible`); quotes stay (plotly shows ``&quot;`` literally)."""
+    return visible(html.escape(text, quote=False))
 
 
 def _label(text: str) -> str:
@@ -280,7 +282,7 @@ def _primary_lane(t: Timeline, primary: pl.DataFrame, last_step: int) -> tuple[l
                 f"{_esc(c.kind)} · complete: {c.complete} · resumable: {c.resumable}"
                 for c in cks
             ],
-            customdata=[[f"checkpoint step {c.step}", iso(c.time) or "", c.path, "; ".join(c.problems)]
+            customdata=[[f"checkpoint step {c.step}", iso(c.time) or "", visible(c.path), visible("; ".join(c.problems))]
                         for c in cks],
         ))
     t.add(lane)
@@ -310,7 +312,7 @@ def _events_lane(t: Timeline) -> None:
             text = msg or ""
             if len(text) > CLICK_CHARS:
                 text = text[:CLICK_CHARS] + f" … ({len(msg) - CLICK_CHARS:,} more characters in the file)"
-            clicks.append([head, iso(tm) or "", f"{file}:{line}", text])
+            clicks.append([visible(head), iso(tm) or "", visible(f"{file}:{line}"), visible(text)])
         sizes = [round(min(18, 9 + 2 * math.log2(n)), 1) for n in part["n"].to_list()]
         lane.traces.append(dict(
             type="scatter", x=part["step"].to_list(), y=[_esc(k) for k in part["kind"].to_list()],

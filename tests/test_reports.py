@@ -496,3 +496,59 @@ def test_the_terminal_names_each_evidence_line_by_its_whole_file_and_line(tmp_pa
     assert any(len(e.file) - len(root) > columns for e in evidence)  # (a name longer than the terminal)
     for e in evidence:
         assert f"{e.file.removeprefix(root)}:{e.line}" in shown
+
+
+def test_the_timelines_labels_and_click_panel_show_control_characters_as_escapes(tmp_path: Path) -> None:
+    """An error line with a right-to-left override and a NUL: the timeline's hover and click panel
+    show them as their escapes, as the evidence table does (``/ckpt/bad.png`` reversed is not what
+    the line says)."""
+    from areal_builder import LogLine, RunSpec, healthy_reward, schedule, write_run
+
+    from forensics import analyze
+    from reports.timeline import timeline
+
+    spec = RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s))
+    at = {t.step: t.time for t in schedule(spec)}
+    said = "saving to \u202egnp.dab\u202c failed:\x00 disk full"
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=(
+        LogLine(at[30] - timedelta(seconds=3), said, "/AReaL/areal/utils/saver.py", "ERROR"),)))
+    [run] = analyze([paths.fileroot]).runs
+    figure, _ = timeline(run)
+    assert figure is not None
+    shown = json.dumps([[t.get("hovertext"), t.get("customdata")] for t in figure["data"]], ensure_ascii=False)
+    assert "\u202e" not in shown and "\x00" not in shown and "\\\\u202egnp.dab" in shown and "\\\\x00 disk full" in shown
+
+
+def test_a_report_of_logs_with_no_step_lists_the_failures_they_hold() -> None:
+    """A server log given alone: no step, so no incident, and the verdict says failures were logged
+    ("see the events"): the report shows each kind's count and first line, where it is."""
+    from conftest import FIXTURES, read_line
+
+    from forensics import analyze
+
+    [log] = (FIXTURES / "sglang_hang" / "outputs").rglob("llm_server.log*")
+    analysis = analyze([log])
+    [run] = analysis.runs
+    assert not run.incidents and run.steps.is_empty()
+    failures = run.failures_logged()
+    assert failures["count"].sum() == run.events.filter(pl.col("severity").is_in(["error", "fatal"])).height
+    page = render_html(analysis)
+    assert "Failures logged" in page
+    for f in failures.iter_rows(named=True):
+        assert f"{f['kind']}</td><td class=\"num\">{f['count']:,}</td>" in page
+        assert f">{log.name}</span>:{f['line']}<" in page and f["message"] == re.sub(r"\x1b\[[0-9;]*m", "", read_line(log, f["line"])).rstrip()
+
+
+def test_an_incident_card_gives_the_analysis_own_numbers_only(tmp_path: Path) -> None:
+    """A collapse that recovered: the card says where it ended and the steps wasted as the analysis
+    counts them; no second count of its own (it said "lasted 30 steps" beside "wasted: 29 steps")."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=160, reward=lambda s: 0.0 if 100 <= s < 130 else healthy_reward(s)))
+    analysis = analyze([paths.fileroot])
+    [incident] = analysis.runs[0].incidents
+    assert (incident.onset_step, incident.end_step) == (100, 130)
+    page = render_html(analysis)
+    assert "step 130 (recovered)" in page and "lasted" not in page and f"{incident.wasted_steps} steps" in page
