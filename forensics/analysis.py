@@ -211,6 +211,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         thresholds=t.to_dict(),
         series_sources=run.series_sources,
         observations=slow_start(run.metrics, run.steps),
+        # (the primary metric's only: what an abandoned attempt's incident is drawn on)
+        superseded=run.superseded.filter(pl.col("key") == primary) if primary else run.superseded.clear(),
     )
 
 

@@ -568,7 +568,8 @@ def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, 
 def _summary_only(result: Analysis) -> Analysis:
     """``result`` without the big frames: what the summary, the JSON document and Markdown need
     (a run that could not be judged keeps its events: its verdict names the failures logged)."""
-    runs = [replace(r, metrics=r.metrics.clear(), events=r.events if r.unjudged() else r.events.clear()) for r in result.runs]
+    runs = [replace(r, metrics=r.metrics.clear(), superseded=r.superseded.clear(),
+                    events=r.events if r.unjudged() else r.events.clear()) for r in result.runs]
     return replace(result, runs=runs)
 
 

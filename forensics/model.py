@@ -263,6 +263,9 @@ class RunAnalysis:
     """For a series found in several copies (log, W&B, TensorBoard), the copy it was taken from."""
     observations: list[str] = field(default_factory=list)
     """Findings that are not incidents (e.g. steps getting slower instead of faster)."""
+    superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(), repr=False)
+    """Metric rows of attempts a relaunch abandoned (the run's own are in ``metrics``): where an
+    incident in such an attempt (``redone``) is seen."""
 
     def __repr__(self) -> str:  # the dataclass's would print every source, incident and piece of evidence
         rng = self.step_range()

@@ -75,7 +75,8 @@ def _verdict(run: RunAnalysis, prefix: str) -> str:
     if run.incidents:
         items = "".join(
             f'<li><a href="#{e(prefix + i.id)}">{e(i.id)}</a> {e(kind_words(i.kind))} at step {i.onset_step}, '
-            f"{'recovered at step ' + str(i.end_step) if i.recovered else 'not recovered'} — {e(i.cause)}</li>"
+            f"{'recovered at step ' + str(i.end_step) if i.recovered else 'not recovered'}"
+            f"{' (in an attempt a relaunch abandoned)' if i.redone else ''} — {e(i.cause)}</li>"
             for i in run.incidents
         )
         status = f'<div class="status bad">{len(run.incidents)} incident(s) found<ul>{items}</ul></div>'

@@ -90,7 +90,8 @@ def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
     grid.add_column()
     if inc.metric:
         grid.add_row("metric", Text(inc.metric))
-    grid.add_row("onset", Text(f"step {inc.onset_step} at {iso(inc.onset_time) or 'unknown time'}"))
+    grid.add_row("onset", Text(f"step {inc.onset_step} at {iso(inc.onset_time) or 'unknown time'}"
+                               + (" (in an attempt a relaunch abandoned)" if inc.redone else "")))
     if inc.end_step is not None:
         grid.add_row("end", Text(f"step {inc.end_step}" + (" (recovered)" if inc.recovered else "")))
     else:

@@ -249,16 +249,23 @@ def _primary_lane(t: Timeline, primary: pl.DataFrame, last_step: int) -> tuple[l
         annotations.append(dict(x=inc.onset_step, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
                                 xanchor="right" if right_half else "left", text=_esc(f" {inc.id} "),
                                 font=dict(color="#d62728", size=11)))
+    # An incident in an attempt a relaunch abandoned is on that attempt's values, not on the
+    # relaunch's that logged its steps again: they are drawn too, dotted.
+    abandoned = per_step(run.superseded, "mean") if any(i.redone for i in run.incidents) and run.superseded.height else None
+    if abandoned is not None:
+        lane.traces += t.line(abandoned, f"{run.primary_metric} (attempt a relaunch abandoned)", "#d62728", dash="dot")
     if run.incidents:
         at = dict(primary.iter_rows()) if not primary.is_empty() else {}
+        redone_at = dict(abandoned.iter_rows()) if abandoned is not None else {}
         lane.traces.append(dict(
             type="scatter", x=[i.onset_step for i in run.incidents],
-            y=_num([at.get(i.onset_step, y_top) for i in run.incidents]),
+            y=_num([(redone_at if i.redone and i.onset_step in redone_at else at).get(i.onset_step, y_top) for i in run.incidents]),
             mode="markers", name="incident onset", marker=dict(symbol="x", size=11, color="#d62728"),
             hoverinfo="text",
             hovertext=[
                 f"<b>{_esc(i.id)}</b> {_esc(i.kind)} from step {i.onset_step}"
                 f" to {i.end_step if i.end_step is not None else 'end (not recovered)'}"
+                f"{' in an attempt a relaunch abandoned' if i.redone else ''}"
                 f"<br>{_esc(fmt_time(i.onset_time))}"
                 f"<br>cause: {_esc(i.cause)} ({i.confidence:.2f})"
                 for i in run.incidents

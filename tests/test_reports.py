@@ -552,3 +552,28 @@ def test_an_incident_card_gives_the_analysis_own_numbers_only(tmp_path: Path) ->
     assert (incident.onset_step, incident.end_step) == (100, 130)
     page = render_html(analysis)
     assert "step 130 (recovered)" in page and "lasted" not in page and f"{incident.wasted_steps} steps" in page
+
+
+def test_a_collapse_in_an_abandoned_attempt_is_drawn_on_that_attempts_values(tmp_path: Path) -> None:
+    """The first attempt logged zeros from step 110 and was relaunched from step 100: the timeline
+    draws the abandoned attempt's values (dotted) with the onset on them, at 0, not on the relaunch's
+    healthy line over the same steps; the verdict list says where the collapse was."""
+    from areal_builder import Relaunch, RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+    from reports.timeline import timeline
+
+    spec = RunSpec(last_step=200, save_freq_steps=20, recover_mode="auto",
+                   relaunch=Relaunch(stop_after=150, resume_from=100, first_reward=lambda s: 0.0 if s >= 110 else healthy_reward(s)))
+    analysis = analyze([write_run(tmp_path / "outputs", spec).fileroot])
+    [run] = analysis.runs
+    [incident] = run.incidents
+    assert (incident.kind, incident.onset_step, incident.redone) == ("reward_collapse", 110, True)
+    figure, _ = timeline(run)
+    assert figure is not None
+    traces = {t.get("name"): t for t in figure["data"]}
+    abandoned = traces[f"{run.primary_metric} (attempt a relaunch abandoned)"]
+    assert dict(zip(abandoned["x"], abandoned["y"]))[110] == 0.0
+    assert min(dict(zip(traces[run.primary_metric]["x"], traces[run.primary_metric]["y"]))[s] for s in range(110, 151)) > 0
+    assert traces["incident onset"]["y"] == [0.0]
+    assert "recovered at step 151 (in an attempt a relaunch abandoned)" in render_html(analysis)
