@@ -130,11 +130,12 @@ def _recommendation(run: RunAnalysis, console: Console) -> None:
         console.print(Text.assemble(("  checkpoint  ", "dim"), ("none", "bold yellow")), highlight=False)
     if rec.step is not None:
         console.print(Text.assemble(("  step        ", "dim"), str(rec.step)), highlight=False)
-    console.print(Text.assemble(("  reason      ", "dim"), rec.reason), highlight=False)
+    # (the reason and warnings name paths too: not broken across lines either)
+    console.print(Text.assemble(("  reason      ", "dim"), rec.reason), soft_wrap=True, highlight=False)
     if rec.resume_command:
         console.print(Text.assemble(("  resume      ", "dim"), rec.resume_command), soft_wrap=True, highlight=False)
     for w in rec.warnings:
-        console.print(Text(f"  warning: {w}", style="yellow"), highlight=False)
+        console.print(Text(f"  warning: {w}", style="yellow"), soft_wrap=True, highlight=False)
 
 
 def render_comparison(ca: Comparison, console: Console) -> None:

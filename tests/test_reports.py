@@ -577,3 +577,19 @@ def test_a_collapse_in_an_abandoned_attempt_is_drawn_on_that_attempts_values(tmp
     assert min(dict(zip(traces[run.primary_metric]["x"], traces[run.primary_metric]["y"]))[s] for s in range(110, 151)) > 0
     assert traces["incident onset"]["y"] == [0.0]
     assert "recovered at step 151 (in an attempt a relaunch abandoned)" in render_html(analysis)
+
+
+def test_the_recommendations_reason_and_warnings_keep_their_paths_whole_when_piped() -> None:
+    """Output piped to a file (80 columns) or a narrow terminal: the checkpoint paths the warnings
+    name are each on one line, whole, as the checkpoint itself is (to be copied)."""
+    from conftest import FIXTURES
+
+    from forensics import analyze
+
+    analysis = analyze([FIXTURES / "areal_seed000" / "outputs"])
+    rec = analysis.runs[0].recommendation
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    render_summary(analysis, console)
+    shown = console.file.getvalue()
+    paths = set(re.findall(r"/\S+/recover_checkpoint", " ".join([rec.reason, *rec.warnings])))
+    assert paths and all(p in shown for p in paths)
