@@ -568,8 +568,11 @@ def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None,
         return "No text log was found, only copies of the run's numbers (W&B, TensorBoard): nothing shows what failed."
     if steps.is_empty():
         return "No text log covers the onset: the cause cannot be told from what is here."
-    return (f"No log covers the onset: the step log ends at step {int(steps['step'].max())} and nothing else was "
-            "logged after it; the steps since are known only from a copy of the run's numbers (W&B, TensorBoard). "
+    # (another log may go on past the step log's end and still end before the onset: a server's)
+    ended = steps["time"].max()
+    others = f"; the other logs end at {iso(max(seen))}, before it" if seen and ended is not None and max(seen) > ended else ""  # type: ignore[operator]
+    return (f"No log covers the onset: the step log ends at step {int(steps['step'].max())}{others or ' and nothing else was logged after it'}; "
+            "the steps since are known only from a copy of the run's numbers (W&B, TensorBoard). "
             "Fetch the trainer's and the inference server's logs of those steps to tell the cause.")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -524,3 +525,19 @@ def test_a_trainers_hyperparameter_record_is_no_run_and_no_series(tmp_path: Path
     assert [(i.kind, i.onset_step, i.metric) for i in run.incidents] == [("reward_collapse", 30, "train/reward")]
     assert sorted(run.metrics["key"].cast(pl.String).unique()) == ["train/loss", "train/reward"]
     assert any(str(record) in s.path and s.kind == "unreadable" for s in run.sources)
+
+
+def test_a_step_log_cut_short_with_a_server_log_going_on_past_it_is_not_said_to_be_all(console, tmp_path: Path) -> None:
+    """As above, with the server's log going on a few steps past the step log's end (and ending before
+    the onset): "nothing else was logged after it" would be false; when the other logs end is said."""
+    tree, log = cut_at_step_50(console, tmp_path)
+    write_tensorboard(log.parent / "tensorboard", console[1])
+    last = datetime.strptime(re.findall(r"(\d{8}-\d{2}:\d{2}:\d{2})\.\d{3} StatsLogger", log.read_text())[-1], "%Y%m%d-%H:%M:%S")
+    later = last + timedelta(minutes=3)
+    (log.parent / "llm_server.log").open("a").write(f"[{later:%Y-%m-%d %H:%M:%S}] Prefill batch. #new-seq: 1, #new-token: 120\n")
+    [run] = analyze([tree]).runs
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert collapse.cause == "unknown"
+    assert (f"No log covers the onset: the step log ends at step 50; the other logs end at {later:%Y-%m-%dT%H:%M:%S}"
+            in collapse.summary), collapse.summary
+    assert "nothing else was logged after it" not in collapse.summary
