@@ -308,3 +308,27 @@ def test_a_declared_formats_events_carry_their_lines_time_and_a_stopped_loop_is_
     ooms = run.events.filter(pl.col("kind") == "cuda_oom").sort("line")
     assert ooms["time"].to_list() == [t, *(t + timedelta(minutes=10 * k) for k in range(1, 13))]  # (the traceback: its step line's)
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("stall", 41)]
+
+
+def test_a_loops_save_line_is_said_where_no_checkpoint_is_read(tmp_path: Path) -> None:
+    """nanoGPT prints ``saving checkpoint to out`` at an eval, before that iteration's own line, and
+    overwrites ``out/ckpt.pt`` each time: no checkpoint the tool reads, but the logs say one was
+    saved, so ``best-checkpoint`` does not answer "none was found" (exit 4) but names the save
+    line and cannot choose (exit 2), as for any run whose saves are not where it looks."""
+    from conftest import FIXTURES
+
+    lines = (FIXTURES / "seed003" / "train.log").read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("iter 0:"))
+    run = tmp_path / "grpo_run"
+    run.mkdir()
+    (run / "train.log").write_text("".join([*lines[:first], "step 0: train loss 0.1300, val loss 0.1400\n",
+                                            "saving checkpoint to out-grpo\n", *lines[first:]]))
+    (run / "out-grpo").mkdir()
+    (run / "out-grpo" / "ckpt.pt").write_bytes(b"\x80\x02}q\x00.")
+    [analysed] = analyze([run]).runs
+    [save] = analysed.events.filter(pl.col("kind") == "checkpoint_saved").iter_rows(named=True)
+    assert (save["line"], save["step"]) == (first + 2, 0)
+    result = runner.invoke(app, ["best-checkpoint", str(run), "--json", "--no-cache"])
+    assert result.exit_code == 2, result.output
+    [warning] = json.loads(result.stdout)["warnings"]
+    assert f"train.log:{first + 2}: saving checkpoint to out-grpo" in warning
