@@ -48,12 +48,12 @@ def _run(run: RunAnalysis, console: Console) -> None:
     lines = sum(s.lines for s in run.sources)
     unparsed = sum(s.unparsed_lines for s in run.sources)
     console.print(
-        Text(f"sources: {len(run.sources)} file(s), {lines:,} lines, {unparsed:,} unparsed", style="dim"),
+        Text(f"sources: {len(run.sources)} file(s), {_lines(lines)}, {unparsed:,} unparsed", style="dim"),
         highlight=False,
     )
     for s in run.sources[:MAX_SOURCES]:
         console.print(
-            Text(f"  {_short(s.path, run.root)}  {s.kind}  {s.lines:,} lines, {s.unparsed_lines:,} unparsed",
+            Text(f"  {_short(s.path, run.root)}  {s.kind}  {_lines(s.lines)}, {s.unparsed_lines:,} unparsed",
                  style="dim", no_wrap=True, overflow="ellipsis"),
             highlight=False,
         )
@@ -77,6 +77,10 @@ def _run(run: RunAnalysis, console: Console) -> None:
     for text in run.observations:
         console.print(Text(f"observation: {text}", style="yellow"), highlight=False)
     _recommendation(run, console)
+
+
+def _lines(n: int) -> str:
+    return f"{n:,} line{'' if n == 1 else 's'}"
 
 
 def _incident(run: RunAnalysis, inc: Incident):  # -> rich Panel
