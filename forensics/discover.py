@@ -156,6 +156,10 @@ def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) 
     run = lacking[0]
     parts = Path(os.path.abspath(run.root)).parts
     trial, areal = parts[-3:], len(parts) >= 4 and parts[-4] == "logs"  # (AReaL: logs/<user>/<exp>/<trial>)
+    # Another run named alike (``analyze runs/*`` over one config's runs) could own them as well:
+    # whose they are cannot be told, and a run handed another's checkpoints resumes from weights it never saved.
+    if any(other is not run and Path(os.path.abspath(other.root)).parts[-len(trial):] == trial for other in runs):
+        return runs
     for folder in folders:
         # AReaL's checkpoints/ or a folder below it, down to the trial's (default/, recover_info/):
         # the one named as the run's logs are, else the only one...
@@ -171,8 +175,8 @@ def _with_checkpoints_given_apart(runs: list[RunLocation], folders: list[Path]) 
             [t for t in trials if t.name == trial[-1]] if len(trials) == 1 and not areal else [])
         if len(named) == 1:
             return [replace(r, checkpoint_dir=named[0]) if r is run else r for r in runs]
-        # ...or the one folder of verl's global_step_N/ below it.
-        if run.framework == "verl" and len(found := find_verl_checkpoint_roots(folder)) == 1:
+        # ...or the one folder of verl's global_step_N/ below it, beside that run alone (they bear no run's name).
+        if run.framework == "verl" and len(runs) == 1 and len(found := find_verl_checkpoint_roots(folder)) == 1:
             return [replace(r, checkpoint_dir=found[0]) if r is run else r for r in runs]
     return runs
 

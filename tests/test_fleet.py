@@ -491,3 +491,29 @@ def test_the_caller_lets_go_of_each_runs_report_once_it_is_written(tmp_path: Pat
     report = max(p.stat().st_size for p in (tmp_path / "out" / "runs").glob("*/report.html"))
     assert len(result.runs) == len(held) == 8 and report > 1_000_000
     assert held[-1] - held[1] < 2 * report, (held, report)
+
+
+def test_a_glob_over_runs_of_one_config_hands_no_run_another_folders_checkpoints(tmp_path: Path) -> None:
+    """``analyze runs/*``: b's checkpoints were purged, and c's were kept apart with its logs gone;
+    all three are one config's runs (``root/gsm8k-grpo/trial0``). Whose c's checkpoints are cannot
+    be told: b is not handed them (it recommended a step it never saved). Given with b alone, the
+    user says they are b's, and they are."""
+    from forensics.discover import find_runs
+
+    runs = tmp_path / "runs"
+    collapse = lambda s: 0.0 if s >= 40 else healthy_reward(s)  # noqa: E731
+    write_run(runs / "a" / "outputs", RunSpec(last_step=50, save_freq_steps=10, reward=collapse))
+    write_run(runs / "b" / "outputs", RunSpec(last_step=60, save_freq_steps=10, reward=collapse, seed=2))
+    shutil.rmtree(runs / "b" / "outputs" / "checkpoints")
+    write_run(runs / "c" / "outputs", RunSpec(last_step=70, save_freq_steps=7, seed=5))
+    shutil.move(runs / "c" / "outputs" / "checkpoints", runs / "c-checkpoints")
+    shutil.rmtree(runs / "c")
+    found = {Path(r.root).parts[-6]: r for r in find_runs(sorted(runs.iterdir()))}
+    assert set(found) == {"a", "b"} and found["b"].checkpoint_dir is None
+    out = tmp_path / "fleet.json"
+    # (c-checkpoints/ holds no run: said, exit 2, the runs analyzed all the same)
+    assert runner.invoke(app, ["analyze", *map(str, sorted(runs.iterdir())), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 2
+    b = next(r for r in json.loads(out.read_text())["runs"] if "/runs/b/" in r["root"])
+    assert b["recommendation"]["checkpoint"] is None
+    [alone] = find_runs([runs / "b", runs / "c-checkpoints"])
+    assert alone.checkpoint_dir is not None and "c-checkpoints" in str(alone.checkpoint_dir)
