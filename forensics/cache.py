@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
@@ -210,22 +210,28 @@ class ParseCache:
         return digest.hexdigest()[:32]
 
     def recall(self, key: str) -> dict[str, bytes] | None:
-        """The outputs remembered under ``key`` (see :meth:`remember`), or ``None``."""
+        """The outputs remembered under ``key`` (see :meth:`remember`), or ``None`` (also when a
+        folder they were remembered with has changed since)."""
         entry = self.directory / "results" / key
         try:
             if entry.stat().st_uid != os.getuid():  # only ever load what this user wrote
                 return None
-            return {p.name: p.read_bytes() for p in entry.iterdir()}
-        except OSError:
+            kept = {p.name: p.read_bytes() for p in entry.iterdir()}
+            watched = json.loads(kept.pop(_WATCHED, b"{}"))
+        except (OSError, ValueError):
             return None
+        return kept if all(_identity_text(Path(path)) == then for path, then in watched.items()) else None
 
-    def remember(self, key: str, parts: dict[str, bytes]) -> None:
-        """Keep finished outputs (a rendered report, a summary) for an unchanged set of inputs."""
+    def remember(self, key: str, parts: dict[str, bytes], watched: Iterable[Path] = ()) -> None:
+        """Keep finished outputs (a rendered report, a summary) for an unchanged set of inputs.
+        ``watched``: folders the outputs read that the key does not cover (checkpoints a log named
+        where it saved them): a change in one makes the outputs stale."""
         entry = self.directory / "results" / key
         staging = None
         try:
             entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
+            parts = {**parts, _WATCHED: json.dumps({str(p): _identity_text(p) for p in watched}).encode()}
             for name, data in parts.items():
                 (staging / name).write_bytes(data)
             shutil.rmtree(entry, ignore_errors=True)
@@ -615,6 +621,17 @@ def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
         return None
 
 
+#: A remembered result's record of the folders it was made with (see :meth:`ParseCache.remember`).
+_WATCHED = "watched.json"
+
+
+def _identity_text(path: Path) -> str | None:
+    try:
+        return str(Identity.of(path))
+    except OSError:
+        return None
+
+
 def _folder_identity(folder: Path) -> Identity:
     """A folder (a Ray session, a W&B run dir, checkpoints) changes when any file in it does,
     in its linked folders too (``logs/`` or ``default/`` a symlink to another disk), as the readers follow them."""
@@ -625,6 +642,8 @@ def _folder_identity(folder: Path) -> Identity:
         real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
         dirs[:] = [d for d, r in real if r not in seen]  # (a link loop is walked once)
         seen.update(r for _, r in real)
+        # (a folder with nothing in it yet is there all the same: a checkpoint being written)
+        listing.update("".join(f"{os.path.relpath(os.path.join(root, d), folder)}/\n" for d in dirs).encode(errors="surrogateescape"))
         for name in sorted(files):
             try:
                 st = os.stat(os.path.join(root, name))

@@ -248,7 +248,8 @@ def analyze(
             console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)  # (a sweep's folder: ``run[lr=3e-6]``)
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
-            cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}))
+            cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}),
+                           watched=_checkpoints_found_elsewhere(result, checkpoint_dirs))
         if barren:
             raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
         return result
@@ -555,6 +556,15 @@ def _single_run(path: Path, cache: ParseCache | None = None, log_format: Path | 
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
     return runs[0]
+
+
+def _checkpoints_found_elsewhere(result: Analysis, keyed: list[Path]) -> list[Path]:
+    """The folders holding checkpoints the analysis listed outside the runs' checkpoint folders (a
+    verl console names where it saved): the cache key does not cover them, a remembered result
+    must not outlive a change in them."""
+    keyed = [Path(os.path.abspath(k)) for k in keyed]
+    folders = {Path(os.path.abspath(c.path)).parent for run in result.runs for c in run.checkpoints}
+    return sorted(f for f in folders if not any(f == k or k in f.parents for k in keyed))
 
 
 def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, bytes] | None:

@@ -771,3 +771,41 @@ def test_an_entry_parsed_in_one_time_zone_is_not_served_in_another(tmp_path: Pat
         monkeypatch.undo()
         time.tzset()
     assert entries[0] != entries[2] and entries[1] != entries[3]
+
+
+def _recommended(path: Path, *options: str) -> dict:
+    import json
+
+    result = CliRunner().invoke(app, ["analyze", str(path), "--json", "-", "--no-html", *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["runs"][0]
+
+
+def test_a_remembered_analysis_is_stale_once_a_checkpoint_folder_a_log_named_changes(tmp_path: Path) -> None:
+    """A verl console copied off the box: its checkpoints are found where it says it saved them (an
+    absolute ``default_local_dir``), outside what the cache key covers. One deleted after a first
+    analyze is not recommended again from the cache."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "train", VerlRunSpec(steps=40, file_logger=False, score=lambda s: 0.0 if s >= 25 else healthy_score(s)))
+    logs = tmp_path / "logs_copy"
+    logs.mkdir()
+    shutil.copy2(paths.train_log, logs / "train.log")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    first = _recommended(logs, *cache)["recommendation"]
+    assert first["checkpoint"] and str(tmp_path / "train") in first["checkpoint"]
+    shutil.rmtree(first["checkpoint"])
+    again, fresh = _recommended(logs, *cache), _recommended(logs, "--no-cache")
+    assert again["recommendation"] == fresh["recommendation"] and again["recommendation"]["checkpoint"] != first["checkpoint"]
+
+
+def test_a_new_empty_checkpoint_folder_makes_a_remembered_analysis_stale(tmp_path: Path) -> None:
+    """A save begun after a first analyze (its folder there, no file in it yet): the cached answer
+    is the fresh one, which sees the folder (steps past the log's end)."""
+    paths = write_run(tmp_path / "run" / "outputs", RunSpec(last_step=50, save_freq_steps=10))
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    before = _recommended(paths.fileroot, *cache)
+    [default] = paths.fileroot.rglob("default")
+    (default / "epoch0epochstep59globalstep59").mkdir()
+    again, fresh = _recommended(paths.fileroot, *cache), _recommended(paths.fileroot, "--no-cache")
+    assert again == fresh and len(fresh["checkpoints"]) == len(before["checkpoints"]) + 1
