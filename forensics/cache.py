@@ -679,7 +679,8 @@ def _code_digest(whole_package: bool = False) -> str:
     import reports
 
     digest = hashlib.sha256()
-    roots = [Path(parsers.__file__).parent, Path(forensics.__file__).parent / "parsed.py"]
+    # (what shapes a parse entry: the readers, how the run loader calls them, how entries are spliced)
+    roots = [Path(parsers.__file__).parent, *(Path(forensics.__file__).parent / name for name in ("parsed.py", "readers.py", "cache.py"))]
     if whole_package:
         roots += [Path(forensics.__file__).parent, Path(reports.__file__).parent]
     for root in roots:

@@ -809,3 +809,24 @@ def test_a_new_empty_checkpoint_folder_makes_a_remembered_analysis_stale(tmp_pat
     (default / "epoch0epochstep59globalstep59").mkdir()
     again, fresh = _recommended(paths.fileroot, *cache), _recommended(paths.fileroot, "--no-cache")
     assert again == fresh and len(fresh["checkpoints"]) == len(before["checkpoints"]) + 1
+
+
+@pytest.mark.parametrize("module", ["parsers/areal.py", "forensics/readers.py", "forensics/cache.py"])
+def test_a_change_to_the_code_that_shapes_a_parse_entry_makes_old_entries_stale(tmp_path: Path, module: str) -> None:
+    """The parse cache's code digest covers every module that shapes what an entry holds: the
+    readers, and how the loader calls them (``forensics/readers.py``: which messages a flood holds)."""
+    import subprocess
+    import sys
+
+    root = Path(forensics.cache.__file__).parent.parent
+    for package in ("forensics", "parsers", "reports"):
+        shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def digest() -> str:
+        return subprocess.run([sys.executable, "-c", "from forensics.cache import _code_digest; print(_code_digest())"],
+                              env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    before = digest()
+    with open(tmp_path / module, "a") as fh:
+        fh.write("\n# changed\n")
+    assert digest() != before
