@@ -30,7 +30,7 @@ from rich.segment import Segment
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate, read_log_format
-from forensics.cache import ParseCache, default_cache_dir
+from forensics.cache import CACHE_ENV, ParseCache, default_cache_dir
 from forensics.discover import RunLocation, analyzed_tree, why_no_run, within, without_runs
 from forensics.errors import ForensicsError, NoCacheDir, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
@@ -610,7 +610,8 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format
     except NoCacheDir:  # (no home folder: parsed afresh each time, as with --no-cache)
         return None
     read = _trees(paths)
-    if cache_dir is not None:  # (a default cache is never in a run's checkpoint folder)
+    # (the usual default is never in a run's checkpoint folder; one set for the environment may be)
+    if cache_dir is not None or os.environ.get(CACHE_ENV):
         read += checkpoint_dirs if checkpoint_dirs is not None else _checkpoint_dirs(paths, log_format)
     if any(within(chosen, given) for given in read):
         if cache_dir is not None:

@@ -830,3 +830,16 @@ def test_a_change_to_the_code_that_shapes_a_parse_entry_makes_old_entries_stale(
     with open(tmp_path / module, "a") as fh:
         fh.write("\n# changed\n")
     assert digest() != before
+
+
+def test_a_cache_set_for_the_environment_is_not_written_into_the_checkpoint_folder_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run given by its log folder, its checkpoints read from beside it: a cache the environment
+    puts in that checkpoint folder is dropped (as one in the analyzed tree is), never written there."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=30, save_freq_steps=10))
+    trial = paths.fileroot / "checkpoints" / "root" / "gsm8k-grpo" / "trial0"
+    assert trial.is_dir()
+    before = tree_state(trial)
+    monkeypatch.setenv(forensics.cache.CACHE_ENV, str(trial / ".cache"))
+    result = CliRunner().invoke(app, ["analyze", str(paths.log_dir), "--no-html"])
+    assert result.exit_code == 0, result.output
+    assert tree_state(trial) == before
