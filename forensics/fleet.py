@@ -505,10 +505,28 @@ def _connect(ray: Any, address: str | None) -> bool:
     options: dict[str, Any] = {} if address and address.startswith("ray://") else {
         "include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     try:
-        ray.init(address=address, ignore_reinit_error=True, **options)
+        with _utf8_entrypoint(ray):
+            ray.init(address=address, ignore_reinit_error=True, **options)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise UnusableInput(f"no Ray cluster at {address or 'RAY_ADDRESS/local'}: {exc}") from None
     return True
+
+
+@contextmanager
+def _utf8_entrypoint(ray: Any) -> Iterator[None]:
+    """Ray records the driver's command line (read from the process) as UTF-8 and fails on a run
+    folder's name that is not: a name the local processes analyze (or say why not) must not fail
+    the whole fleet. Its record shows such bytes as replacement characters instead."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    named = getattr(utils, "get_entrypoint_name", None)
+    if named is None:
+        yield
+        return
+    utils.get_entrypoint_name = lambda: os.fsencode(named()).decode("utf-8", "replace")
+    try:
+        yield
+    finally:
+        utils.get_entrypoint_name = named
 
 
 def _on_ray(ray: Any, tasks: list[_Task], split: dict[str, list[LogSource]]) -> Iterator[dict[str, Any]]:

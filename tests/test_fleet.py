@@ -517,3 +517,14 @@ def test_a_glob_over_runs_of_one_config_hands_no_run_another_folders_checkpoints
     assert b["recommendation"]["checkpoint"] is None
     [alone] = find_runs([runs / "b", runs / "c-checkpoints"])
     assert alone.checkpoint_dir is not None and "c-checkpoints" in str(alone.checkpoint_dir)
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
+def test_ray_is_joined_whatever_bytes_a_run_folders_name_holds(tmp_path: Path) -> None:
+    """Ray records the driver's command line as UTF-8 (it failed ``--ray`` for the whole fleet on a
+    folder named in Latin-1): what it records while joining is that line with the bytes replaced."""
+    script = ("import ray, ray._private.utils as u; from forensics.fleet import _utf8_entrypoint\n"
+              "try:\n    u.get_entrypoint_name().encode('utf-8'); print('plain ok')\nexcept UnicodeEncodeError:\n    print('plain fails')\n"
+              "with _utf8_entrypoint(ray):\n    print('recorded', u.get_entrypoint_name().encode('utf-8').decode().split()[-1])\n")
+    done = subprocess.run([sys.executable, "-c", script, os.fsdecode(b"runs/caf\xe9")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["plain fails", "recorded runs/caf\ufffd"], done.stdout + done.stderr
