@@ -109,7 +109,9 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             problems += _left_beside(mine)
             if _several_runs(sources):  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
                 for source in sources:
-                    runs.extend(_group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")]))
+                    # (each named by its log too: one folder's runs are otherwise told apart by nothing)
+                    runs.extend(replace(run, run_id=f"{run.run_id}/{source.path.name}")
+                                for run in _group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")]))
                 skipped += problems
                 continue
         found = _group(given, sources, problems)

@@ -528,3 +528,20 @@ def test_ray_is_joined_whatever_bytes_a_run_folders_name_holds(tmp_path: Path) -
               "with _utf8_entrypoint(ray):\n    print('recorded', u.get_entrypoint_name().encode('utf-8').decode().split()[-1])\n")
     done = subprocess.run([sys.executable, "-c", script, os.fsdecode(b"runs/caf\xe9")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines() == ["plain fails", "recorded runs/caf\ufffd"], done.stdout + done.stderr
+
+
+def test_runs_whose_logs_lie_in_one_folder_are_named_by_their_logs_in_the_index(tmp_path: Path) -> None:
+    """``analyze dl/runA_trainer.log dl/runB_trainer.log`` (downloaded side by side): a run each, and
+    the index says which is which (both were "dl", labelled copy 1 and copy 2)."""
+    a = write_run(tmp_path / "a" / "outputs", RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 40 else healthy_reward(s)))
+    b = write_run(tmp_path / "b" / "outputs", RunSpec(last_step=50))
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    shutil.copy(a.trainer_log, dl / "runA_trainer.log")
+    shutil.copy(b.trainer_log, dl / "runB_trainer.log")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["analyze", str(dl / "runA_trainer.log"), str(dl / "runB_trainer.log"), "--out", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    index = pl.read_parquet(out / "index.parquet")
+    assert dict(zip(index["run_id"], index["n_incidents"])) == {"dl/runA_trainer.log": 1, "dl/runB_trainer.log": 0}
+    assert "dl/runA_trainer.log" in (out / "index.html").read_text()
