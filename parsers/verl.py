@@ -196,11 +196,14 @@ def _without_a_cut_value(step_lines: pl.DataFrame, path: Path, last_line: int) -
     """``step_lines`` without the last ``key:value`` of a metric line the log ends inside (no newline
     after it, or a torn .gz): it may be cut inside its number (``critic/score/mean:0.`` read as 0);
     and whether one was cut off."""
-    at_the_end = (pl.col("line") == last_line) & pl.col("text").str.contains(" - ", literal=True)
+    at_the_end = pl.col("line") == last_line
     if not (ends_mid_line(path) or gzip_damage(path)) or not step_lines.select(at_the_end.any()).item():
         return step_lines, False
+    paired = pl.col("text").str.contains(" - ", literal=True)
     last_pair = pl.col("text").str.extract(r"^(.*) - ", 1)  # (greedy: up to the last separator)
-    return step_lines.with_columns(pl.when(at_the_end).then(last_pair).otherwise(pl.col("text")).alias("text")), True
+    # (a line cut before its first pair, ``step:1`` of ``step:15``, may be cut inside its step: not read)
+    return (step_lines.filter(~(at_the_end & ~paired))
+            .with_columns(pl.when(at_the_end).then(last_pair).otherwise(pl.col("text")).alias("text"))), True
 
 
 #: Where another print starts inside a metric line: a Ray worker prefix or ``step:N - `` right after

@@ -93,6 +93,26 @@ def test_a_log_ending_inside_its_last_metric_line_skips_the_value_it_may_cut(tmp
                for n in log.notes), log.notes
 
 
+def test_a_log_ending_inside_a_step_number_reads_no_step_from_it(tmp_path: Path) -> None:
+    """A live console read while ``step:15`` was half written (``step:1``): that is no step 1 logged
+    again (a restart, said in a note), and the log read again once grown, through the cache, says
+    what a fresh read says."""
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=30, file_logger=False))
+    data = paths.train_log.read_bytes()
+    cut = data.index(b"step:15 ") + len(b"step:1")
+    paths.train_log.write_bytes(data[:cut])
+    log = read_verl_log(paths.train_log)
+    assert int(log.steps["step"].max()) == 14 and log.steps["step"].is_unique().all()
+    assert not [n for n in log.notes if "more than once" in n], log.notes
+    cache, runner = ["--cache-dir", str(tmp_path / "cache")], CliRunner()
+    assert runner.invoke(app, ["analyze", str(paths.root), "--no-html", *cache]).exit_code == 0
+    with open(paths.train_log, "ab") as fh:
+        fh.write(data[cut:])
+    grown, fresh = (runner.invoke(app, ["analyze", str(paths.root), "--json", "-", "--no-html", *options]) for options in (cache, ["--no-cache"]))
+    assert grown.exit_code == fresh.exit_code == 0
+    assert json.loads(grown.stdout)["runs"] == json.loads(fresh.stdout)["runs"]
+
+
 def test_fixed_era_console_with_main_task_prefix(tmp_path: Path) -> None:
     paths = write_verl_run(tmp_path / "old", VerlRunSpec(steps=6, era="fixed", prefix="main_task", colour=False, save_freq=0))
     log = read_verl_log(paths.train_log)
