@@ -621,6 +621,15 @@ def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
         return None
 
 
+def folders_beyond(checkpoints: Iterable[str], keyed: Iterable[Path]) -> list[Path]:
+    """The folders holding ``checkpoints`` (paths an analysis listed) outside the ``keyed`` checkpoint
+    folders: those a log named (a verl console's absolute ``default_local_dir``). An inputs key does
+    not cover them; a result remembered must be watched for a change in them (see :meth:`ParseCache.remember`)."""
+    keyed = [Path(os.path.abspath(k)) for k in keyed]
+    folders = {Path(os.path.abspath(c)).parent for c in checkpoints}
+    return sorted(f for f in folders if not any(f == k or k in f.parents for k in keyed))
+
+
 #: A remembered result's record of the folders it was made with (see :meth:`ParseCache.remember`).
 _WATCHED = "watched.json"
 

@@ -30,7 +30,7 @@ from rich.segment import Segment
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate, read_log_format
-from forensics.cache import CACHE_ENV, ParseCache, default_cache_dir
+from forensics.cache import CACHE_ENV, ParseCache, default_cache_dir, folders_beyond
 from forensics.discover import RunLocation, analyzed_tree, why_no_run, within, without_runs
 from forensics.errors import ForensicsError, NoCacheDir, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
 from forensics.export import FORMATS, metric_rows, write_metrics
@@ -249,7 +249,7 @@ def analyze(
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}),
-                           watched=_checkpoints_found_elsewhere(result, checkpoint_dirs))
+                           watched=folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs))
         if barren:
             raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
         return result
@@ -556,15 +556,6 @@ def _single_run(path: Path, cache: ParseCache | None = None, log_format: Path | 
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
     return runs[0]
-
-
-def _checkpoints_found_elsewhere(result: Analysis, keyed: list[Path]) -> list[Path]:
-    """The folders holding checkpoints the analysis listed outside the runs' checkpoint folders (a
-    verl console names where it saved): the cache key does not cover them, a remembered result
-    must not outlive a change in them."""
-    keyed = [Path(os.path.abspath(k)) for k in keyed]
-    folders = {Path(os.path.abspath(c.path)).parent for run in result.runs for c in run.checkpoints}
-    return sorted(f for f in folders if not any(f == k or k in f.parents for k in keyed))
 
 
 def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, bytes] | None:

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import multiprocessing
 import os
@@ -38,7 +39,7 @@ import polars as pl
 
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze_run, read_log_format
-from forensics.cache import ParseCache, wait_for_writes
+from forensics.cache import ParseCache, folders_beyond, wait_for_writes
 from forensics.detect import Thresholds
 from forensics.discover import (
     LogSource,
@@ -52,7 +53,7 @@ from forensics.discover import (
 )
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
-from forensics.model import SCHEMA, TOOL_VERSION, Analysis
+from forensics.model import SCHEMA, TOOL_VERSION, Analysis, RunAnalysis
 from forensics.run import load_online_wandb, load_run, parse_source
 from parsers._walk import files_under
 from parsers.custom import CustomFormat
@@ -332,10 +333,14 @@ def index_frames(runs: Sequence[FleetRun]) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _analyze_one(task: _Task) -> dict[str, Any]:
-    """Load, analyze and render one run; never raises, so one bad run cannot sink the fleet."""
+    """Load, analyze and render one run; never raises, so one bad run cannot sink the fleet. A run
+    whose inputs are unchanged since the cache kept its outcome is not analyzed again."""
     started = time.perf_counter()
     try:
         _to_callers_folder(task)
+        key = _outcome_key(task)
+        if key is not None and (kept := _kept_outcome(task, key)) is not None:
+            return {**kept, "slug": task.slug, "seconds": time.perf_counter() - started}
         if task.wandb:
             data = load_online_wandb(task.wandb, keys=task.keys)
         else:
@@ -344,13 +349,49 @@ def _analyze_one(task: _Task) -> dict[str, Any]:
         single = Analysis([run])
         page = render_html(single) if task.html else None
         markdown = render_markdown(single) if task.markdown else None
-        return {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
-                "html": page, "markdown": markdown, "caveat": run.caveat(), "lost": tuple(run.data_lost()),
-                "seconds": time.perf_counter() - started}
+        outcome = {"slug": task.slug, "run_id": run.run_id, "root": run.root, "run": single.to_document()["runs"][0],
+                   "html": page, "markdown": markdown, "caveat": run.caveat(), "lost": tuple(run.data_lost()),
+                   "seconds": time.perf_counter() - started}
+        if key is not None:
+            _keep_outcome(task, key, outcome, run)
+        return outcome
     except Exception as exc:  # reported as the run's error; the caller decides the exit code
         return _failure(task, exc, time.perf_counter() - started)
     finally:
         wait_for_writes()  # a Ray worker outlives its task: the run's cache entries are on disk when it ends
+
+
+def _outcome_key(task: _Task) -> str | None:
+    """The cache key of a run's outcome: its inputs (as ``analyze`` keys them), and how it is
+    analyzed and rendered. None for a hosted W&B run (its inputs are not files) or no cache."""
+    if task.cache is None or task.location is None:
+        return None
+    how = json.dumps([task.thresholds.to_dict(), task.html, task.markdown, task.keys, repr(task.custom_format)], default=str)
+    return task.cache.inputs_key([task.location], "fleet-outcome", how)
+
+
+_OUTCOME, _PAGE, _NOTES = "outcome.json", "report.html", "report.md"
+
+
+def _kept_outcome(task: _Task, key: str) -> dict[str, Any] | None:
+    kept = task.cache.recall(key) if task.cache is not None else None
+    try:
+        outcome = json.loads(kept[_OUTCOME]) if kept else None
+    except (KeyError, ValueError):
+        return None
+    if outcome is None or (task.html and _PAGE not in kept) or (task.markdown and _NOTES not in kept):  # type: ignore[operator]
+        return None
+    return {**outcome, "lost": tuple(outcome["lost"]), "html": kept[_PAGE].decode() if task.html else None,  # type: ignore[index]
+            "markdown": kept[_NOTES].decode() if task.markdown else None}  # type: ignore[index]
+
+
+def _keep_outcome(task: _Task, key: str, outcome: dict[str, Any], run: RunAnalysis) -> None:
+    assert task.cache is not None and task.location is not None
+    parts = {_OUTCOME: json.dumps({k: v for k, v in outcome.items() if k not in ("html", "markdown", "slug", "seconds")}).encode()}
+    parts |= {_PAGE: outcome["html"].encode()} if outcome["html"] is not None else {}
+    parts |= {_NOTES: outcome["markdown"].encode()} if outcome["markdown"] is not None else {}
+    keyed = [task.location.checkpoint_dir] if task.location.checkpoint_dir else []
+    task.cache.remember(key, parts, watched=folders_beyond((c.path for c in run.checkpoints), keyed))
 
 
 def _analyze_on_ray(task: _Task, *_parsed: str | None) -> dict[str, Any]:

@@ -545,3 +545,29 @@ def test_runs_whose_logs_lie_in_one_folder_are_named_by_their_logs_in_the_index(
     index = pl.read_parquet(out / "index.parquet")
     assert dict(zip(index["run_id"], index["n_incidents"])) == {"dl/runA_trainer.log": 1, "dl/runB_trainer.log": 0}
     assert "dl/runA_trainer.log" in (out / "index.html").read_text()
+
+
+def test_a_runs_outcome_is_kept_and_used_again_until_its_inputs_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fleet run again over unchanged runs does not analyze them again (an unchanged re-run of a
+    few runs took as long as the analysis; it is the time to start the workers now): the outcome,
+    report and Markdown kept are the ones made. A log that grew, or a checkpoint deleted, is analyzed again."""
+    import forensics.fleet as fleet
+    from forensics.cache import ParseCache
+    from forensics.detect import Thresholds
+    from forensics.discover import find_runs
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10, reward=lambda s: 0.0 if s >= 40 else healthy_reward(s)))
+    [location] = find_runs([paths.fileroot])
+    task = fleet._Task("r", location, None, None, Thresholds(), True, True, ParseCache(tmp_path / "cache"))
+    first = fleet._analyze_one(task)
+    assert first.get("error") is None and first["run"]["incidents"]
+
+    def refused(*_: object) -> None:
+        raise RuntimeError("analyzed again")
+
+    monkeypatch.setattr(fleet, "analyze_run", refused)
+    again = fleet._analyze_one(task)
+    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in first.items() if k != "seconds"}
+    [newest] = [c["path"] for c in first["run"]["checkpoints"] if c["step"] == 60]
+    shutil.rmtree(newest)
+    assert "analyzed again" in fleet._analyze_one(task)["error"]
