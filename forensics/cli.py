@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -83,9 +84,11 @@ def _warn_lost(runs: list[FleetRun], most: int = 10) -> None:
     """What of the fleet's logs could not be read, on stderr, each once: a folder none of the runs
     could be read from is every run's note (it may have held one)."""
     lost: dict[str, list[str]] = {}
+    ids = Counter(r.run_id for r in runs)
     for r in runs:
         for note in r.lost:
-            lost.setdefault(note, []).append(r.run_id)
+            # (runs of one config share an id: the folder tells which one lost a log)
+            lost.setdefault(note, []).append(r.run_id if ids[r.run_id] == 1 else f"{r.run_id} ({r.root})")
     for note, names in list(lost.items())[:most]:
         whose = f"{names[0]}: " if len(names) == 1 and len(runs) > 1 else ""
         typer.echo(_visible(f"grpo-forensics: warning: {whose}{note}"), err=True)

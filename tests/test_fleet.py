@@ -571,3 +571,16 @@ def test_a_runs_outcome_is_kept_and_used_again_until_its_inputs_change(tmp_path:
     [newest] = [c["path"] for c in first["run"]["checkpoints"] if c["step"] == 60]
     shutil.rmtree(newest)
     assert "analyzed again" in fleet._analyze_one(task)["error"]
+
+
+def test_a_fleet_warning_names_the_folder_of_the_run_that_lost_a_log(tmp_path: Path) -> None:
+    """Three runs of one config (one run id): the one whose trainer.log is a dangling link is named
+    by its folder in the warning, not by the id the three share."""
+    for name in ("lr-1e-6", "lr-2e-6", "lr-5e-6"):
+        write_run(tmp_path / "runs" / name / "outputs", RunSpec(last_step=30, save_freq_steps=10))
+    [log] = (tmp_path / "runs" / "lr-2e-6").rglob("trainer.log")
+    log.unlink()
+    os.symlink("/nonexistent/trainer.log", log)
+    result = runner.invoke(app, ["analyze", *map(str, sorted((tmp_path / "runs").iterdir())), "--out", str(tmp_path / "out"), "--no-cache"])
+    warned = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warned and all("/runs/lr-2e-6/" in line for line in warned), warned
