@@ -375,14 +375,14 @@ _OUTCOME, _PAGE, _NOTES = "outcome.json", "report.html", "report.md"
 
 def _kept_outcome(task: _Task, key: str) -> dict[str, Any] | None:
     kept = task.cache.recall(key) if task.cache is not None else None
+    if not kept or _OUTCOME not in kept or (task.html and _PAGE not in kept) or (task.markdown and _NOTES not in kept):
+        return None
     try:
-        outcome = json.loads(kept[_OUTCOME]) if kept else None
-    except (KeyError, ValueError):
+        outcome = json.loads(kept[_OUTCOME])
+    except ValueError:  # (a damaged entry: analyzed again, and kept anew)
         return None
-    if outcome is None or (task.html and _PAGE not in kept) or (task.markdown and _NOTES not in kept):  # type: ignore[operator]
-        return None
-    return {**outcome, "lost": tuple(outcome["lost"]), "html": kept[_PAGE].decode() if task.html else None,  # type: ignore[index]
-            "markdown": kept[_NOTES].decode() if task.markdown else None}  # type: ignore[index]
+    return {**outcome, "lost": tuple(outcome["lost"]), "html": kept[_PAGE].decode() if task.html else None,
+            "markdown": kept[_NOTES].decode() if task.markdown else None}
 
 
 def _keep_outcome(task: _Task, key: str, outcome: dict[str, Any], run: RunAnalysis) -> None:
