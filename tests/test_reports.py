@@ -166,13 +166,13 @@ def test_verdict_comes_before_any_chart(collapse_html: str) -> None:
     assert "80 steps (0.67 h)" in verdict
 
 
-def test_verdict_says_how_long_a_recovered_incident_lasted() -> None:
+def test_a_recovered_incidents_card_says_where_it_ended_and_what_to_change() -> None:
     run = _run()
-    run.incidents = [replace(run.incidents[0], end_step=150, recovered=True,
+    run.incidents = [replace(run.incidents[0], end_step=150, recovered=True, wasted_steps=29,
                              suggestions=("Lower rollout.request_timeout.",))]
     page = render_html(Analysis(runs=[run]))
     card = page[page.index('id="incident-1"'):page.index('id="checkpoint"')]
-    assert "step 150 (recovered)" in card and "lasted 30 steps, 0.25 h" in card  # 30 steps × 30 s
+    assert "step 150 (recovered)" in card and f"<dd>{run.incidents[0].wasted}</dd>" in card
     assert "What to change" in card and "Lower rollout.request_timeout." in card
 
 
