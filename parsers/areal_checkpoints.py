@@ -32,7 +32,9 @@ __all__ = ["read_areal_checkpoints"]
 
 
 _STEP_FOLDER = re.compile(r"epoch(\d{1,15})epochstep(\d{1,15})globalstep(\d{1,15})")  # more digits: not a step
-_OPTIMIZER_SHARD = re.compile(r"optim_world_size_\d+_rank_\d+\.pt")
+_OPTIMIZER_SHARD = re.compile(r"optim_world_size_(\d+)_rank_(\d+)\.pt")
+#: A DCP shard: ``__<rank>_<n>.distcp``.
+_DCP_SHARD = re.compile(r"__(\d+)_\d+\.distcp")
 
 _Check = Callable[[dict[str, Path]], list[str]]
 
@@ -205,6 +207,13 @@ def _check_recover(names: dict[str, Path]) -> list[str]:
         problems.append(
             "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"
         )
+    # (each rank writes its own shard, the world size in its name: one missing cannot be resumed from)
+    worlds: dict[int, set[int]] = {}
+    for path in optimizer:
+        world, rank = map(int, _OPTIMIZER_SHARD.fullmatch(path.name).groups())  # type: ignore[union-attr]
+        worlds.setdefault(world, set()).add(rank)
+    problems += [f"optimizer shards missing for ranks {_ranks(set(range(world)) - ranks)} of {world}"
+                 for world, ranks in sorted(worlds.items()) if set(range(world)) - ranks]
     return problems
 
 
@@ -218,7 +227,16 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
     if not shards:
         problems.append("no *.distcp shard files")
+    # (every rank writes its own ``__<rank>_0.distcp``: a gap in their numbers is a rank's lost shard)
+    ranks = {int(m[1]) for path in shards if (m := _DCP_SHARD.fullmatch(path.name))}
+    if ranks and (gaps := set(range(max(ranks) + 1)) - ranks):
+        problems.append(f"shards missing for ranks {_ranks(gaps)} of at least {max(ranks) + 1}")
     return problems + [p for p in map(check_file, shards) if p]
+
+
+def _ranks(ranks: set[int], most: int = 8) -> str:
+    shown = ", ".join(map(str, sorted(ranks)[:most]))
+    return shown + (", …" if len(ranks) > most else "")
 
 
 def _links_to_recover_checkpoint(entry: Path) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 from datetime import datetime
 from pathlib import Path
@@ -224,6 +225,23 @@ def test_older_recover_layout_needs_optimizer_shards(trial: Path) -> None:
     row = only(read_areal_checkpoints(trial))
 
     assert (row["step"], row["complete"], row["resumable"], row["problems"]) == (10, True, True, [])
+
+
+def test_a_recover_checkpoint_missing_a_ranks_shard_is_incomplete(trial: Path) -> None:
+    """Each trainer rank writes its own shard: with one lost (a gap in the DCP ranks, or fewer
+    ``optim_world_size_W`` shards than W), the checkpoint cannot be resumed from."""
+    folder = dcp(trial / "default" / "recover_checkpoint")
+    (folder / "__3_0.distcp").write_bytes(b"tensor bytes")  # ranks 0, 1, 3: rank 2's is gone
+    step_info(trial, '{"global_step": 59}')
+    row = only(read_areal_checkpoints(trial))
+    assert (row["complete"], row["resumable"], row["problems"]) == (False, False, ["shards missing for ranks 2 of at least 4"])
+
+    shutil.rmtree(trial / "default" / "recover_checkpoint")
+    folder = hf_export(trial / "default" / "recover_checkpoint")
+    for rank in (0, 1, 2):
+        (folder / f"optim_world_size_4_rank_{rank}.pt").write_bytes(b"x")
+    row = only(read_areal_checkpoints(trial))
+    assert (row["complete"], row["resumable"], row["problems"]) == (False, False, ["optimizer shards missing for ranks 3 of 4"])
 
 
 def test_missing_shard(trial: Path) -> None:
