@@ -16,6 +16,8 @@ from typing import Any
 from parsers.schema import UNLISTED
 
 MAX_HEADER = 100_000_000  # the safetensors format's own limit on header size
+#: How a model folder with no weights is said (a reader whose weights lie elsewhere passes over it).
+NO_WEIGHTS = "no weight files"
 
 
 def check_file(path: Path) -> str | None:
@@ -127,7 +129,7 @@ def check_hf_model(names: dict[str, Path]) -> list[str]:
             problems += index_problems
             weights |= set(shards)
     if not weights:
-        problems.append("no weight files (*.safetensors or pytorch_model*.bin)")
+        problems.append(f"{NO_WEIGHTS} (*.safetensors or pytorch_model*.bin)")
     for path in sorted(weights):
         check = check_safetensors if path.name.endswith(".safetensors") else check_file
         if problem := check(path):

@@ -7,6 +7,10 @@ Layout (``transformers.Trainer._save_checkpoint``), under ``TrainingArguments.ou
                                      pytorch_model.bin, or adapter_model.safetensors (PEFT)
         trainer_state.json           {"global_step": N, "log_history": [...]}
         optimizer.pt, scheduler.pt   what ``resume_from_checkpoint`` needs besides the weights
+        global_step<N>/              under DeepSpeed instead: the engine's ``*_optim_states.pt`` (the
+                                     scheduler too) and ``*model_states.pt`` — under ZeRO-3 without
+                                     gathered weights, the only weights (``zero_to_fp32.py`` beside)
+        optimizer.bin, optimizer_0/  under FSDP (weights in ``pytorch_model_fsdp_0/``)
 
 The model files are checked as an HF export's are (:func:`parsers._checkpoint_files.check_hf_model`).
 Judged from names, sizes and JSON headers only: nothing is unpickled, nothing is written, and
@@ -18,15 +22,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
-from parsers._checkpoint_files import check_hf_model, entries, is_dir, mtime, read_json
+from parsers._checkpoint_files import NO_WEIGHTS, check_file, check_hf_model, entries, is_dir, mtime, read_json
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["is_trl_checkpoint_root", "read_trl_checkpoints"]
 
 _STEP_FOLDER = re.compile(r"checkpoint-(\d{1,15})")
+#: DeepSpeed's engine state in a Trainer checkpoint: ``global_step<N>/``.
+_ENGINE_FOLDER = re.compile(r"global_step\d{1,15}")
 
 
 def is_trl_checkpoint_root(folder: Path) -> bool:
@@ -42,19 +49,52 @@ def read_trl_checkpoints(output_dir: Path) -> pl.DataFrame:
         found = _STEP_FOLDER.fullmatch(folder.name)
         if not found or not is_dir(folder):
             continue
-        problems = _problems(folder, int(found.group(1)))
+        names = {entry.name: entry for entry in entries(folder)}
+        engine = _engine_state(folder, names)
+        problems = _problems(folder, int(found.group(1)), names, engine)
         complete = not problems
-        resumable = complete and all((folder / name).is_file() for name in ("optimizer.pt", "scheduler.pt"))
+        # (the engine's own state, DeepSpeed's or FSDP's, holds the optimizer and the scheduler)
+        resumable = complete and (engine is not None or all(name in names for name in ("optimizer.pt", "scheduler.pt")))
         rows.append((str(folder), int(found.group(1)), "trl", "actor", complete, resumable, mtime(folder), problems))
     return pl.DataFrame(rows, schema=CHECKPOINT_SCHEMA, orient="row").sort("step", "path", nulls_last=True)
 
 
-def _problems(folder: Path, step: int) -> list[str]:
-    names = {entry.name: entry for entry in entries(folder)}
+def _problems(folder: Path, step: int, names: dict[str, Path], engine: _Engine | None) -> list[str]:
     state, problem = read_json(folder / "trainer_state.json")
     if problem:
         problems = [problem]
     else:
         saved = state.get("global_step") if isinstance(state, dict) else None
         problems = [f"trainer_state.json says global step {saved}, its folder {step}"] if saved not in (None, step) else []
-    return problems + (check_hf_model(names) if names else ["folder is empty"])
+    if not names:
+        return [*problems, "folder is empty"]
+    model = check_hf_model(names)
+    if engine is not None and engine.weights:  # (ZeRO-3 or FSDP: the weights are the engine's, none at the top)
+        model = [p for p in model if not p.startswith(NO_WEIGHTS)]
+    # (a save the disk filled during: an empty optimizer.pt fails resume_from_checkpoint)
+    state_files = [names[n] for n in ("optimizer.pt", "scheduler.pt") if n in names] + (engine.files if engine else [])
+    return problems + model + [p for p in map(check_file, state_files) if p] + (engine.problems if engine else [])
+
+
+class _Engine(NamedTuple):
+    """A DeepSpeed or FSDP checkpoint's own state files, and whether they hold the weights."""
+
+    files: list[Path]
+    weights: bool
+    problems: list[str]
+
+
+def _engine_state(folder: Path, names: dict[str, Path]) -> _Engine | None:
+    if "optimizer.bin" in names or is_dir(folder / "optimizer_0"):  # FSDP
+        return _Engine([names["optimizer.bin"]] if "optimizer.bin" in names else [], is_dir(folder / "pytorch_model_fsdp_0"), [])
+    steps = [path for name, path in names.items() if _ENGINE_FOLDER.fullmatch(name) and is_dir(path)]
+    if not steps:
+        return None
+    latest = folder / "latest"
+    named = latest.read_text(errors="replace").strip() if latest.is_file() else None
+    chosen = next((p for p in steps if p.name == named), None) or max(steps, key=lambda p: int(p.name.removeprefix("global_step")))
+    files = sorted(entries(chosen))
+    optim = [p for p in files if p.name.endswith("optim_states.pt")]
+    model = [p for p in files if p.name.endswith("model_states.pt")]
+    problems = [] if optim else [f"{chosen.name}/ holds no optimizer state (*_optim_states.pt)"]
+    return _Engine(optim + model, any("zero_pp_rank" in p.name for p in model), problems)

@@ -541,3 +541,46 @@ def test_a_step_log_cut_short_with_a_server_log_going_on_past_it_is_not_said_to_
     assert (f"No log covers the onset: the step log ends at step 50; the other logs end at {later:%Y-%m-%dT%H:%M:%S}"
             in collapse.summary), collapse.summary
     assert "nothing else was logged after it" not in collapse.summary
+
+
+@pytest.mark.parametrize("layout", ["zero2", "zero3", "fsdp", "empty_optimizer"])
+def test_a_trainers_checkpoints_under_deepspeed_or_fsdp_are_resumable(tmp_path: Path, layout: str) -> None:
+    """transformers' Trainer saves the optimizer (and a scheduler DeepSpeed owns) through the engine:
+    ``global_stepN/*_optim_states.pt`` under DeepSpeed, with no weights at the top under ZeRO-3
+    (``zero_pp_rank_*_model_states.pt`` hold them); ``optimizer.bin`` and ``pytorch_model_fsdp_0/``
+    under FSDP. Those resume; an empty ``optimizer.pt`` (a disk that filled during the save) does not."""
+    import json as json_
+
+    from test_areal_checkpoints import safetensors_bytes
+
+    from parsers.trl_checkpoints import read_trl_checkpoints
+
+    folder = tmp_path / "out" / "checkpoint-100"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "trainer_state.json").write_text(json_.dumps({"global_step": 100}))
+    if layout != "zero3" and layout != "fsdp":
+        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
+    if layout.startswith("zero"):
+        engine = folder / "global_step100"
+        engine.mkdir()
+        (folder / "latest").write_text("global_step100")
+        for rank in range(2):
+            (engine / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"x")
+            if layout == "zero3":
+                (engine / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt").write_bytes(b"x")
+        if layout == "zero2":
+            (engine / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    elif layout == "fsdp":
+        (folder / "pytorch_model_fsdp_0").mkdir()
+        (folder / "pytorch_model_fsdp_0" / "__0_0.distcp").write_bytes(b"x")
+        (folder / "optimizer.bin").write_bytes(b"x")
+        (folder / "scheduler.pt").write_bytes(b"x")
+    else:
+        (folder / "optimizer.pt").write_bytes(b"")
+        (folder / "scheduler.pt").write_bytes(b"x")
+    row = read_trl_checkpoints(tmp_path / "out").row(0, named=True)
+    if layout == "empty_optimizer":
+        assert (row["complete"], row["resumable"], row["problems"]) == (False, False, ["optimizer.pt is empty (0 bytes)"])
+    else:
+        assert (row["complete"], row["resumable"], row["problems"]) == (True, True, []), row
