@@ -85,7 +85,7 @@ _TIMEOUTS = frozenset({"request_timeout"})
 _SERVER_UP = frozenset({"server_launch", "server_ready"})
 _TRAINER_CALLING = _REFUSALS | _TIMEOUTS | {"workflow_failed", "retries_exhausted"}
 #: A client's retry of a request that timed out (AReaL: ``… timed out after 600.00s (attempt 2/3)``;
-#: verl: ``… timed out (attempt 2)``): the same request, not another one failing.
+#: verl: ``… timed out (attempt 2)``): the same request again, not another one failing.
 _RETRY = re.compile(r"\(attempt ([2-9]|\d{2,})(?:/\d+)?\)")
 
 
@@ -499,6 +499,7 @@ class _Follower:
         self._steps_seen = 0
         self._refusals: deque[tuple[datetime, Evidence]] = deque()
         self._timeouts: deque[tuple[datetime, Evidence]] = deque()
+        self._requests_timed_out: deque[datetime] = deque()  # (first attempts only: see _burst)
         self._errors_quiet_since: datetime | None = None
         self._exit: Evidence | None = None
         self._called_after_exit = False
@@ -864,6 +865,7 @@ class _Follower:
             self._called_after_exit = False
             self._refusals.clear()
             self._timeouts.clear()
+            self._requests_timed_out.clear()
             for latched in ("server_down", "server_errors"):
                 self._latched.pop(latched, None)
             return fired
@@ -905,15 +907,20 @@ class _Follower:
         seconds = self.s.refusal_window_s if refused else self.s.timeout_window_s
         needed = self.s.refusal_burst if refused else self.s.timeout_burst
         self._errors_quiet_since = when
-        if not refused and _RETRY.search(row["message"] or ""):
-            # (one slow request retried is one request timing out; a refusal retried is the server
-            # still not there, which is the point)
-            return []
         window.append((when, evidence))
         while window and (when - window[0][0]).total_seconds() > seconds:
             window.popleft()
+        # One slow request retried is one request timing out: a burst of timeouts is of two requests
+        # at least. (A refusal retried is the server still not there, which is the point.)
+        requests = self._requests_timed_out
+        if not refused and not _RETRY.search(row["message"] or ""):
+            requests.append(when)
+        while requests and (when - requests[0]).total_seconds() > seconds:
+            requests.popleft()
         if self._steps_seen == 0 or self._launching or "server_errors" in self._latched or len(window) < needed:
             return []  # before the first step, or while a server loads, clients are refused by design
+        if not refused and len(requests) < 2:
+            return []
         self._latched["server_errors"] = True
         what = "refused/reset connections" if refused else "request timeouts"
         first = window[0][1]
