@@ -235,11 +235,16 @@ def _fresh_start(chosen: Checkpoint, config: dict[str, object], trial: str | Non
     checkpoint (saved after the onset) and resume the broken state. The inference server loads
     the export too: its ``model_path`` is a copy of the original ``actor.path``, and until the
     first weight update it would generate with the base model."""
-    base = config.get("actor.path")
+    base = _same_model(config.get("actor.path"))
     renamed = [f"{key}={new_trial}" for key, value in config.items() if key.endswith(".trial_name") and trial and value == trial]
     served = [f"{key}={chosen.path}" for key, value in config.items()
-              if key.endswith(".model_path") and key.split(".", 1)[0] in ("sglang", "vllm") and base and value == base]
+              if key.endswith(".model_path") and key.split(".", 1)[0] in ("sglang", "vllm") and base and _same_model(value) == base]
     return renamed + served
+
+
+def _same_model(path: object) -> str | None:
+    """A model's path as written in a config, for comparing two: ``/models/Qwen/`` is ``/models/Qwen``."""
+    return str(path).rstrip("/") or str(path) if isinstance(path, str) and path else None
 
 
 def _moved_fileroot(chosen: Checkpoint, config: dict[str, object]) -> list[str]:

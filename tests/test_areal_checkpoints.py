@@ -510,3 +510,26 @@ def test_checkpoints_dated_after_every_log_line_tell_nothing_of_which_attempt_sa
     copied = analyze([copy]).runs[0].recommendation
     [untold] = [w for w in copied.warnings if w.startswith(f"Step {copied.step} was also reached by an attempt")]
     assert "dated after every log line" in untold
+
+
+def test_the_resume_command_points_the_server_at_the_export_however_the_config_spells_the_model(tmp_path: Path) -> None:
+    """``actor.path: /models/Qwen/`` and ``sglang.model_path: /models/Qwen`` name one model: the
+    command from an export sets the server's path to it too (else its first rollouts are the base model's)."""
+    import re
+
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10, reward=lambda s: 0.0 if s >= 35 else healthy_reward(s)))
+    text, section, out = paths.config.read_text(), None, []
+    for line in text.splitlines():
+        section = line.split(":")[0] if re.match(r"^\S", line) else section
+        if section == "actor" and line.strip().startswith("path:"):
+            line = line.split("path:")[0] + "path: /models/Qwen2.5-1.5B-Instruct/"
+        if section == "sglang" and line.strip().startswith("model_path:"):
+            line = line.split("model_path:")[0] + "model_path: /models/Qwen2.5-1.5B-Instruct"
+        out.append(line)
+    paths.config.write_text("\n".join(out) + "\n")
+    rec = analyze([paths.fileroot]).runs[0].recommendation
+    assert rec.checkpoint and f"sglang.model_path={rec.checkpoint}" in (rec.resume_command or "").split()
