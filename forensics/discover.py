@@ -17,6 +17,7 @@ from pathlib import Path
 
 from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
+from parsers._checkpoint_files import dangling_link
 from parsers._lines import head_bytes, open_log
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
@@ -811,7 +812,8 @@ def _checkpoint_dir(root: Path) -> Path | None:
         parts = form.parts
         if len(parts) >= 4 and parts[-4] == "logs":
             candidate = Path(*parts[:-4], "checkpoints", *parts[-3:])
-            return candidate if _is_dir_or_hidden(candidate) else None
+            # (a link on the way to nothing, storage not mounted, is the run's too: said unlistable)
+            return candidate if _is_dir_or_hidden(candidate) or dangling_link(candidate, within=3) else None
     return None
 
 

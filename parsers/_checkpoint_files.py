@@ -80,9 +80,19 @@ def unlisted(folder: Path) -> str | None:
         with os.scandir(folder):
             return None
     except FileNotFoundError:
-        return None
+        # (not there, unless a link on the way is: storage not mounted, or not copied with the logs)
+        link = dangling_link(folder)
+        return None if link is None else f"{UNLISTED}: {link} links to {os.readlink(link)}, which does not exist"
     except OSError as exc:
         return f"{UNLISTED}: {exc.strerror or exc}"
+
+
+def dangling_link(path: Path, within: int = 4) -> Path | None:
+    """``path``, or one of the ``within`` folders above it, when it is a link to nothing."""
+    for candidate in [path, *path.parents][: within + 1]:
+        if os.path.islink(candidate) and not os.path.exists(candidate):
+            return candidate
+    return None
 
 
 def is_dir(path: Path) -> bool:

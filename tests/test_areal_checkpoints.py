@@ -533,3 +533,24 @@ def test_the_resume_command_points_the_server_at_the_export_however_the_config_s
     paths.config.write_text("\n".join(out) + "\n")
     rec = analyze([paths.fileroot]).runs[0].recommendation
     assert rec.checkpoint and f"sglang.model_path={rec.checkpoint}" in (rec.resume_command or "").split()
+
+
+@pytest.mark.parametrize("healthy", [False, True])
+def test_a_checkpoint_folder_behind_a_link_to_nothing_is_said_and_no_choice_is_made(tmp_path: Path, healthy: bool) -> None:
+    """``outputs/checkpoints`` a link to storage not mounted (or not copied with the logs): not "no
+    checkpoint was saved" (exit 3 or 4, a script starts over from the base model) but exit 2, the
+    link named in a warning."""
+    import subprocess
+    import sys
+
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    spec = RunSpec(last_step=60, save_freq_steps=10, reward=healthy_reward if healthy else (lambda s: 0.0 if s >= 35 else healthy_reward(s)))
+    paths = write_run(tmp_path / "outputs", spec)
+    shutil.rmtree(paths.fileroot / "checkpoints")
+    os.symlink(tmp_path / "not_mounted" / "checkpoints", paths.fileroot / "checkpoints")
+    done = subprocess.run([sys.executable, "-m", "forensics", "best-checkpoint", str(paths.fileroot), "--json", "--no-cache"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert done.returncode == 2, done.stderr
+    [warning] = json.loads(done.stdout)["warnings"]
+    assert f"{paths.fileroot / 'checkpoints'} links to {tmp_path / 'not_mounted' / 'checkpoints'}, which does not exist" in warning
