@@ -71,7 +71,7 @@ from forensics.texts import table_row
 from parsers._formats import FormatDefinitionError
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
-from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, UNLISTED, conform, relaunches
+from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, REWRITTEN, UNLISTED, conform, relaunches
 
 
 def analyze(
@@ -174,7 +174,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     attribution = Attribution(events, step_clock(run.steps))
     findings = _findings(run, primary, values, [(a, b) for a, b, _ in held] + ([early] if early else []), events, t, unread, attribution)
     incidents = [_incident(i, f, run, events, t, attribution) for i, f in enumerate(sorted(findings, key=lambda f: f.onset_step), 1)]
-    checkpoints = _recover_saved_again(to_checkpoints(run.checkpoints), run)
+    checkpoints = _rewrites_undated(_recover_saved_again(to_checkpoints(run.checkpoints), run), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
     recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary, unread),
@@ -405,6 +405,24 @@ def _unlisted(recommendation: Recommendation, frame: pl.DataFrame) -> Recommenda
     if recommendation.checkpoint is None:
         reason += f" The checkpoint folder {rows['path'][0]} could not be listed: one may be there."
     return replace(recommendation, reason=reason, warnings=(*recommendation.warnings, *said), unlisted=tuple(rows["path"]))
+
+
+def _rewrites_undated(checkpoints: list[Checkpoint], run: RunData) -> list[Checkpoint]:
+    """A recover checkpoint's shards dated after its ``.metadata`` (an overwrite the process died in)
+    is a finding only where the files' times are the saves': a copy (``cp -r``) dates each file when
+    it was copied, a large shard minutes after the metadata. There, it is no problem."""
+    if _saves_dated(checkpoints, run):
+        return checkpoints
+    out = []
+    for c in checkpoints:
+        kept = tuple(p for p in c.problems if REWRITTEN not in p)
+        if len(kept) == len(c.problems):
+            out.append(c)
+        elif kept:
+            out.append(replace(c, problems=kept))
+        else:  # (that was all: complete, and resumable as a recover checkpoint with its step is)
+            out.append(replace(c, problems=kept, complete=True, resumable=c.kind == "recover" and c.step is not None))
+    return out
 
 
 def _recover_saved_again(checkpoints: list[Checkpoint], run: RunData) -> list[Checkpoint]:

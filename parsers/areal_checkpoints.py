@@ -19,20 +19,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import polars as pl
 
 from parsers._checkpoint_files import check_file, check_hf_model, entries, is_dir, mtime, read_json, unlisted, why
-from parsers.schema import CHECKPOINT_SCHEMA
+from parsers.schema import CHECKPOINT_SCHEMA, REWRITTEN
 
 __all__ = ["read_areal_checkpoints"]
 
 
 _STEP_FOLDER = re.compile(r"epoch(\d{1,15})epochstep(\d{1,15})globalstep(\d{1,15})")  # more digits: not a step
 _OPTIMIZER_SHARD = re.compile(r"optim_world_size_(\d+)_rank_(\d+)\.pt")
+#: How long after its ``.metadata`` a shard may be dated (file systems' clocks, a slow rank's write).
+_TORN_AFTER = timedelta(seconds=60)
 #: A DCP shard: ``__<rank>_<n>.distcp``.
 _DCP_SHARD = re.compile(r"__(\d+)_\d+\.distcp")
 
@@ -231,6 +233,14 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     ranks = {int(m[1]) for path in shards if (m := _DCP_SHARD.fullmatch(path.name))}
     if ranks and (gaps := set(range(max(ranks) + 1)) - ranks):
         problems.append(f"shards missing for ranks {_ranks(gaps)} of at least {max(ranks) + 1}")
+    # (recover_checkpoint is overwritten in place: a save the process died in leaves new shards
+    # beside the earlier save's .metadata, which is written last)
+    written = mtime(names[".metadata"]) if ".metadata" in names else None
+    later = [(path, when) for path in shards if written and (when := mtime(path)) and when - written > _TORN_AFTER]
+    if later:
+        path, when = max(later, key=lambda pair: pair[1])
+        problems.append(f"{path.name} {REWRITTEN} by {(when - written).total_seconds() / 60:.0f} min: a later save, "
+                        "cut short, overwrote part of it (its shards are of two saves)")
     return problems + [p for p in map(check_file, shards) if p]
 
 

@@ -60,6 +60,10 @@ STEP_SCHEMA: dict[str, pl.DataType] = {
 #: One row per saved checkpoint folder, its step in log units.
 #: The problem of a checkpoint folder a reader could not list (its row has no step).
 UNLISTED = "cannot be listed"
+#: The problem of a DCP checkpoint a shard of which was written after its ``.metadata`` (written
+#: last): a later save, cut short, overwrote part of it. Judged by file times, which a copy resets:
+#: the analysis drops it where the times are not the saves' (see ``forensics.analysis``).
+REWRITTEN = "written after its .metadata"
 
 CHECKPOINT_SCHEMA: dict[str, pl.DataType] = {
     "path": pl.String(),

@@ -554,3 +554,35 @@ def test_a_checkpoint_folder_behind_a_link_to_nothing_is_said_and_no_choice_is_m
     assert done.returncode == 2, done.stderr
     [warning] = json.loads(done.stdout)["warnings"]
     assert f"{paths.fileroot / 'checkpoints'} links to {tmp_path / 'not_mounted' / 'checkpoints'}, which does not exist" in warning
+
+
+@pytest.mark.parametrize("copied", [False, True])
+def test_a_recover_checkpoint_an_interrupted_save_overwrote_in_part_is_not_chosen(tmp_path: Path, copied: bool) -> None:
+    """``recover_checkpoint`` is overwritten in place, ``.metadata`` last: the process died ten minutes
+    into the step-70 save, rank 0's shard rewritten, rank 1's and the metadata still step 60's. Not
+    resumed from (the step-60 export is chosen instead), where the files' times are the saves'; in a
+    copy (every file dated when it was copied, in no order) the times tell nothing and it stands."""
+    from datetime import timedelta
+
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=69, save_freq_steps=20, recover_mode="auto", recover_freq_steps=10))
+    folder = paths.recover_checkpoint
+    assert folder is not None and (folder / "__0_0.distcp").is_file()
+    written = os.stat(folder / ".metadata").st_mtime
+    later = (paths.step_times[69] + timedelta(seconds=50)).timestamp()
+    (folder / "__0_0.distcp").write_bytes(os.urandom(96))
+    os.utime(folder / "__0_0.distcp", (later, later))
+    if copied:  # (cp -r without -p: the whole tree dated now)
+        for path in [*paths.checkpoint_root.rglob("*"), paths.checkpoint_root]:
+            os.utime(path)
+    else:
+        os.utime(folder, (written, written))
+    rec = analyze([paths.fileroot]).runs[0].recommendation
+    if copied:
+        assert rec.checkpoint == str(folder)
+    else:
+        assert rec.checkpoint is not None and rec.checkpoint.endswith("globalstep59")
+        assert any("__0_0.distcp written after its .metadata by 10 min" in w for w in rec.warnings), rec.warnings
