@@ -234,6 +234,9 @@ def analyze(
         if result is None:  # (a damaged entry is a miss: analyzed again, and kept anew)
             kept = None
             result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
+        # (checkpoints a log named where it saved them are read too: found only now, refused only now)
+        named = folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs)
+        _refuse_inside(named, json=json_out, markdown=markdown, out=out)
         console = _Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
@@ -251,8 +254,7 @@ def analyze(
             console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)  # (a sweep's folder: ``run[lr=3e-6]``)
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
-            cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}),
-                           watched=folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs))
+            cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}), watched=named)
         if barren:
             raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
         return result

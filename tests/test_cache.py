@@ -846,3 +846,20 @@ def test_a_cache_set_for_the_environment_is_not_written_into_the_checkpoint_fold
     result = CliRunner().invoke(app, ["analyze", str(paths.log_dir), "--no-html"])
     assert result.exit_code == 0, result.output
     assert tree_state(trial) == before
+
+
+def test_an_output_inside_the_checkpoint_folder_a_log_named_is_refused(tmp_path: Path) -> None:
+    """The checkpoints a verl console names where it saved them are read: an output there is
+    refused (exit 2), nothing written, as one in a checkpoint folder found beside the logs is."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "train", VerlRunSpec(steps=20, file_logger=False, score=healthy_score))
+    logs = tmp_path / "logs_copy"
+    logs.mkdir()
+    shutil.copy2(paths.train_log, logs / "train.log")
+    before = tree_state(paths.ckpt_root)
+    inside = paths.ckpt_root / "report"
+    for option in (["--out", str(inside)], ["--json", str(paths.ckpt_root / "a.json"), "--no-html"]):
+        result = CliRunner().invoke(app, ["analyze", str(logs), "--no-cache", *option])
+        assert result.exit_code == 2 and "nothing is written there" in result.stderr, result.output
+    assert tree_state(paths.ckpt_root) == before
