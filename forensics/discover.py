@@ -101,6 +101,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
     for given in paths:
         if given not in files:
             sources, problems = _walk(given, custom_format, links)
+            side_by_side = _logs_of_runs_side_by_side(sources)
         elif files[given] in done:
             continue
         else:
@@ -108,13 +109,14 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             mine = [f for f, home in files.items() if home == files[given]]
             sources, problems = _classify(mine, custom_format, given=True)
             problems += _left_beside(mine)
-            if _several_runs(sources):  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
-                for source in sources:
-                    # (each named by its log too: one folder's runs are otherwise told apart by nothing)
-                    runs.extend(replace(run, run_id=f"{run.run_id}/{source.path.name}")
-                                for run in _group(source.path, [source], [p for p in problems if p.startswith(f"{source.path}: ")]))
-                skipped += problems
-                continue
+            side_by_side = _several_runs(sources)
+        if side_by_side:  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
+            for log in _by_log(sources).values():
+                # (each named by its log too: one folder's runs are otherwise told apart by nothing)
+                runs.extend(replace(run, run_id=f"{run.run_id}/{_base(log[0])}") for run in _group(
+                    log[0].path, log, [p for p in problems if any(p.startswith(f"{s.path}: ") for s in log)]))
+            skipped += problems
+            continue
         found = _group(given, sources, problems)
         runs.extend(found)
         skipped += problems
@@ -203,9 +205,43 @@ def _several_runs(sources: list[LogSource]) -> bool:
     parts of one log (its rotated parts, its .gz)."""
     bases: dict[str, set[str]] = {}
     for source in sources:
-        match = _LOG_NAME.match(source.path.name)
-        bases.setdefault(source.kind, set()).add(match.group("base") if match else source.path.name.removesuffix(".gz"))
+        bases.setdefault(source.kind, set()).add(_base(source))
     return any(len(names) > 1 for kind, names in bases.items() if kind not in COPY_KINDS)
+
+
+def _base(source: LogSource) -> str:
+    """A log's name without a rotation's number or date or ``.gz``: its parts' one name."""
+    match = _LOG_NAME.match(source.path.name)
+    return match.group("base") if match else source.path.name.removesuffix(".gz")
+
+
+def _by_log(sources: list[LogSource]) -> dict[str, list[LogSource]]:
+    """``sources`` by the log each is a part of."""
+    logs: dict[str, list[LogSource]] = {}
+    for source in sources:
+        logs.setdefault(_base(source), []).append(source)
+    return logs
+
+
+#: A training step's line, as a run's own log prints them (AReaL-lite, realhf, verl).
+_STEP_PRINTED = re.compile(rb"Train step \d|\(global step \d|\bstep:\d+ - ")
+
+
+def _logs_of_runs_side_by_side(sources: list[LogSource]) -> bool:
+    """Whether a folder's logs are several runs' downloaded side by side (``dl/runA_trainer.log
+    dl/runB_trainer.log``), as the same logs given by name are: nothing but logs in one folder,
+    two of one kind that are not parts of one log, each printing training steps of its own. (A
+    realhf run's ``model_worker-N`` logs print none: its master worker's does.)"""
+    if len({s.path.parent for s in sources}) != 1 or any(s.kind in COPY_KINDS for s in sources) or not _several_runs(sources):
+        return False
+    return all(any(_prints_steps(s.path) for s in log) for log in _by_log(sources).values())
+
+
+def _prints_steps(path: Path, most: int = 8 << 20) -> bool:
+    try:
+        return _STEP_PRINTED.search(head_bytes(path, most)) is not None
+    except OSError:
+        return False
 
 
 def _left_beside(given: list[Path]) -> list[str]:

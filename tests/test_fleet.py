@@ -584,3 +584,31 @@ def test_a_fleet_warning_names_the_folder_of_the_run_that_lost_a_log(tmp_path: P
     result = runner.invoke(app, ["analyze", *map(str, sorted((tmp_path / "runs").iterdir())), "--out", str(tmp_path / "out"), "--no-cache"])
     warned = [line for line in result.stderr.splitlines() if "warning" in line]
     assert warned and all("/runs/lr-2e-6/" in line for line in warned), warned
+
+
+def test_a_folder_of_runs_logs_side_by_side_is_those_runs_as_their_logs_by_name_are(tmp_path: Path) -> None:
+    """``analyze dl/`` over two runs' trainer logs downloaded side by side: two runs, as
+    ``analyze dl/*.log`` gives (it was one made-up run, B's steps read as a relaunch of A's). A
+    run's rotated part stays with its log; a realhf run's worker logs (no steps of their own) stay one run."""
+    from forensics.discover import find_runs
+
+    a = write_run(tmp_path / "a" / "outputs", RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 40 else healthy_reward(s)))
+    b = write_run(tmp_path / "b" / "outputs", RunSpec(last_step=50))
+    dl = tmp_path / "dl"
+    dl.mkdir()
+    lines = a.trainer_log.read_text().splitlines(keepends=True)
+    (dl / "runA_trainer.log.1").write_text("".join(lines[: len(lines) // 2]))
+    (dl / "runA_trainer.log").write_text("".join(lines[len(lines) // 2:]))
+    shutil.copy(b.trainer_log, dl / "runB_trainer.log")
+    as_folder = {r.run_id: sorted(s.path.name for s in r.logs) for r in find_runs([dl])}
+    by_name = {r.run_id: sorted(s.path.name for s in r.logs) for r in find_runs(sorted(dl.iterdir()))}
+    assert as_folder == by_name == {"dl/runA_trainer.log": ["runA_trainer.log", "runA_trainer.log.1"], "dl/runB_trainer.log": ["runB_trainer.log"]}
+    # A realhf run's logs: its master worker prints the steps, its model workers none: one run.
+    realhf = tmp_path / "realhf"
+    realhf.mkdir()
+    shutil.copy(b.trainer_log, realhf / "master_worker-0")
+    worker = "".join(line for line in lines if "Train step" not in line)
+    (realhf / "model_worker-0").write_text(worker)
+    (realhf / "model_worker-1").write_text(worker)
+    [run] = find_runs([realhf])
+    assert sorted(s.path.name for s in run.logs) == ["master_worker-0", "model_worker-0", "model_worker-1"]
