@@ -1228,6 +1228,10 @@ def main() -> None:
                 s_info, seconds, rss, la = info, cold_s, cold_rss, loads[1]
             else:
                 s_info = get_set(args.dir, size, args.reuse, blocks, kind)
+                # (sets are whole blocks of steps: two sizes under one block build the same one)
+                if any(abs(sum(s_info["bytes"].values()) / 1e9 - g) < 1e-9 for g, *_ in points):
+                    say(f"| {size:g} GB asked: the same set as a size before (sets are whole blocks of steps); skipped | | | | | | |")
+                    continue
                 warm(s_info["files"])
                 la = load_avg()
                 tag = f"{kind}-{size:g}"

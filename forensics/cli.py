@@ -74,7 +74,7 @@ OptionalPaths = Annotated[
 ]
 CacheDir = Annotated[
     Path | None,
-    typer.Option("--cache-dir", help="Where parsed frames are kept between runs (default $GRPO_FORENSICS_CACHE or ~/.cache/grpo-forensics)."),
+    typer.Option("--cache-dir", help="Where parsed frames are kept between runs (default $GRPO_FORENSICS_CACHE, else $XDG_CACHE_HOME/grpo-forensics, else ~/.cache/grpo-forensics)."),
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Parse every file afresh and keep nothing.")]
 T = TypeVar("T")

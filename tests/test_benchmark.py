@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
     command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.2", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
-               "--worker-scaling", "0.1,0.2", "--fleet-scaling", "2,4", "--files-scaling", "20,40", "--flood-scaling", "0.01,0.02",
+               "--worker-scaling", "0.02,0.05,0.2", "--fleet-scaling", "2,4", "--files-scaling", "20,40", "--flood-scaling", "0.01,0.02",
                "--dir", str(tmp_path / "sets"), "--skip-lnav", "--loop-mb", "5", "--report", str(report)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -42,6 +42,8 @@ def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None
     assert "### Growth with the run's length" in text and "### Growth with the server's traffic" in text
     assert "### Growth with one file" in text
     assert text.count("Time: s/GB") == 3 and text.count("Memory: peak RSS") == 3
+    # (0.02 and 0.05 GB are both one block of steps: the second is said and skipped, not divided by)
+    assert text.count("the same set as a size before") == 1
     # And a fleet's: the calling process's peak at each number of runs, and its verdict.
     assert "### Growth with a fleet's number of runs" in text and "| 4 | " in text and "Calling process: ×" in text
     assert "### Growth with a Ray session's number of files" in text and text.count("ms a file at") == 1
