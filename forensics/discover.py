@@ -223,25 +223,34 @@ def _by_log(sources: list[LogSource]) -> dict[str, list[LogSource]]:
     return logs
 
 
-#: A training step's line, as a run's own log prints them (AReaL-lite, realhf, verl).
-_STEP_PRINTED = re.compile(rb"Train step \d|\(global step \d|\bstep:\d+ - ")
+#: A training step's line, as a run's own log prints them (AReaL-lite, realhf, verl): its step.
+_STEP_PRINTED = re.compile(rb"Train step (\d+)/|\(global step (\d+)\)|\bstep:(\d+) - ")
 
 
 def _logs_of_runs_side_by_side(sources: list[LogSource]) -> bool:
     """Whether a folder's logs are several runs' downloaded side by side (``dl/runA_trainer.log
     dl/runB_trainer.log``), as the same logs given by name are: nothing but logs in one folder,
-    two of one kind that are not parts of one log, each printing training steps of its own. (A
-    realhf run's ``model_worker-N`` logs print none: its master worker's does.)"""
+    two of one kind that are not parts of one log, each printing training steps of its own from
+    the first. (A realhf run's ``model_worker-N`` logs print none: its master worker's does; a run
+    restarted by hand into a new log begins that log at the step it resumed from: one run.)"""
     if len({s.path.parent for s in sources}) != 1 or any(s.kind in COPY_KINDS for s in sources) or not _several_runs(sources):
         return False
-    return all(any(_prints_steps(s.path) for s in log) for log in _by_log(sources).values())
+    return all(any(_from_the_first_step(s.path) for s in log) for log in _by_log(sources).values())
 
 
-def _prints_steps(path: Path, most: int = 8 << 20) -> bool:
+#: A run's resume from a checkpoint, as AReaL's and verl's logs say it (see their formats' ``run_resumed``).
+_RESUMED = re.compile(rb"Recovering from StepInfo\(|Load from checkpoint folder: |Resuming from \S*global_step_\d")
+
+
+def _from_the_first_step(path: Path, most: int = 8 << 20) -> bool:
+    """Whether ``path``'s head prints training steps from step 1 (verl's validation before
+    training, ``step:0``, is none) and no resume from a checkpoint: a run of its own."""
     try:
-        return _STEP_PRINTED.search(head_bytes(path, most)) is not None
+        head = head_bytes(path, most)
     except OSError:
         return False
+    steps = (int(next(g for g in found.groups() if g is not None)) for found in _STEP_PRINTED.finditer(head))
+    return next((step for step in steps if step >= 1), None) == 1 and _RESUMED.search(head) is None
 
 
 def _left_beside(given: list[Path]) -> list[str]:

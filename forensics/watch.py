@@ -508,6 +508,9 @@ class _Follower:
         """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
         self._finished = False
         """The run logged every step it was launched for: a traceback after it is its teardown."""
+        self._dormant = False
+        """Its logs were last written long ago (a trial stopped days ago beside the live one): over,
+        not stalled, until it writes again."""
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -516,6 +519,8 @@ class _Follower:
         silence count while the logs say nothing, and holds back the newest step until its table
         is surely complete."""
         self._wall = live_now
+        if live_now is not None:  # (a few stats a poll: written to again, it is watched as a live run)
+            self._dormant = _written_before(run, DORMANT_AFTER)
         if not run.steps.is_empty():
             last = int(run.steps["step"].max())
             planned = planned_steps(run.facts, last)
@@ -971,7 +976,8 @@ class _Follower:
             if (now - self._raised[0].time).total_seconds() >= wait:
                 fired += self._uncaught(self._raised[0].time + timedelta(seconds=wait))
         # (A run that logged every step it was launched for has nothing left to stall on.)
-        if self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched and not self._finished:
+        if (self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched and not self._finished
+                and not self._dormant):
             typical = statistics.median(self._durations)
             limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
             alive, last = self._latest_step()
@@ -985,6 +991,22 @@ class _Follower:
                 shown = (_metric_evidence(self._last_row, None),) if self._last_row else ()
                 fired.append(_Trigger("stall", step, at, step, summary, shown))
         return fired
+
+
+#: How long before a live watch first reads a run its logs may have been written last for the run to
+#: be one still going on: a run silent longer is over (stopped, preempted, finished without saying).
+DORMANT_AFTER = timedelta(hours=24)
+
+
+def _written_before(run: RunData, long: timedelta) -> bool:
+    """Whether every log of ``run`` was last written more than ``long`` ago (by the files' times)."""
+    times = []
+    for source in run.location.logs:
+        try:
+            times.append(os.stat(source.path).st_mtime)
+        except OSError:
+            continue
+    return bool(times) and _time.time() - max(times) > long.total_seconds()
 
 
 # -- from a trigger to an alarm ---------------------------------------------------------------------

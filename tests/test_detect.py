@@ -709,7 +709,7 @@ def test_damage_inside_the_log_is_no_relaunch_nor_a_sign_the_run_went_on(tmp_pat
 
 def test_two_runs_logs_side_by_side_abandon_nothing_of_each_other(tmp_path: Path) -> None:
     """Two AReaL logs in one folder, not one log's rotated parts: the second starting again at
-    step 1 is no relaunch of the first, whichever name sorts first."""
+    step 1 is no relaunch of the first, whichever name sorts first: two runs, named by their logs."""
     (tmp_path / "logs").mkdir()
     from datetime import datetime
 
@@ -717,9 +717,11 @@ def test_two_runs_logs_side_by_side_abandon_nothing_of_each_other(tmp_path: Path
     second = RunSpec(experiment="expB", last_step=60, start=datetime(2025, 11, 12, 9))
     for name, spec in (("a.log", first), ("b.log", second)):
         shutil.copy(write_run(tmp_path / name, spec).trainer_log, tmp_path / "logs" / name)
-    run = only_run(tmp_path / "logs")
+    runs = {r.run_id: r for r in analyze([tmp_path / "logs"]).runs}
+    assert set(runs) == {"logs/a.log", "logs/b.log"}
+    run = runs["logs/a.log"]
     assert [(i.kind, i.onset_step, i.recovered) for i in run.incidents][:1] == [("reward_collapse", 100, False)]
-    assert not any("abandoned" in i.summary for i in run.incidents)
+    assert not any("abandoned" in i.summary for r in runs.values() for i in r.incidents)
 
 
 def test_a_checkpoint_an_abandoned_attempt_saved_is_told_by_its_time(tmp_path: Path) -> None:

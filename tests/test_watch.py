@@ -744,3 +744,39 @@ def test_a_live_alarm_names_the_step_a_replay_names(tmp_path: Path) -> None:
     alarms += watcher.poll()
     got = {a.kind: a.step for a in alarms + watcher.folded}
     assert got["server_down"] == want["server_down"], (got, want)
+
+
+def test_a_trial_stopped_long_ago_beside_the_live_one_raises_no_stall(tmp_path: Path) -> None:
+    """``watch outputs/`` where last week's trial stopped at step 50 (its files a week old) beside
+    today's healthy one written live: no alarm for the old trial's silence (a stall page would
+    scancel the healthy job). Written to now, the same silence is a stall, as documented."""
+    import os
+    from datetime import datetime
+
+    from areal_builder import RunSpec, write_run
+
+    def watch(old_files: bool) -> list[Alarm]:
+        root = tmp_path / ("old" if old_files else "fresh")
+        old = write_run(root / "outputs", RunSpec(trial="trial0", last_step=50, start=datetime(2025, 11, 3, 9)))
+        written = time.time() - (7 * 86400 if old_files else 0)  # (the builder dates them by their lines)
+        for path in old.log_dir.iterdir():
+            os.utime(path, (written, written))
+        src = write_run(root / "src" / "outputs", RunSpec(trial="trial1", last_step=40, start=datetime(2025, 11, 10, 9)))
+        live = root / "outputs" / "logs" / "root" / "gsm8k-grpo" / "trial1"
+        live.mkdir(parents=True)
+        lines = src.trainer_log.read_bytes().splitlines(keepends=True)
+        heads = [i for i, line in enumerate(lines) if b"Train step " in line and b" done" in line] + [len(lines)]
+        now = [1000.0]
+        watcher = Watcher(root / "outputs", state_dir=root / "state", clock=lambda: now[0])
+        alarms, done = [], 0
+        for end in heads[1:]:  # one step a ~65 s, polled every ~30 s
+            with open(live / "trainer.log", "ab") as fh:
+                fh.writelines(lines[done:end])
+            done = end
+            for _ in range(2):
+                alarms += watcher.poll()
+                now[0] += 32.5
+        return alarms
+
+    assert watch(old_files=True) == []
+    assert [(a.run_id, a.kind) for a in watch(old_files=False)] == [("gsm8k-grpo/trial0", "stall")]
