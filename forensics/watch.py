@@ -508,6 +508,7 @@ class _Follower:
         """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
         self._finished = False
         """The run logged every step it was launched for: a traceback after it is its teardown."""
+        self._fed_at_last: set[tuple[int | None, int | None]] = set()
         self._dormant = False
         """Its logs were last written long ago (a trial stopped days ago beside the live one): over,
         not stalled, until it writes again."""
@@ -576,7 +577,10 @@ class _Follower:
         # Every copy of a step, as the run wrote them: an attempt a relaunch abandoned went by live too.
         steps = run.step_copies
         if self._last_step_time is not None:
-            steps = steps.filter(pl.col("time") > self._last_step_time)
+            # (several steps may share a time stamp, coarse or fast: those at the newest one not fed yet are new)
+            fed = pl.DataFrame(list(self._fed_at_last), schema={"step": pl.Int64, "line": pl.Int64}, orient="row")
+            steps = steps.filter(pl.col("time") >= self._last_step_time).join(fed, on=["step", "line"], how="anti", maintain_order="left") \
+                if fed.height else steps.filter(pl.col("time") > self._last_step_time)
         elif self._last_step is not None:
             steps = steps.filter(pl.col("step") > self._last_step)
         # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
@@ -645,6 +649,10 @@ class _Follower:
         self._advance(row.time)
         if row.time and self._last_step_time and row.time > self._last_step_time:
             self._durations.append((row.time - self._last_step_time).total_seconds())
+        if row.time is not None:
+            # (the copies fed at the newest time: a later poll's copies at that time are new steps too)
+            self._fed_at_last = ({*self._fed_at_last, (row.step, row.line)} if row.time == self._last_step_time
+                                 else {(row.step, row.line)})
         self._last_step_time = row.time or self._last_step_time
         relaunched = row.step is not None and self._last_step is not None and row.step <= self._last_step
         if self._collapse_onset is not None and row.step is not None and row.step <= self._collapse_onset and "reward_collapse" in self._latched:

@@ -780,3 +780,47 @@ def test_a_trial_stopped_long_ago_beside_the_live_one_raises_no_stall(tmp_path: 
 
     assert watch(old_files=True) == []
     assert [(a.run_id, a.kind) for a in watch(old_files=False)] == [("gsm8k-grpo/trial0", "stall")]
+
+
+def test_steps_sharing_a_time_stamp_are_all_fed_live(tmp_path: Path) -> None:
+    """A W&B offline run, the only source, growing ~1 KB a poll, whose steps are logged faster than
+    its clock's resolution (several steps a stamp): live, every step is fed, as in a replay (those
+    sharing the newest stamp seen were dropped: the collapse alarmed late, at another onset)."""
+    import os
+    import shutil
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import random, wandb
+        run = wandb.init(mode="offline", dir={str(tmp_path / 'src')!r}, project="p", id="liveRun1")
+        rng = random.Random(0)
+        for step in range(1, 91):
+            r = 0.0 if step >= 60 else 0.3 + 0.3 * rng.random()
+            run.log({{"grpo_actor/task_reward/avg": r, "grpo_actor/actor_loss/avg": 0.0 if r == 0 else rng.uniform(-0.02, 0.02),
+                     "grpo_actor/grad_norm": 0.0 if r == 0 else rng.uniform(0.2, 0.4)}}, step=step)
+        wandb.finish()
+    """)
+    (tmp_path / "src").mkdir()
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env |= {"HOME": str(home), "WANDB_CONFIG_DIR": str(home / ".config"), "WANDB_CACHE_DIR": str(home / ".cache"),
+            "WANDB_DIR": str(tmp_path / "src"), "WANDB_SILENT": "true", "WANDB_MODE": "offline", "WANDB_DISABLE_GIT": "true"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=180)
+    src = next((tmp_path / "src" / "wandb").glob("offline-run-*"))
+    live = tmp_path / "live" / "wandb" / src.name
+    shutil.copytree(src, live, ignore=shutil.ignore_patterns("*.wandb"))
+    data = (src / "run-liveRun1.wandb").read_bytes()
+    now = [1000.0]
+    watcher = Watcher(tmp_path / "live", state_dir=tmp_path / "state", clock=lambda: now[0])
+    alarms = []
+    for k in range(0, len(data), 997):  # (records cut mid-write)
+        with open(live / "run-liveRun1.wandb", "ab") as fh:
+            fh.write(data[k:k + 997])
+        alarms += [(a.kind, a.step, a.onset_step) for a in watcher.poll()]
+        now[0] += 30
+    for _ in range(3):
+        alarms += [(a.kind, a.step, a.onset_step) for a in watcher.poll()]
+        now[0] += 30
+    [run] = analyze([tmp_path / "live"]).runs
+    assert run.steps.group_by("time").len()["len"].max() > 1  # (stamps shared, as the case is)
+    assert alarms == [(a.kind, a.step, a.onset_step) for r in replay([tmp_path / "live"]) for a in r.alarms]
