@@ -520,6 +520,7 @@ class _Follower:
         silence count while the logs say nothing, and holds back the newest step until its table
         is surely complete."""
         self._wall = live_now
+        catching_up = live_now is not None and self._steps_seen == 0 and self._log_now is None
         if live_now is not None:  # (a few stats a poll: written to again, it is watched as a live run)
             self._dormant = _written_before(run, DORMANT_AFTER)
         if not run.steps.is_empty():
@@ -534,6 +535,10 @@ class _Follower:
                 fired += self._told(self._on_step, record)
             else:
                 fired += self._told(self._on_event, record)
+        if catching_up and self._log_now_at is not None and not self._dormant:
+            # (a watch started, or started again, on a run already silent: the silence began when its
+            # logs were last written, not when this watch first read them)
+            self._log_now_at -= _silent_for(run)
         if live_now is not None:
             fired += self._told(self._tick, self._now(live_now))
         return fired
@@ -1008,13 +1013,24 @@ DORMANT_AFTER = timedelta(hours=24)
 
 def _written_before(run: RunData, long: timedelta) -> bool:
     """Whether every log of ``run`` was last written more than ``long`` ago (by the files' times)."""
+    written = _last_written(run)
+    return written is not None and _time.time() - written > long.total_seconds()
+
+
+def _silent_for(run: RunData) -> float:
+    """Seconds since any log of ``run`` was last written (by the files' times); 0 when unknown."""
+    written = _last_written(run)
+    return max(0.0, _time.time() - written) if written is not None else 0.0
+
+
+def _last_written(run: RunData) -> float | None:
     times = []
     for source in run.location.logs:
         try:
             times.append(os.stat(source.path).st_mtime)
         except OSError:
             continue
-    return bool(times) and _time.time() - max(times) > long.total_seconds()
+    return max(times) if times else None
 
 
 # -- from a trigger to an alarm ---------------------------------------------------------------------

@@ -824,3 +824,36 @@ def test_steps_sharing_a_time_stamp_are_all_fed_live(tmp_path: Path) -> None:
     [run] = analyze([tmp_path / "live"]).runs
     assert run.steps.group_by("time").len()["len"].max() > 1  # (stamps shared, as the case is)
     assert alarms == [(a.kind, a.step, a.onset_step) for r in replay([tmp_path / "live"]) for a in r.alarms]
+
+
+def test_a_watch_started_again_on_a_silent_run_counts_the_silence_from_its_last_write(tmp_path: Path) -> None:
+    """A trainer hung after step 40; the watch restarted (same state dir) half an hour into the
+    silence pages the stall at its first poll: the silence began when the log was last written,
+    not when this watch first read it (restarted every 9 min, it never paged). A log written just
+    now is no silence yet."""
+    import os
+
+    from areal_builder import RunSpec, write_run
+
+    src = write_run(tmp_path / "src" / "outputs", RunSpec(last_step=60))
+    lines = src.trainer_log.read_bytes().splitlines(keepends=True)
+    heads = [i for i, line in enumerate(lines) if b"Train step " in line and b" done" in line]
+    live = tmp_path / "outputs" / "logs" / "root" / "gsm8k-grpo" / "trial0"
+    live.mkdir(parents=True)
+    now = [1000.0]
+    watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state", clock=lambda: now[0])
+    done = 0
+    for end in [*heads[1:41], heads[40]]:  # steps 1–40, then nothing more
+        with open(live / "trainer.log", "ab") as fh:
+            fh.writelines(lines[done:end])
+        done = end
+        assert watcher.poll() == []
+        now[0] += 65
+
+    def restarted() -> list[Alarm]:
+        return Watcher(tmp_path / "outputs", state_dir=tmp_path / "state", clock=lambda: now[0]).poll()
+
+    assert restarted() == []  # (written just now)
+    half_an_hour_ago = time.time() - 1800
+    os.utime(live / "trainer.log", (half_an_hour_ago, half_an_hour_ago))
+    assert [(a.kind, a.step) for a in restarted()] == [("stall", 41)]
