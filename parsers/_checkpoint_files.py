@@ -190,6 +190,17 @@ def _check_shard_set(names: dict[str, Path]) -> list[str]:
     ]
 
 
+def ranges(numbers: list[int]) -> str:
+    """Sorted rank numbers as spans: ``[0, 1, 2, 5]`` → ``0-2, 5`` (the ranks a checkpoint's shards miss)."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
 def read_json(path: Path) -> tuple[Any, str | None]:
     """The parsed file, or why it could not be had."""
     try:

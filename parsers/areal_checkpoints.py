@@ -25,7 +25,17 @@ from typing import NamedTuple
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_hf_model, entries, is_dir, mtime, read_json, unlisted, why
+from parsers._checkpoint_files import (
+    check_file,
+    check_hf_model,
+    entries,
+    is_dir,
+    mtime,
+    ranges,
+    read_json,
+    unlisted,
+    why,
+)
 from parsers.schema import CHECKPOINT_SCHEMA, REWRITTEN
 
 __all__ = ["read_areal_checkpoints"]
@@ -214,7 +224,7 @@ def _check_recover(names: dict[str, Path]) -> list[str]:
     for path in optimizer:
         world, rank = map(int, _OPTIMIZER_SHARD.fullmatch(path.name).groups())  # type: ignore[union-attr]
         worlds.setdefault(world, set()).add(rank)
-    problems += [f"optimizer shards missing for ranks {_ranks(set(range(world)) - ranks)} of {world}"
+    problems += [f"optimizer shards missing for ranks {ranges(sorted(set(range(world)) - ranks))} of {world}"
                  for world, ranks in sorted(worlds.items()) if set(range(world)) - ranks]
     return problems
 
@@ -232,7 +242,7 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     # (every rank writes its own ``__<rank>_0.distcp``: a gap in their numbers is a rank's lost shard)
     ranks = {int(m[1]) for path in shards if (m := _DCP_SHARD.fullmatch(path.name))}
     if ranks and (gaps := set(range(max(ranks) + 1)) - ranks):
-        problems.append(f"shards missing for ranks {_ranks(gaps)} of at least {max(ranks) + 1}")
+        problems.append(f"shards missing for ranks {ranges(sorted(gaps))} of at least {max(ranks) + 1}")
     # (recover_checkpoint is overwritten in place: a save the process died in leaves new shards
     # beside the earlier save's .metadata, which is written last)
     written = mtime(names[".metadata"]) if ".metadata" in names else None
@@ -243,10 +253,6 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
                         "cut short, overwrote part of it (its shards are of two saves)")
     return problems + [p for p in map(check_file, shards) if p]
 
-
-def _ranks(ranks: set[int], most: int = 8) -> str:
-    shown = ", ".join(map(str, sorted(ranks)[:most]))
-    return shown + (", …" if len(ranks) > most else "")
 
 
 def _links_to_recover_checkpoint(entry: Path) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, why
+from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, ranges, why
 from parsers._walk import walk
 from parsers.schema import CHECKPOINT_SCHEMA
 
@@ -188,7 +188,7 @@ def _check_fsdp_shards(names: dict[str, Path], layout: dict[str, bool]) -> tuple
         missing = sorted(set(range(world)) - set(ranks))
         present[part] = len(ranks)
         if ranks and missing:
-            problems.append(f"{part} shards missing for ranks {_ranges(missing)} ({len(ranks)} of {world} present)")
+            problems.append(f"{part} shards missing for ranks {ranges(missing)} ({len(ranks)} of {world} present)")
         problems += [p for p in (check_file(path) for _, path in sorted(ranks.items())) if p]
     if not present["model"]:
         problems.append(f"no model shards (model_world_size_{world}_rank_*.pt)")
@@ -261,17 +261,6 @@ def resume_args(path: Path) -> list[str]:
 def resume_command(path: Path, launch: str) -> str:
     """A command line that resumes from ``path``: ``launch`` (the run's own command) plus :func:`resume_args`."""
     return f"{launch} {shlex.join(resume_args(path))}"
-
-
-def _ranges(numbers: list[int]) -> str:
-    """``[0, 1, 2, 5]`` → ``0-2, 5``."""
-    spans: list[list[int]] = []
-    for n in numbers:
-        if spans and n == spans[-1][1] + 1:
-            spans[-1][1] = n
-        else:
-            spans.append([n, n])
-    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
 
 
 def _read_json(path: Path) -> tuple[Any, str | None]:
