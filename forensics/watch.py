@@ -521,8 +521,9 @@ class _Follower:
         is surely complete."""
         self._wall = live_now
         catching_up = live_now is not None and self._steps_seen == 0 and self._log_now is None
-        if live_now is not None:  # (a few stats a poll: written to again, it is watched as a live run)
-            self._dormant = _written_before(run, DORMANT_AFTER)
+        # (a few stats a poll: written to again, a dormant run is watched as a live one)
+        silent = _silent_for(run) if live_now is not None else 0.0
+        self._dormant = silent > DORMANT_AFTER.total_seconds()
         if not run.steps.is_empty():
             last = int(run.steps["step"].max())
             planned = planned_steps(run.facts, last)
@@ -538,7 +539,7 @@ class _Follower:
         if catching_up and self._log_now_at is not None and not self._dormant:
             # (a watch started, or started again, on a run already silent: the silence began when its
             # logs were last written, not when this watch first read them)
-            self._log_now_at -= _silent_for(run)
+            self._log_now_at -= silent
         if live_now is not None:
             fired += self._told(self._tick, self._now(live_now))
         return fired
@@ -1011,26 +1012,15 @@ class _Follower:
 DORMANT_AFTER = timedelta(hours=24)
 
 
-def _written_before(run: RunData, long: timedelta) -> bool:
-    """Whether every log of ``run`` was last written more than ``long`` ago (by the files' times)."""
-    written = _last_written(run)
-    return written is not None and _time.time() - written > long.total_seconds()
-
-
 def _silent_for(run: RunData) -> float:
     """Seconds since any log of ``run`` was last written (by the files' times); 0 when unknown."""
-    written = _last_written(run)
-    return max(0.0, _time.time() - written) if written is not None else 0.0
-
-
-def _last_written(run: RunData) -> float | None:
     times = []
     for source in run.location.logs:
         try:
             times.append(os.stat(source.path).st_mtime)
         except OSError:
             continue
-    return max(times) if times else None
+    return max(0.0, _time.time() - max(times)) if times else 0.0
 
 
 # -- from a trigger to an alarm ---------------------------------------------------------------------
