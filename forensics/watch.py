@@ -345,6 +345,9 @@ class _Step:
     line: int
     values: dict[str, float]
     where: dict[str, tuple[str, int]]
+    written: datetime | None = None
+    """When its line was written, as well as its log tells: the newest time the log had stamped
+    by then (a clock set back stamps later lines earlier)."""
 
 
 @dataclass
@@ -508,7 +511,8 @@ class _Follower:
         """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
         self._finished = False
         """The run logged every step it was launched for: a traceback after it is its teardown."""
-        self._fed_at_last: set[tuple[int | None, int | None]] = set()
+        self._fed = pl.DataFrame(schema={"step": pl.Int64, "time": pl.Datetime("ms")})
+        """The timed steps fed, by number and time stamp."""
         self._dormant = False
         """Its logs were last written long ago (a trial stopped days ago beside the live one): over,
         not stalled, until it writes again."""
@@ -582,15 +586,17 @@ class _Follower:
     def _new_steps(self, run: RunData, *, live: bool) -> list[_Step]:
         # Every copy of a step, as the run wrote them: an attempt a relaunch abandoned went by live too.
         steps = run.step_copies
-        if self._last_step_time is not None:
-            # (several steps may share a time stamp, coarse or fast: those at the newest one not fed yet are new)
-            fed = pl.DataFrame(list(self._fed_at_last), schema={"step": pl.Int64, "line": pl.Int64}, orient="row")
-            steps = steps.filter(pl.col("time") >= self._last_step_time).join(fed, on=["step", "line"], how="anti", maintain_order="left") \
-                if fed.height else steps.filter(pl.col("time") > self._last_step_time)
-        elif self._last_step is not None:
-            steps = steps.filter(pl.col("step") > self._last_step)
-        # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
-        steps = steps.sort("time", "step") if steps["time"].null_count() == 0 else steps.sort("file", "line")
+        if steps["time"].null_count() == 0:
+            # Told apart by what they say, not by where the clock was: a clock set back (an NTP
+            # step, a DST fall-back) stamps new steps before ones fed, and a rotated copy is no new step.
+            steps = _in_write_order(steps)
+            if self._fed.height:
+                steps = steps.join(self._fed, on=["step", "time"], how="anti", maintain_order="left")
+        else:
+            # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
+            steps = steps.sort("file", "line").with_columns(pl.lit(None, pl.Datetime("ms")).alias("written"))
+            if self._last_step is not None:
+                steps = steps.filter(pl.col("step") > self._last_step)
         if live and steps.height:
             # The newest step's table may still be arriving: wait until a later step or the next poll,
             # and for as long as its log ends inside a line (a block-buffered writer's half-written
@@ -602,12 +608,13 @@ class _Follower:
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():
             return []
+        self._fed = pl.concat([self._fed, steps.filter(pl.col("time").is_not_null()).select("step", "time")])
         self._roles = _roles(run.metrics)
         values = _values(run.metrics, self._roles.keys, steps["step"])
         earlier = _values(run.superseded, self._roles.keys, steps["step"], by_line=True) if run.superseded.height else {}
         return [
             _Step(r["step"], r["time"], r["file"], r["line"],
-                  *earlier.get((r["step"], r["file"], r["line"]), values.get(r["step"], ({}, {}))))
+                  *earlier.get((r["step"], r["file"], r["line"]), values.get(r["step"], ({}, {}))), r["written"])
             for r in steps.iter_rows(named=True)
         ]
 
@@ -652,13 +659,13 @@ class _Follower:
 
     def _on_step(self, row: _Step) -> list[_Trigger]:
         fired = self._tick(row.time) if row.time else []
+        if row.time is not None and row.written is not None and row.time < row.written:
+            # Its log's clock was set back: the clock goes back with it (the steps after stamped
+            # earlier are no silence)
+            self._log_now, self._log_now_at = row.time, self._wall
         self._advance(row.time)
         if row.time and self._last_step_time and row.time > self._last_step_time:
             self._durations.append((row.time - self._last_step_time).total_seconds())
-        if row.time is not None:
-            # (the copies fed at the newest time: a later poll's copies at that time are new steps too)
-            self._fed_at_last = ({*self._fed_at_last, (row.step, row.line)} if row.time == self._last_step_time
-                                 else {(row.step, row.line)})
         self._last_step_time = row.time or self._last_step_time
         relaunched = row.step is not None and self._last_step is not None and row.step <= self._last_step
         if self._collapse_onset is not None and row.step is not None and row.step <= self._collapse_onset and "reward_collapse" in self._latched:
@@ -1128,18 +1135,27 @@ def _refuse_inside(state_dir: Path, watched: Path) -> None:
 # -- small helpers ----------------------------------------------------------------------------------
 
 
+def _in_write_order(copies: pl.DataFrame) -> pl.DataFrame:
+    """Timed step copies in the order they were written, each with ``written``: the newest time its
+    log had stamped by its line. A clock set back stamps the steps after it earlier than those
+    before; by their own times they would fall among steps logged long before them."""
+    return (copies.sort("file", "line")
+            .with_columns(pl.col("time").cum_max().over("file").alias("written"))
+            .sort("written", "step", "line"))
+
+
 def _in_log_order(steps: list[_Step], events: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
     """Steps and events merged in the order they were written: by time, else steps as given (in
     log order: a relaunch's copies after the attempt it abandoned) and each event just before the
     first step logged at or past its own (it belongs to the step in progress)."""
-    header_time = {s.step: s.time for s in steps if s.time is not None}
+    header_time = {s.step: s.written or s.time for s in steps if s.time is not None}
     timed = bool(header_time)
     reached = list(itertools.accumulate((s.step if s.step is not None else -1 for s in steps), max))
 
     def key(item: tuple[int, str, Any]) -> tuple[Any, ...]:
         at, kind, r = item
         step = r.step if kind == "step" else r["step"]
-        when = r.time if kind == "step" else r["time"]
+        when = (r.written or r.time) if kind == "step" else r["time"]
         if timed:
             when = when or header_time.get(step) or datetime.max
             return (when, kind == "step")

@@ -30,6 +30,20 @@ SETTINGS = WatchSettings()
 runner = CliRunner()
 
 
+def stopped_days_ago(name: str, tmp_path: Path) -> Path:
+    """A copy of fixture ``name``'s outputs last written two days ago: a run over, whose silence is
+    no stall (a checkout an hour old is a run silent for an hour: stalled, by the rules)."""
+    import os
+    import shutil
+
+    copy = shutil.copytree(FIXTURES / name / "outputs", tmp_path / name / "outputs")
+    then = time.time() - 2 * 86400
+    for folder, _, files in os.walk(copy):
+        for file in files:
+            os.utime(Path(folder, file), (then, then))
+    return copy
+
+
 def trial_dir(name: str) -> Path:
     [log] = (FIXTURES / name / "outputs" / "logs").glob("*/*/*/trainer.log*")
     return log.parent
@@ -504,7 +518,7 @@ def test_state_dir_inside_the_run_is_refused(tmp_path: Path) -> None:
 
 
 def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp_path: Path) -> None:
-    outputs = FIXTURES / "sglang_healthy_collapse" / "outputs"
+    outputs = stopped_days_ago("sglang_healthy_collapse", tmp_path)
     before = tree_state(outputs)
     command = f'cat > {tmp_path}/alarm.json; echo "$GRPO_FORENSICS_KIND $GRPO_FORENSICS_STEP" > {tmp_path}/env.txt'
     watch = [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30"]
@@ -533,7 +547,7 @@ def test_an_alarm_whose_report_cannot_be_written_is_still_told_and_acted_on(tmp_
     # --report-dir below a regular file (a typo, a read-only mount, a full disk): the alarm was lost
     # (exit 2, never printed, --on-alarm never run, and recorded as raised). What the command prints
     # stays off the JSON lines on stdout.
-    outputs = FIXTURES / "sglang_healthy_collapse" / "outputs"
+    outputs = stopped_days_ago("sglang_healthy_collapse", tmp_path)
     (tmp_path / "file").write_text("")
     done = subprocess.run(
         [sys.executable, "-m", "forensics", "watch", str(outputs), "--interval", "0.2", "--timeout", "30", "--json",
@@ -857,3 +871,37 @@ def test_a_watch_started_again_on_a_silent_run_counts_the_silence_from_its_last_
     half_an_hour_ago = time.time() - 1800
     os.utime(live / "trainer.log", (half_an_hour_ago, half_an_hour_ago))
     assert [(a.kind, a.step) for a in restarted()] == [("stall", 41)]
+
+
+def test_a_trainer_clock_set_back_loses_no_step_live_and_pages_no_stall(tmp_path: Path) -> None:
+    """The trainer's clock goes back an hour after step 30 (a DST fall-back in a local-time log, an
+    NTP step), just as the rewards fall to zero: live, every step is fed in the order it was written,
+    the collapse is alarmed at the onset `analyze` finds, as a replay does, and the steps stamped
+    earlier than the ones before them are no silence (they were dropped: a stall paged on a moving
+    run, the collapse found at another onset)."""
+    from areal_builder import RunSpec, write_run
+
+    src = write_run(tmp_path / "src" / "outputs", RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 31 else 0.3 + 0.01 * (s % 7)))
+    text = src.trainer_log.read_text()
+    cut = text.rfind("\n", 0, text.index("Train step 31/")) + 1
+
+    def an_hour_back(m: re.Match[str]) -> str:
+        return f"{datetime.strptime(m.group(0), '%Y%m%d-%H:%M:%S') - timedelta(hours=1):%Y%m%d-%H:%M:%S}"
+
+    lines = (text[:cut] + re.sub(r"\d{8}-\d\d:\d\d:\d\d", an_hour_back, text[cut:])).encode().splitlines(keepends=True)
+    heads = [i for i, line in enumerate(lines) if b"Train step " in line and b" done" in line]
+    live = tmp_path / "outputs" / "logs" / "root" / "gsm8k-grpo" / "trial0"
+    live.mkdir(parents=True)
+    now = [1000.0]
+    watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state", clock=lambda: now[0])
+    alarms, done = [], 0
+    for end in [*heads[1:], len(lines), len(lines)]:
+        with open(live / "trainer.log", "ab") as fh:
+            fh.writelines(lines[done:end])
+        done = end
+        alarms += [(a.kind, a.step, a.onset_step) for a in watcher.poll()]
+        now[0] += 65
+    [incident] = analyze([tmp_path / "outputs"]).runs[0].incidents
+    assert incident.onset_step == 31
+    assert [(kind, onset) for kind, _, onset in alarms] == [("reward_collapse", 31)]
+    assert alarms == [(a.kind, a.step, a.onset_step) for r in replay([tmp_path / "outputs"]) for a in r.alarms]
