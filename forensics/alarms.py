@@ -8,6 +8,8 @@ import json
 import os
 import re
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from forensics.analysis import analyze_run
@@ -45,16 +47,55 @@ def run_command(command: str, alarm: Alarm, *, report: Path | None = None, timeo
     return f"--on-alarm command exited {done.returncode}"
 
 
-def write_report(run: RunData, out_dir: Path) -> tuple[Path | None, str]:
+class Commands:
+    """``--on-alarm`` commands, each started at its alarm and left to run while the watch polls on:
+    one that hangs (a ``scancel`` waiting on a busy controller) holds up no later alarm, nor
+    another run's command. ``wait`` lets those still running finish (each stopped after
+    ``timeout`` seconds): a wrapper counts on the command having run once ``watch`` returns."""
+
+    def __init__(self, command: str, say: Callable[[str], None], *, timeout: float = 600.0) -> None:
+        self.command, self.say, self.timeout = command, say, timeout
+        self._running: list[threading.Thread] = []
+
+    def start(self, alarm: Alarm, report: Path | None) -> None:
+        def run() -> None:
+            self.say(f"{run_command(self.command, alarm, report=report, timeout=self.timeout)} "
+                     f"({alarm.kind} of {alarm.run_id})")
+
+        thread = threading.Thread(target=run, name=f"on-alarm {alarm.kind}", daemon=True)
+        thread.start()
+        self._running = [t for t in self._running if t.is_alive()] + [thread]
+
+    def wait(self) -> None:
+        running = [t for t in self._running if t.is_alive()]
+        if running:
+            self.say(f"waiting for {len(running)} --on-alarm command{'s' if len(running) > 1 else ''} still running "
+                     f"(each stopped after {self.timeout:g} s)")
+        for thread in running:
+            thread.join()
+
+
+def write_report(run: RunData, out_dir: Path, alarm: Alarm | None = None) -> tuple[Path | None, str]:
     """The HTML report of the run as it is now, and the line that says where, or why there is none
-    (a full disk, a folder that cannot be made): the alarm goes on to be told all the same."""
+    (a full disk, a folder that cannot be made): the alarm goes on to be told all the same. Each
+    alarm's report has a folder of its own in ``out_dir``: a later alarm, or another run's, does not
+    overwrite the report an earlier alarm handed its command."""
     from reports import write_html
 
+    if alarm is not None:
+        out_dir = out_dir / report_folder(alarm)
     try:
         report = write_html(Analysis([analyze_run(run, Thresholds())]), out_dir)
     except OSError as exc:
         return None, f"--report-dir: no report written ({exc.strerror or exc}: {exc.filename or out_dir})"
     return report, f"report: {report}"
+
+
+def report_folder(alarm: Alarm) -> str:
+    """``<run id>.<kind>.step<onset>``, file-safe: one folder an alarm, the same after a restart."""
+    step = alarm.onset_step if alarm.onset_step is not None else alarm.step
+    name = f"{alarm.run_id}.{alarm.kind}.step{'' if step is None else step}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:120] or "alarm"
 
 
 def post_wandb_alert(alarm: Alarm, run: RunData) -> str:

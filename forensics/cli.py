@@ -525,19 +525,20 @@ def watch(
             raise UnusableInput(f"{path}: no such file or directory")
         watcher = Watcher(path, settings=settings, state_dir=state_dir, custom_format=fmt)
         fired = []
+        commands = act.Commands(on_alarm, lambda said: console.print(said, markup=False)) if on_alarm else None
 
         def handle(alarm: Any) -> bool:
             fired.append(alarm)
             run = watcher.run(alarm.run_id)
-            report, said = act.write_report(run, report_dir) if report_dir is not None and run is not None else (None, None)
+            report, said = act.write_report(run, report_dir, alarm) if report_dir is not None and run is not None else (None, None)
             if as_json:
                 sys.stdout.write(json.dumps({**alarm.to_dict(), "report": str(report) if report else None}) + "\n")
                 sys.stdout.flush()
             print_alarm(alarm, console)
             if said:
                 console.print(said, markup=False)
-            if on_alarm:
-                console.print(act.run_command(on_alarm, alarm, report=report), markup=False)
+            if commands is not None:
+                commands.start(alarm, report)
             if wandb_alert and run is not None:
                 console.print(act.post_wandb_alert(alarm, run), markup=False)
             return not stop
@@ -547,6 +548,9 @@ def watch(
             watcher.follow(handle, interval=interval, timeout=timeout)
         except KeyboardInterrupt:
             pass
+        finally:
+            if commands is not None:
+                commands.wait()
         return EXIT_ALARM if fired and fail_on_alarm else 0
 
     code = _guard(debug, work)

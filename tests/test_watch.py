@@ -30,13 +30,13 @@ SETTINGS = WatchSettings()
 runner = CliRunner()
 
 
-def stopped_days_ago(name: str, tmp_path: Path) -> Path:
+def stopped_days_ago(name: str, tmp_path: Path, into: str | None = None) -> Path:
     """A copy of fixture ``name``'s outputs last written two days ago: a run over, whose silence is
     no stall (a checkout an hour old is a run silent for an hour: stalled, by the rules)."""
     import os
     import shutil
 
-    copy = shutil.copytree(FIXTURES / name / "outputs", tmp_path / name / "outputs")
+    copy = shutil.copytree(FIXTURES / name / "outputs", tmp_path / (into or name) / "outputs")
     then = time.time() - 2 * 86400
     for folder, _, files in os.walk(copy):
         for file in files:
@@ -534,7 +534,8 @@ def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp
     alarm = json.loads((tmp_path / "alarm.json").read_text())
     assert (alarm["kind"], alarm["onset_step"], alarm["cause"]) == ("reward_collapse", 120, "reward_pipeline")
     assert (tmp_path / "env.txt").read_text().split() == ["reward_collapse", str(alarm["step"])]
-    assert (tmp_path / "report" / "report.html").is_file()
+    assert Path(alarm["report"]) == tmp_path / "report" / "gsm8k-grpo-rewardbug-trial0.reward_collapse.step120" / "report.html"
+    assert Path(alarm["report"]).is_file()
     assert "no online W&B run folder" in done.stdout + done.stderr
     assert tree_state(outputs) == before
     # the same state: nothing new to say, exit 0 when the timeout ends the watch
@@ -905,3 +906,35 @@ def test_a_trainer_clock_set_back_loses_no_step_live_and_pages_no_stall(tmp_path
     assert incident.onset_step == 31
     assert [(kind, onset) for kind, _, onset in alarms] == [("reward_collapse", 31)]
     assert alarms == [(a.kind, a.step, a.onset_step) for r in replay([tmp_path / "outputs"]) for a in r.alarms]
+
+
+def test_a_slow_alarm_command_holds_up_no_later_alarm_and_is_waited_for_at_the_end(tmp_path: Path) -> None:
+    """One run's `--on-alarm` command hangs (a `scancel` on a busy controller): the watch polls on
+    and raises another run's alarm when it comes, not once the command is over (it ran the command
+    and waited up to 10 min before its next poll); each alarm's report has a folder of its own (a
+    later alarm's overwrote the one an earlier alarm handed its command); when the watch ends it
+    waits for the commands still running, so a wrapper knows they ran."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    stopped_days_ago("sglang_healthy_collapse", runs, into="a")
+    hook = f'read -r alarm; echo "$GRPO_FORENSICS_RUN_ID $GRPO_FORENSICS_REPORT" >> {tmp_path}/ran.txt; sleep 6'
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "forensics", "watch", str(runs), "--keep-going", "--json", "--interval", "0.2", "--timeout", "5",
+         "--state-dir", str(tmp_path / "state"), "--report-dir", str(tmp_path / "reports"), "--on-alarm", hook],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    first = json.loads(watch.stdout.readline())
+    told = time.monotonic()
+    stopped_days_ago("sglang_hang", tmp_path / "b", into="b")
+    shutil.move(tmp_path / "b" / "b", runs / "b")
+    second = json.loads(watch.stdout.readline())
+    assert time.monotonic() - told < 4  # (the first command still sleeping)
+    assert [first["run_id"], second["run_id"]] == ["gsm8k-grpo-rewardbug/trial0", "gsm8k-grpo-hang/trial0"]
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    assert re.search(r"waiting for \d+ --on-alarm commands? still running", err), err
+    alarms = [first, second, *map(json.loads, out.splitlines())]
+    ran = sorted((tmp_path / "ran.txt").read_text().splitlines())
+    assert ran == sorted(f"{a['run_id']} {a['report']}" for a in alarms)
+    assert len({a["report"] for a in alarms}) == len(alarms) and all(Path(a["report"]).is_file() for a in alarms)
