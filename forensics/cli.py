@@ -38,6 +38,7 @@ from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
+from forensics.run import RunData
 from forensics.texts import iter_with_messages
 
 
@@ -405,7 +406,7 @@ def metrics(
     def work() -> None:
         if fmt not in FORMATS:
             raise UnusableInput(f"--format must be csv, jsonl or parquet, not {fmt!r}")
-        if fmt == "parquet" and output is None:
+        if fmt == "parquet" and (output is None or str(output) == "-"):
             raise UnusableInput("--format parquet needs --output FILE")
         if not paths and not wandb:
             raise UnusableInput("give a PATH, or --wandb ENTITY/PROJECT/RUN_ID")
@@ -418,14 +419,28 @@ def metrics(
             except re.error as exc:
                 raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
         cache = _cache(cache_dir, no_cache, paths or [], log_format, checkpoint_dirs=checkpoint_dirs)
-        rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys)
+        to_file = output is not None and str(output) != "-"  # (``-`` is stdout, as for --json and --markdown)
+        made: list[Path] = []
+
+        def refuse_named(run: RunData) -> None:
+            # (checkpoints a log named where it saved them are read too: known only once the run is read)
+            named = folders_beyond(run.checkpoints["path"].to_list(), checkpoint_dirs)
+            if to_file and any(within(output, folder) for folder in named):
+                for file in made:  # (an earlier run's rows: no part of an export is left there)
+                    file.unlink(missing_ok=True)
+                _refuse_inside(named, output=output)
+
+        rows = metric_rows(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache, keys=keys,
+                           before=refuse_named)
         first = next(rows, None)  # runs are found (or refused) before an output file is made
-        if output is not None:
+        if to_file:
             try:
                 output.parent.mkdir(parents=True, exist_ok=True)  # (as --json and --markdown do)
             except OSError as exc:
                 raise UnusableInput(f"--output {output}: {exc.strerror or exc}") from None
-        written = write_metrics(itertools.chain([] if first is None else [first], rows), fmt, output or sys.stdout.buffer)
+            made.append(output)
+        written = write_metrics(itertools.chain([] if first is None else [first], rows), fmt,
+                                output if to_file else sys.stdout.buffer)
         if keys is not None and not written:  # a typo must not look like a run that logged nothing
             typer.echo(f"grpo-forensics: no metric key matched --keys {keys!r} (without it, every key is written)", err=True)
         _no_run_under(paths or [], log_format)
@@ -455,9 +470,17 @@ def compare(
     def work() -> None:
         _need_stdout("the comparison")
         _refuse_inside([run_a, run_b], json=json_out, out=out)
-        folder = _report_dir(out, [run_a, run_b]) if html else None  # (refused before the analysis, not after)
-        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format)
-        result = compare_runs(_single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format))
+        # (as analyze: the runs' checkpoint folders are read too, and the folder a run is read from
+        # is no place for the default report folder)
+        found = locate([run_a, run_b], custom_format=log_format)
+        checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
+        _refuse_inside(checkpoint_dirs, json=json_out, out=out)
+        folder = _report_dir(out, [run_a, run_b], found) if html else None  # (refused before the analysis, not after)
+        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format, checkpoint_dirs=checkpoint_dirs)
+        a, b = _single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format)
+        _refuse_inside(folders_beyond((c.path for run in (a, b) for c in run.checkpoints), checkpoint_dirs),
+                       json=json_out, out=out)
+        result = compare_runs(a, b)
         console = _Console(stderr=json_out == "-")
         render_comparison(result, console)
         if json_out is not None:

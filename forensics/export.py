@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any
 
 import polars as pl
@@ -45,14 +45,18 @@ def metric_rows(
     wandb_runs: Sequence[str] = (),
     cache: ParseCache | None = None,
     keys: str | None = None,
+    before: Callable[[RunData], None] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """Every run's metrics in export form (:data:`EXPORT_SCHEMA`), in slices of at most
     :data:`SLICE_ROWS` rows, the runs in ``analyze``'s order.
 
     A run is read only when the previous one's slices are consumed. Arguments as for
-    :func:`forensics.analyze`; nothing is judged.
+    :func:`forensics.analyze`; nothing is judged. ``before`` sees each run before its rows (the
+    command refuses there an output inside a checkpoint folder a log named).
     """
     for run in load_each(paths, custom_format=custom_format, wandb_runs=wandb_runs, cache=cache, keys=keys):
+        if before is not None:
+            before(run)
         yield from _export_form(run)
 
 

@@ -161,3 +161,36 @@ def test_verl_runs_compare_their_device_memory(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     peaks = [doc[side]["peak_device_used_gb"] for side in ("a", "b")]
     assert all(p is not None and 60 <= p <= 70 for p in peaks), peaks
+
+
+def test_compare_writes_nothing_where_the_runs_are_read_from(tmp_path: Path, monkeypatch) -> None:
+    """The control's checkpoint folder (given its trial's log folder, the checkpoints are found
+    beside it), the `outputs/` folder its logs and checkpoints share, and a verl checkpoint folder
+    its console names on another disk: `compare` wrote its report and JSON into each; `analyze`
+    refuses them."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    control = write_run(tmp_path / "control" / "outputs", RunSpec(last_step=40, save_freq_steps=10))
+    write_run(tmp_path / "fix" / "outputs", RunSpec(last_step=40))
+    trial = control.trainer_log.parent
+    [checkpoints] = [p for p in (tmp_path / "control" / "outputs").iterdir() if p.name != "logs"]
+    before = sorted(p for p in (tmp_path / "control").rglob("*"))
+    inside = next(checkpoints.rglob("*globalstep*")).parent
+    for option in (["--out", str(inside / "rep")], ["--json", str(inside / "cmp.json"), "--no-html"]):
+        result = runner.invoke(app, ["compare", str(trial), str(tmp_path / "fix" / "outputs"), *option, "--no-cache"])
+        assert result.exit_code == 2 and "nothing is written there" in result.output, result.output
+    monkeypatch.chdir(tmp_path / "control" / "outputs")
+    result = runner.invoke(app, ["compare", str(trial), str(tmp_path / "fix" / "outputs"), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p for p in (tmp_path / "control").rglob("*")) == before
+
+    for name in ("verl_run", "verl_fix"):
+        write_verl_run(tmp_path / name, VerlRunSpec(steps=30, save_freq=4))
+    shutil.move(tmp_path / "verl_run" / "checkpoints", tmp_path / "disk")
+    log = tmp_path / "verl_run" / "train.log"
+    log.write_text(log.read_text().replace(str(tmp_path / "verl_run" / "checkpoints"), str(tmp_path / "disk")))
+    kept = sorted((tmp_path / "disk").rglob("*"))
+    [experiment] = {p.parent for p in (tmp_path / "disk").rglob("global_step_*")}
+    result = runner.invoke(app, ["compare", str(tmp_path / "verl_run"), str(tmp_path / "verl_fix"), "--out", str(experiment / "rep"), "--no-cache"])
+    assert result.exit_code == 2 and "nothing is written there" in result.output, result.output
+    assert sorted((tmp_path / "disk").rglob("*")) == kept

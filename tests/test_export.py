@@ -138,3 +138,34 @@ def test_metrics_into_a_new_folder_and_a_keys_regex_that_finds_nothing(tmp_path:
     assert typo.exit_code == 0 and "no metric key matched --keys 'task_rewrd'" in typo.stderr
     found = runner.invoke(app, ["metrics", run, "--no-cache", "--keys", "task_reward"])
     assert found.exit_code == 0 and "no metric key matched" not in found.stderr
+
+
+def test_metrics_output_dash_is_stdout_and_nothing_goes_where_a_run_is_read_from(tmp_path: Path, monkeypatch) -> None:
+    """`--output -` is stdout, as `--json -` and `--markdown -` are (it wrote a file named `-` into the
+    run folder the command was run from); an output inside a verl checkpoint folder the console names
+    on another disk is refused, as `analyze` refuses it (it was written there)."""
+    from typer.testing import CliRunner
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    from forensics.cli import app
+
+    runner = CliRunner()
+    write_verl_run(tmp_path / "run", VerlRunSpec(steps=30, save_freq=4))
+    monkeypatch.chdir(tmp_path / "run")
+    result = runner.invoke(app, ["metrics", ".", "--output", "-", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "run" / "-").exists()
+    assert result.stdout.startswith("run_id,source,step,time,key,value,root,file")
+    parquet = runner.invoke(app, ["metrics", ".", "--output", "-", "--format", "parquet", "--no-cache"])
+    assert parquet.exit_code == 2 and "needs --output FILE" in parquet.output
+
+    monkeypatch.chdir(tmp_path)
+    shutil.move(tmp_path / "run" / "checkpoints", tmp_path / "disk")
+    log = tmp_path / "run" / "train.log"
+    log.write_text(log.read_text().replace(str(tmp_path / "run" / "checkpoints"), str(tmp_path / "disk")))
+    kept = sorted((tmp_path / "disk").rglob("*"))
+    [experiment] = {p.parent for p in (tmp_path / "disk").rglob("global_step_*")}
+    write_verl_run(tmp_path / "before", VerlRunSpec(steps=10))  # (a run exported first: its rows are not left there)
+    result = runner.invoke(app, ["metrics", str(tmp_path / "before"), "run", "--output", str(experiment / "m.csv"), "--no-cache"])
+    assert result.exit_code == 2 and "nothing is written there" in result.output, result.output
+    assert sorted((tmp_path / "disk").rglob("*")) == kept
