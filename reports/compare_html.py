@@ -85,7 +85,8 @@ def render_compare_html(ca: Comparison) -> str:
     """The comparison as one self-contained HTML document."""
     cls = {True: "ok", False: "bad", None: "neutral"}[ca.avoided]
     answer = {True: "B avoided A's incident.", False: "B did not avoid A's incident.",
-              None: "Whether B avoided A's incident cannot be told." if ca.a.incidents else "Nothing to avoid."}
+              None: "Whether B avoided A's incident cannot be told." if ca.a.incidents
+              else "A cannot be told healthy: nothing to compare B with." if ca.a.caveat() else "Nothing to avoid."}
     verdict = "".join(f"<li>{e(line)}</li>" for line in ca.verdict)
     figure = _figure(ca)
     body = (

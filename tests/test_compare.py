@@ -69,7 +69,11 @@ def test_control_without_incident(runs) -> None:
     result = compare(runs["areal_healthy_sparse"], runs["areal_seed000"])
     assert result.avoided is None
     assert result.verdict[0] == "A has no incident to avoid."
-    assert "B has reward_collapse at step 940, which A does not." in result.verdict
+    # (A, logged up to step 300, cannot say it has no collapse at 940)
+    assert ("B has reward_collapse at step 940; A was logged only up to step 300, so whether A has it cannot be told."
+            in result.verdict)
+    reached = compare(runs["areal_healthy_sparse"], runs["areal_seed001"])  # (A went on past 188: it would have shown one)
+    assert "B has reward_collapse at step 188, which A does not." in reached.verdict
     same = compare(runs["areal_healthy_sparse"], runs["areal_healthy_sparse"])
     assert same.verdict == ("Neither run has an incident.",)
 
@@ -194,3 +198,79 @@ def test_compare_writes_nothing_where_the_runs_are_read_from(tmp_path: Path, mon
     result = runner.invoke(app, ["compare", str(tmp_path / "verl_run"), str(tmp_path / "verl_fix"), "--out", str(experiment / "rep"), "--no-cache"])
     assert result.exit_code == 2 and "nothing is written there" in result.output, result.output
     assert sorted((tmp_path / "disk").rglob("*")) == kept
+
+
+def _collapsed_at_60(s: int) -> float:
+    return 0.0 if s >= 60 else healthy_reward(s)
+
+
+@pytest.mark.parametrize(
+    ("spec", "avoided", "says"),
+    [
+        # B at the same fault, only two steps past A's onset: too few to show a collapse
+        (RunSpec(last_step=61, reward=_collapsed_at_60), None,
+         "B logged grpo_actor/task_reward/avg at only 2 steps from step 60 on, where A collapsed (3 are needed to show "
+         "reward_collapse): whether B has it cannot be told."),
+        # B's reward fell by 70 % at A's step: a drop, not a collapse, and no avoidance
+        (RunSpec(last_step=120, reward=lambda s: healthy_reward(s) * 0.3 if s >= 60 else healthy_reward(s)), False,
+         "B has reward_drop: at step 60, at the same step as A (collapsed at step 60)."),
+        (RunSpec(last_step=120), True, "B has no reward_collapse; A collapsed at step 60."),
+    ],
+)
+def test_a_fix_avoided_the_collapse_only_where_it_could_have_shown_it(tmp_path: Path, spec: RunSpec, avoided, says: str) -> None:
+    """`avoided: true` was said of a fix two steps past the control's onset at the same zeros (a
+    collapse at a log's end needs three), and of one whose reward fell 70 % at that very step."""
+    write_run(tmp_path / "a" / "outputs", RunSpec(last_step=120, reward=_collapsed_at_60))
+    write_run(tmp_path / "b" / "outputs", spec)
+    control, fix = (analyze([tmp_path / side / "outputs"]).runs[0] for side in "ab")
+    result = compare(control, fix)
+    assert (result.avoided, result.verdict[0]) == (avoided, says)
+
+
+def test_a_fix_whose_reward_is_no_longer_logged_did_not_avoid_anything(tmp_path: Path) -> None:
+    """B's steps go on to 120 but its reward was last logged at step 50 (W&B, real offline runs):
+    it cannot show A's collapse at 60 (it was said to have avoided it)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import random, sys, wandb
+        random.seed(1)
+        def run(folder, reward_until, zero_from=None):
+            r = wandb.init(project="p", dir=folder, mode="offline")
+            for s in range(1, 121):
+                x = {"actor/pg_loss": 0.1 + random.random() * 0.01, "timing_s/step": 60.0}
+                if s <= reward_until:
+                    x["critic/score/mean"] = 0.0 if zero_from and s >= zero_from else 0.3 + random.random() * 0.2
+                r.log(x, step=s)
+            r.finish()
+        run(sys.argv[1], 120, zero_from=60)
+        run(sys.argv[2], 50)
+    """)
+    for side in "ab":
+        (tmp_path / side).mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {
+        "HOME": str(tmp_path), "WANDB_SILENT": "true", "WANDB_MODE": "offline", "WANDB_DISABLE_GIT": "true"}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "a"), str(tmp_path / "b")], env=env, check=True, timeout=180)
+    result = compare(analyze([tmp_path / "a"]).runs[0], analyze([tmp_path / "b"]).runs[0])
+    assert result.avoided is None
+    assert result.verdict[0].startswith("B logged critic/score/mean at only 0 steps from step 60 on")
+
+
+def test_step_time_and_throughput_are_per_step_for_a_run_logged_every_tenth_step(tmp_path: Path) -> None:
+    """A TensorBoard run (real writer) logged every 10th step at 6 s a step: 6 s and 600 steps/h,
+    not a logged row's 60 s and 60/h (read as ten times slower than it ran)."""
+    from tensorboardX import SummaryWriter
+
+    from forensics.compare import run_stats
+
+    writer = SummaryWriter(str(tmp_path / "runs" / "Nov28_10-00-00_host"))
+    for step in range(10, 1210, 10):
+        for tag, value in (("train/reward", 0.3 + 0.01 * (step % 7)), ("train/loss", 0.05)):
+            writer.add_scalar(tag, value, step, walltime=1764324000.0 + step * 6.0)
+    writer.close()
+    stats = run_stats(analyze([tmp_path / "runs"]).runs[0])
+    assert (stats.first_step, stats.last_step) == (10, 1200)
+    assert stats.median_step_seconds == pytest.approx(6.0) and stats.steps_per_hour == pytest.approx(600.0)
