@@ -53,6 +53,8 @@ def _incident(run: RunAnalysis, inc: Incident) -> list[str]:
         f"- **{text(inc.id)} · {text(inc.kind)}** from step {inc.onset_step} ({iso(inc.onset_time) or 'time unknown'}),"
         f" {end}; wasted {inc.wasted}. Cause: {code(inc.cause)} (confidence {inc.confidence:.2f})."
     ]
+    if (ev := inc.onset_evidence) is not None:  # (the onset's own line: a cause with no failure logged has no other)
+        lines.append(f"  - onset: {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")
     for ev in inc.evidence[:TOP_EVIDENCE]:
         lines.append(f"  - {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")
     if len(inc.evidence) > TOP_EVIDENCE:

@@ -593,3 +593,23 @@ def test_the_recommendations_reason_and_warnings_keep_their_paths_whole_when_pip
     shown = console.file.getvalue()
     paths = set(re.findall(r"/\S+/recover_checkpoint", " ".join([rec.reason, *rec.warnings])))
     assert paths and all(p in shown for p in paths)
+
+
+def test_markdown_cites_the_onset_line_where_no_failure_was_logged() -> None:
+    """A reward-function collapse (cause `reward_pipeline`: no failure to cite, at most the server's
+    last stats line): the ticket cited nothing of the onset (with no evidence, no file:line at all);
+    it cites the onset's own line, which holds the collapsed step's table."""
+    from forensics import analyze
+
+    result = analyze([Path(__file__).parent / "fixtures" / "sglang_healthy_collapse" / "outputs"])
+    [inc] = result.runs[0].incidents
+    assert inc.cause == "reward_pipeline"
+    md = render_markdown(result)
+    ev = inc.onset_evidence
+    cited = re.search(r"onset: `([^`]+):(\d+)`", md)
+    assert cited and int(cited.group(2)) == ev.line and Path(ev.file).name == Path(cited.group(1)).name
+    import gzip
+
+    with (gzip.open if ev.file.endswith(".gz") else open)(ev.file, "rt", encoding="utf-8") as fh:
+        line = next(text for n, text in enumerate(fh, 1) if n == ev.line)
+    assert "task_reward/avg" in line
