@@ -522,9 +522,11 @@ def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: dat
         runs.rename({"start": "line"})
         .join(parsed.select("line", "time", "level"), on="line", how="left")
         .with_columns(
-            fmt.traceback_kind(pl.col("exception")).alias("kind"),
+            fmt.chain_kind(pl.col("first_exc"), pl.col("exception")).alias("kind"),
             pl.lit(1, pl.Int64).alias("count"),
-            traceback_message(pl.col("start_text"), pl.col("first_exc"), pl.col("exc_text")).alias("message"),
+            traceback_message(pl.col("start_text"), pl.col("first_exc"), pl.col("exc_text"),
+                              (fmt.traceback_kind(pl.col("exception")) == "traceback")
+                              & (fmt.chain_kind(pl.col("first_exc"), pl.col("exception")) != "traceback")).alias("message"),
         )
         .drop("first_exc")
         .with_columns(pl.lit("ERROR").alias("level"))

@@ -143,11 +143,14 @@ def stream_of(file: pl.Expr) -> pl.Expr:
 _CTRL_C = r"^\s*KeyboardInterrupt\b"
 
 
-def traceback_message(start: pl.Expr, first: pl.Expr, last: pl.Expr) -> pl.Expr:
+def traceback_message(start: pl.Expr, first: pl.Expr, last: pl.Expr, root: pl.Expr | None = None) -> pl.Expr:
     """A traceback event's message: its first line, then its exception (the chain's last, ``…``
     between). A Ctrl-C in a chain is named before what followed it (a run stopped by hand, or
-    one that raised and then hung until someone pressed it): the first exception too, then."""
+    one that raised and then hung until someone pressed it): the first exception too, then; and
+    so is the first where ``root`` says the event's kind is its (see ``LogFormat.chain_kind``)."""
     named_first = first.str.contains(_CTRL_C).fill_null(False) != last.str.contains(_CTRL_C).fill_null(False)
+    if root is not None:
+        named_first = named_first | (root.fill_null(False) & (first != last).fill_null(False))
     return pl.concat_str(
         start,
         pl.when(named_first).then(pl.lit(" … ") + first).otherwise(pl.lit("")),

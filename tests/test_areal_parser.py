@@ -241,6 +241,26 @@ def test_traceback_is_one_event_with_the_kind_of_its_last_exception(tmp_path: Pa
     assert events["line"][0] == path.read_text().splitlines().index("Traceback (most recent call last):") + 1
 
 
+def test_a_chain_raised_again_as_a_plain_error_keeps_the_kind_of_its_cause(tmp_path: Path) -> None:
+    """A CUDA OOM re-raised by the loop as ``RuntimeError: train step 1 failed``: the chain's end says
+    nothing of its own, so the event is the OOM's (it was a `traceback` whose message left the OOM
+    out: `events --kind cuda_oom` found nothing, the crash's advice never said memory), named in
+    its message; a chain ending in an exception of a kind of its own keeps that kind (above)."""
+    path = tmp_path / "trainer.log"
+    path.write_text(
+        stats_block(1, [{"a": 1.0}])
+        + "Traceback (most recent call last):\n  File \"engine.py\", line 512, in train_batch\n    loss.backward()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n  File \"gsm8k_grpo.py\", line 201, in main\n"
+        "    raise RuntimeError(f\"train step {global_step} failed\") from e\nRuntimeError: train step 1 failed\n"
+    )
+    [event] = read_areal_log(path).events.to_dicts()
+    assert event["kind"] == "cuda_oom"
+    assert event["line"] == path.read_text().splitlines().index("Traceback (most recent call last):") + 1
+    assert "CUDA out of memory" in event["message"] and event["message"].endswith("RuntimeError: train step 1 failed")
+
+
 @pytest.mark.parametrize(
     ("said", "raised", "kind", "at"),
     [

@@ -856,3 +856,22 @@ def test_a_session_given_as_its_own_path_beside_one_run_is_that_runs(tmp_path: P
     assert any(str(tmp_path / "r_1") in e.file for e in crash.evidence)
     assert ({Path(e.file).name for e in crash.evidence} - {"train.log"}
             == {Path(e.file).name for e in expected.evidence} - {"driver.log"})  # (the console, by another name)
+
+
+def test_a_chain_raised_again_as_a_plain_error_keeps_the_kind_of_its_cause(tmp_path: Path) -> None:
+    """A worker's CUDA OOM re-raised as a plain RuntimeError: the OOM's event, named in its message."""
+    log = tmp_path / "worker.err"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "engine.py", line 512, in train_batch\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "main.py", line 201, in main\n'
+        "RuntimeError: train step 50 failed\n"
+    )
+    [event] = read_ray_console(log).events.to_dicts()
+    assert (event["line"], event["kind"]) == (1, "cuda_oom")
+    assert "CUDA out of memory" in event["message"] and event["message"].endswith("RuntimeError: train step 50 failed")
