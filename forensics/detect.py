@@ -769,6 +769,14 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
     if exits.is_empty():
         return []
     up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).with_columns(at).collect()
+    # An exit line naming no server (``SIGTERM received``) is of the server its own log launched: the
+    # calls to another node's server are not calls to it.
+    launched = up.filter(pl.col("at").is_not_null()).select(pl.col("file").cast(pl.String), "time", pl.col("at").alias("launched"))
+    if launched.height and exits["at"].null_count():
+        exits = (exits.with_columns(pl.col("file").cast(pl.String).alias("_file")).sort("time")
+                 .join_asof(launched.sort("time"), on="time", by_left="_file", by_right="file", strategy="backward",
+                            check_sortedness=False)  # (both sorted by time above)
+                 .with_columns(pl.coalesce("at", "launched").alias("at")).drop("_file", "launched"))
     # (only calls after an exit are read for the server they name: a flood before it can be millions)
     calls = events.lazy().with_row_index("row").filter(pl.col("time").is_not_null() & pl.col("kind").is_in(_CALLING)
                                                       & (pl.col("time") > exits["time"].min()))

@@ -548,3 +548,17 @@ def test_a_server_log_no_offset_places_is_not_judged_by_its_own_times(fixture_ru
     assert [(i["kind"], i["onset_step"], i["cause"]) for i in run["incidents"]] == [("reward_collapse", 120, "reward_pipeline")]
     assert "no successful /generate response" not in run["incidents"][0]["summary"]
     assert any("not placed among the steps" in n for n in run["notes"])
+
+
+def test_one_node_stopped_early_is_not_down_by_the_calls_to_another(tmp_path: Path) -> None:
+    """node1's server stopped (``SIGTERM received``, a line naming no address) during step 47 and no
+    call ever went to it; node2's hangs before step 80, every timeout naming node2. Its stop was a
+    `server_down` at step 47 "kept calling it for 60 min" with node2's timeouts, and the checkpoint
+    fell back before it: the exit is of the server its own log launched (172.17.0.3)."""
+    paths = two_nodes(tmp_path)
+    log = paths.log_dir / "node1" / "llm_server.log"
+    stop = "2025-11-10 09:50:40"  # (during step 47)
+    kept = [line for line in log.read_text().splitlines() if not (line.startswith("[2025") and line[1:20] > stop) and "SIGTERM" not in line]
+    log.write_text("\n".join([*kept, f"[{stop}] SIGTERM received. signum=15 frame=None. Draining requests and shutting down..."]) + "\n")
+    incident = first_incident(paths.fileroot, tmp_path)
+    assert (incident["kind"], incident["onset_step"], incident["cause"]) == ("reward_collapse", 80, "inference_server_unresponsive")
