@@ -226,6 +226,34 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
     return (first if clear else None), True
 
 
+#: A server's exit and the first call the trainer found refused after it: on one clock, within this.
+_REFUSED_WITHIN = timedelta(minutes=10)
+#: Under the offset that puts them together, this close.
+_REFUSED_AT_ONCE = timedelta(minutes=2)
+
+
+def exit_offset(exited: datetime, refused: pl.Series) -> timedelta | None:
+    """A server log's whole clock (its wrapper lines too: a server host in another zone) read off its
+    exit (``exited``) and the trainer's refused calls to it (``refused``, on the run's clock): when
+    none follows the exit within minutes, and exactly one time zone's offset puts the first refusal
+    after it right away, that offset; else ``None`` (on the clock, or nothing tells)."""
+    times = refused.drop_nulls().sort()
+    if times.is_empty():
+        return None
+    # Refusals go on for as long as the trainer calls: only where a burst of them begins can the
+    # exit be (one in the middle of a burst was refused before it exited: another clock).
+    begins = times.filter(times.diff().fill_null(_REFUSED_WITHIN) >= _REFUSED_WITHIN)
+
+    def fits(shift: timedelta, within: timedelta) -> bool:
+        lag = begins - (exited + shift)
+        return bool(((lag >= -_ORDER_SLACK) & (lag <= within)).any())
+
+    if fits(timedelta(0), _REFUSED_WITHIN):
+        return None
+    shifts = [k * _QUARTER for k in range(-56, 57) if k and fits(k * _QUARTER, _REFUSED_AT_ONCE)]
+    return shifts[0] if len(shifts) == 1 else None
+
+
 def _order_bounds(own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta, timedelta]:
     """The offsets under which the file's lines stay in time order: each line on the run's clock
     comes after the server's line above it and before the one below it."""

@@ -11,6 +11,7 @@ import polars as pl
 
 from forensics.align import (
     assign_steps,
+    exit_offset,
     into_dying_attempts,
     past_their_headers,
     reconstruct_times,
@@ -21,7 +22,7 @@ from forensics.align import (
 )
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
-from forensics.detect import keys_matching
+from forensics.detect import keys_matching, server_named
 from forensics.discover import LEFT_BESIDE, UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
@@ -550,8 +551,18 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
             counts.setdefault(str(file), [0, 0])[0] += n_in
             counts[str(file)][1] += n
     notes = []
+    refused = events.filter(pl.col("kind").is_in(["connection_refused", "connection_reset"]) & ~server
+                            & ~pl.col("file").cast(pl.String).is_in(list(counts)))
     for file, (n_in, n) in counts.items():
         mine = server & (pl.col("file") == file)
+        if (shift := _exit_refused(events, file, refused)) is not None:
+            # (the whole file, its wrapper lines too: written on the server host's clock)
+            moved = pl.when(pl.col("file") == file).then(pl.col("time") + shift).otherwise(pl.col("time")).alias("time")
+            events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+            notes.append(f"{Path(file).name}: the whole log, its wrapper lines too, is {_ahead_or_behind(-shift)} the run's "
+                         "clock (the server's host in another time zone: its exit and the trainer's first refused call to it "
+                         "are that far apart, and no refusal followed the exit as written): moved onto it")
+            continue
         others = events.filter((pl.col("file") == file) & (pl.col("source") != "sglang"))
         if n_in >= 0.5 * n and others.is_empty():  # (with wrapper lines, their order tells a clock hours ahead too)
             continue
@@ -575,6 +586,20 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
     return events, metrics, notes
+
+
+def _exit_refused(events: pl.DataFrame, file: str, refused: pl.DataFrame) -> timedelta | None:
+    """The offset of a server log's whole clock, read off its first exit and the trainer's refused
+    calls to its address (:func:`forensics.align.exit_offset`), or ``None``."""
+    mine = events.filter(pl.col("file") == file)
+    exits = mine.filter((pl.col("kind") == "server_exit") & pl.col("time").is_not_null())
+    if exits.is_empty() or refused.is_empty():
+        return None
+    launched = mine.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).select(server_named(pl.col("message"))).to_series().drop_nulls()
+    calls = refused.with_columns(server_named(pl.col("message")).alias("at"))
+    if launched.len():  # (calls naming another server are not to this one)
+        calls = calls.filter(pl.col("at").is_null() | pl.col("at").is_in(launched.unique().implode()))
+    return exit_offset(exits["time"].min(), calls["time"])  # type: ignore[arg-type]
 
 
 #: A log whose steps go back this often is two runs writing into it at once, not relaunches.

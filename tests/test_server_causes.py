@@ -562,3 +562,38 @@ def test_one_node_stopped_early_is_not_down_by_the_calls_to_another(tmp_path: Pa
     log.write_text("\n".join([*kept, f"[{stop}] SIGTERM received. signum=15 frame=None. Draining requests and shutting down..."]) + "\n")
     incident = first_incident(paths.fileroot, tmp_path)
     assert (incident["kind"], incident["onset_step"], incident["cause"]) == ("reward_collapse", 80, "inference_server_unresponsive")
+
+
+@pytest.mark.parametrize("hours", [-1, 1])
+def test_a_server_log_wholly_on_another_zones_clock_is_moved_by_its_exit_and_the_first_refusal(
+        fixture_run, tmp_path: Path, hours: int) -> None:
+    """The OOM fixture's server on a host an hour behind (or ahead of) the trainer's, its wrapper
+    lines written there too, so they stay in order with the server's own: its exit fell at step
+    127, a made-up `server_down` 53 healthy steps early (ahead: "the server kept answering after
+    the onset") and the checkpoint went back to 100. The exit and the trainer's first refused call
+    to it are an hour apart, and no refusal follows the exit as written: moved, and said."""
+    import gzip
+    import re
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_oom"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    shift = timedelta(hours=hours)
+
+    def moved(fmt: str, prefix: str = ""):
+        return lambda m: prefix + (m[1] or "") + (datetime.strptime(m[2], fmt) + shift).strftime(fmt)
+
+    text = gzip.decompress(log.read_bytes()).decode()
+    text = re.sub(r"^(\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", moved("%Y-%m-%d %H:%M:%S"), text, flags=re.M)
+    text = re.sub(r"^(\x1b\[\d+m)?(\d{8}-\d\d:\d\d:\d\d)", moved("%Y%m%d-%H:%M:%S"), text, flags=re.M)
+    log.write_bytes(gzip.compress(text.encode()))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    run = json.loads(out.read_text())["runs"][0]
+    first = run["incidents"][0]
+    assert (first["kind"], first["onset_step"], first["cause"]) == ("reward_collapse", 180, "inference_server_oom")
+    assert "kept answering" not in first["summary"]
+    assert run["recommendation"]["step"] == 150
+    assert any(f"the whole log, its wrapper lines too, is 1 h {'ahead of' if hours > 0 else 'behind'} the run's clock" in note
+               for note in run["notes"])
