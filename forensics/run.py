@@ -48,6 +48,7 @@ from parsers.schema import (
     stream_of,
     with_keys,
 )
+from parsers.sglang import MTIME_DATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root, read_trl_checkpoints
 from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, read_wandb_online
@@ -176,6 +177,9 @@ def load_run(
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
     del events  # (the frame holds their rows now: each column is let go as the sort below replaces it)
+    undated = [s.path for s in sources if any(MTIME_DATED in note for note in s.notes)]
+    events_frame, metrics_frame, redated = _dated_by_the_steps(events_frame, metrics_frame, all_steps["time"], undated)
+    notes += redated
     events_frame, metrics_frame, zoned = _servers_on_the_runs_clock(events_frame, metrics_frame, all_steps["time"])
     notes += zoned
     if location.checkpoint_dir is None and (named := _save_folder_named(location, facts)) is not None:
@@ -585,6 +589,33 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         how = "kept in order with the file's wrapper lines" if others.height else "putting them among the steps"
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
+    return events, metrics, notes
+
+
+def _dated_by_the_steps(events: pl.DataFrame, metrics: pl.DataFrame, step_times: pl.Series,
+                        undated: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """Logs with no date anywhere (time-only prefixes, dated by the parser from the file's time: a
+    copy's is the day it was copied) moved by whole days onto the run's steps, where one move puts
+    almost all their lines among them: the times of day are the server's, the day is the run's."""
+    steps = step_times.drop_nulls()
+    notes: list[str] = []
+    if steps.is_empty():
+        return events, metrics, notes
+    start, end = steps.min() - timedelta(minutes=10), steps.max() + timedelta(minutes=10)  # type: ignore[operator]
+    for file in undated:
+        mine = pl.col("file").cast(pl.String) == file
+        times = pl.concat([events.filter(mine)["time"], metrics.filter(mine)["time"]]).drop_nulls()
+        if times.is_empty():
+            continue
+        days = round((steps.median() - times.median()) / timedelta(days=1))  # type: ignore[operator]
+        shift = timedelta(days=days)
+        if not days or (times + shift).is_between(start, end).mean() < 0.9:  # type: ignore[operator]
+            continue
+        moved = pl.when(mine).then(pl.col("time") + shift).otherwise(pl.col("time")).alias("time")
+        events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+        notes.append(f"{Path(file).name}: its lines give no date; dated from the run's steps, whose times of day they "
+                     f"fall among ({abs(days)} day{'s' if abs(days) != 1 else ''} {'before' if days < 0 else 'after'} "
+                     "the file's modification time)")
     return events, metrics, notes
 
 

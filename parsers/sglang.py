@@ -776,6 +776,11 @@ def _parse_samples(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.S
     return metrics, samples.drop("n"), pl.concat(left).sort(), unparsed
 
 
+#: Said in a source's notes when its time-only prefixes took their dates from the file's time (a
+#: copy's is the day it was copied): the run's steps may date them better.
+MTIME_DATED = "time-only prefixes dated from the file's modification time"
+
+
 _EMPTY_LONG = pl.DataFrame(schema={"line": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64})
 
 
@@ -812,7 +817,7 @@ def _assemble(path: Path, parts: _Parts, fmt: LogFormat, fold: bool) -> SGLangLo
     timeline, dated_from_mtime = _timeline(_time_points(other, rest, access, anchors), parts.samples, path)
     if dated_from_mtime:
         notes.append(
-            f"no date anywhere in the file: time-only prefixes dated from the file's modification time ({dated_from_mtime})"
+            f"no date anywhere in the file: {MTIME_DATED} ({dated_from_mtime})"
         )
 
     other = _rank_copies(other)

@@ -597,3 +597,34 @@ def test_a_server_log_wholly_on_another_zones_clock_is_moved_by_its_exit_and_the
     assert run["recommendation"]["step"] == 150
     assert any(f"the whole log, its wrapper lines too, is 1 h {'ahead of' if hours > 0 else 'behind'} the run's clock" in note
                for note in run["notes"])
+
+
+def test_a_server_log_without_dates_copied_off_the_cluster_takes_its_day_from_the_run(fixture_run, tmp_path: Path) -> None:
+    """The OOM fixture's SGLang started by hand (no AReaL wrapper lines) with time-only prefixes
+    (`[16:38:28 TP0]`: SGLang 0.2.15/0.3.0), copied off the cluster today and given beside the run:
+    its lines were dated the copy's day, lay outside the run, and the OOM was never linked (cause
+    `inference_server_crash`). The times of day fall among the run's steps a whole number of days
+    before: dated so, and said."""
+    import gzip
+    import shutil
+
+    shutil.copytree(fixture_run("sglang_oom"), tmp_path / "run" / "outputs")
+    [log] = (tmp_path / "run").rglob("llm_server.log.gz")
+    scheduler = ("Prefill batch", "Decode batch", "KV cache pool", "Scheduler hit", "Load weight", "KV Cache is", "Memory pool")
+    kept = []
+    for line in gzip.decompress(log.read_bytes()).decode().split("\n"):
+        if re.match(r"^(\x1b\[\d+m)?\d{8}-\d\d:\d\d:\d\d", line):
+            continue  # (no wrapper: started by hand)
+        if m := re.match(r"^\[\d{4}-\d\d-\d\d (\d\d:\d\d:\d\d)\] ", line):
+            line = f"[{m[1]}{' TP0' if line[m.end():].startswith(scheduler) else ''}] {line[m.end():]}"
+        kept.append(line)
+    log.unlink()
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "sglang.log").write_text("\n".join(kept))
+    out = tmp_path / "a.json"
+    result = runner.invoke(app, ["analyze", str(tmp_path / "run" / "outputs"), str(tmp_path / "sglang" / "sglang.log"),
+                                 "--json", str(out), "--no-html", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())["runs"][0]
+    assert (run["incidents"][0]["onset_step"], run["incidents"][0]["cause"]) == (180, "inference_server_oom")
+    assert any(note.startswith("sglang.log: its lines give no date; dated from the run's steps") for note in run["notes"])
