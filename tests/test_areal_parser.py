@@ -145,10 +145,15 @@ def test_realhf_time_tables_are_their_steps_and_leave_the_stats_tables_whole(tmp
     assert log.notes == ()
 
 
-@pytest.mark.parametrize("actor", ["MasterWorker", "master_worker/0"])  # (AReaL's tutorial shows the second)
+@pytest.mark.parametrize("actor", ["MasterWorker", "master_worker/0", "\x1b[36mMasterWorker"])
 def test_ray_prefix_and_merged_log_prefixes(tmp_path: Path, actor: str) -> None:
-    ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix=f"({actor} pid=11559, ip=10.1.2.3)"))
-    assert len(read_areal_log(ray.trainer_log).steps) == 5
+    # (AReaL's tutorial shows the second; Ray colours its prefix in a file too: every table row was lost)
+    colour, actor = ("\x1b[36m", actor[5:]) if actor.startswith("\x1b") else ("", actor)
+    prefix = f"{colour}({actor} pid=11559, ip=10.1.2.3){chr(27) + '[0m' if colour else ''}"
+    ray = write_run(tmp_path / "a", RunSpec(era="realhf", last_step=5, ray_prefix=prefix))
+    log = read_areal_log(ray.trainer_log)
+    assert len(log.steps) == 5
+    assert log.metrics.filter(pl.col("key").cast(pl.String).str.ends_with("task_reward/avg")).height == 5
     merged = write_run(tmp_path / "b", RunSpec(era="v0.5", last_step=5, merged_log=True))
     assert merged.merged_log is not None
     log = read_areal_log(merged.merged_log)
