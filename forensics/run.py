@@ -175,6 +175,8 @@ def load_run(
     notes += past
     clock = step_clock(all_steps)
     metrics_frame = cut_alike(merged.metrics) if not merged.metrics.is_empty() else empty(METRIC_SCHEMA)
+    metrics_frame, renamed = _one_name_across_a_rename(metrics_frame)
+    notes += renamed
     events_frame = pl.concat(events) if events else empty(EVENT_SCHEMA)
     del events  # (the frame holds their rows now: each column is let go as the sort below replaces it)
     undated = [s.path for s in sources if any(MTIME_DATED in note for note in s.notes)]
@@ -590,6 +592,30 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
     return events, metrics, notes
+
+
+#: AReaL renamed its actor's statistics (v0.4.1, #556): a run resumed across the upgrade logged the
+#: old names up to a step and the new ones after it.
+_RENAMED = ("grpo_actor/", "ppo_actor/")
+
+
+def _one_name_across_a_rename(metrics: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Series logged under AReaL's old names up to a step and its new names after it, read as one
+    series under the new names (the old one's reward ended halfway: a collapse after it unseen)."""
+    old, new = _RENAMED
+    keys = metrics.lazy().group_by(pl.col("key").cast(pl.String).alias("key")).agg(
+        pl.col("step").min().alias("first"), pl.col("step").max().alias("last")).collect()
+    olds = keys.filter(pl.col("key").str.starts_with(old))
+    news = keys.filter(pl.col("key").str.starts_with(new))
+    if olds.is_empty() or news.is_empty() or olds["last"].max() is None or news["first"].min() is None:
+        return metrics, []
+    if not olds["last"].max() < news["first"].min():  # type: ignore[operator]
+        return metrics, []  # (both at once: two models' statistics, not a rename)
+    dtype = metrics.schema["key"]
+    renamed = pl.col("key").cast(pl.String).str.replace(f"^{old}", new).cast(dtype)
+    note = (f"the actor's statistics were logged as {old}… up to step {olds['last'].max()} and as {new}… from step "
+            f"{news['first'].min()} (AReaL renamed them in v0.4.1: a run resumed across the upgrade): read as one series each")
+    return metrics.with_columns(renamed), [note]
 
 
 def _dated_by_the_steps(events: pl.DataFrame, metrics: pl.DataFrame, step_times: pl.Series,

@@ -444,6 +444,10 @@ def _headers(marks: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([lite, realhf]).sort("line")
 
 
+#: How far below its ``Stats (i/N):`` line a table may start (lines of other writers between).
+_TABLE_AFTER = 200
+
+
 def _table_metrics(
     path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, marks: pl.DataFrame, headers: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, int, int]:
@@ -458,10 +462,13 @@ def _table_metrics(
         return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
     tops = tops.sort("top")
     anchors = marks.filter("anchor").select(pl.col("line").alias("anchor")).sort("anchor")
-    # A table belongs to the stats anchor just above its top border (a few lines at most);
-    # AReaL-lite prints tables after their step header, realhf before it (its RPCs' time stats too).
+    # A table belongs to the stats anchor above its top border when it is the first table after it:
+    # other writers' lines may come between (the rollout thread's timeouts in a flood, ranks tee'd
+    # into one log, merged.log's streams), up to a bound. AReaL-lite prints tables after their step
+    # header, realhf before it (its RPCs' time stats too).
     tables = tops.join_asof(anchors, left_on="top", right_on="anchor", strategy="backward").filter(
-        pl.col("top") - pl.col("anchor") <= 3
+        (pl.col("top") - pl.col("anchor") <= _TABLE_AFTER)
+        & (pl.col("top").shift(1).is_null() | (pl.col("top").shift(1) < pl.col("anchor")))
     )
     by_era = {era: headers.filter(pl.col("era") == era).select(pl.col("line").alias("header"), "step", "time") for era in ("lite", "realhf")}
     owned = (

@@ -527,3 +527,24 @@ def test_a_table_row_with_bytes_that_are_not_utf8_is_unparsed_not_a_new_key(tmp_
     assert sorted(set(log.metrics["key"].cast(pl.String))) == ["grpo_actor/grad_norm", "grpo_actor/task_reward/avg"]
     assert values(log, "grpo_actor/task_reward/avg") == {1: 0.5}
     assert log.unparsed_lines == 1
+
+
+def test_lines_of_other_writers_between_a_stats_line_and_its_table_leave_it_its_step(tmp_path: Path) -> None:
+    """In a timeout flood the rollout thread's warnings land between `Stats (1/1):` and its table:
+    the tables of steps 36–45 went to step 35 (its value the last of theirs: a collapse "from step
+    35", a healthy step), none of theirs read."""
+    run = write_run(tmp_path, RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 40 else 0.5 + 0.01 * (s % 9)))
+    lines, step, out = run.trainer_log.read_text().splitlines(keepends=True), 0, []
+    for line in lines:
+        out.append(line)
+        if " Train step " in line and " done" in line:
+            step += 1
+        if "Stats (1/1):" in line and 36 <= step <= 45:
+            stamp = line.split(" ", 1)[0]
+            out += [f"{stamp} /AReaL/areal/utils/http.py WARNING: HTTP request to 172.17.0.2:30000/generate timed out "
+                    f"after 600.00s (attempt {k}/3)\n" for k in (1, 2)]
+    run.trainer_log.write_text("".join(out))
+    log = read_areal_log(run.trainer_log)
+    reward = log.metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg").sort("step")
+    assert reward["step"].to_list() == list(range(1, 61))
+    assert reward.filter(pl.col("value") == 0)["step"].min() == 40

@@ -1010,3 +1010,17 @@ def test_an_onset_is_cited_at_the_table_row_that_holds_its_value() -> None:
     [result] = replay([root])
     cited = [e for a in result.alarms for e in a.evidence if e.kind == "metric" and incident.metric in e.text]
     assert cited and all(re.search(rf"│\s*{re.escape(incident.metric)}\s*│", read_line(e.file, e.line)) for e in cited)
+
+
+def test_a_run_resumed_across_areals_key_rename_is_judged_on_one_reward_series(tmp_path: Path) -> None:
+    """Resumed after an upgrade past AReaL v0.4.1 (#556), the run logged `grpo_actor/…` up to step 30
+    and `ppo_actor/…` after: the old reward series, ending at step 30, was judged alone (healthy) and
+    the collapse at 45 unseen. One series under the new names, and said."""
+    run = write_run(tmp_path / "outputs", RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 45 else 0.4 + 0.01 * (s % 9)))
+    text = run.trainer_log.read_text()
+    cut = text.index("Train step 31/")
+    run.trainer_log.write_text(text[:cut] + text[cut:].replace("grpo_actor/", "ppo_actor/"))
+    [result] = analyze([tmp_path / "outputs"]).runs
+    assert result.primary_metric == "ppo_actor/task_reward/avg"
+    assert [(i.kind, i.onset_step) for i in result.incidents] == [("reward_collapse", 45)]
+    assert any("AReaL renamed them in v0.4.1" in note for note in result.notes)
