@@ -838,13 +838,19 @@ _KILLED = "process_killed"
 _SERVER_FILES = ("llm_server", "sglang", "vllm")
 
 
+_SCHEDULER = "] Scheduler hit an exception"
+
+
 def from_server(kinds: Sequence[str]) -> pl.Expr:
     """Whether an event of one of ``kinds`` was logged by an inference server (its file's name, or
     its reader's); false for other kinds. Only those rows' file names are read as text: a flood's
     millions of other rows would each have theirs copied out of the category."""
     mine = pl.col("kind").is_in(kinds)
-    named = pl.when(mine).then(pl.col("file")).cast(pl.String).str.contains("|".join(_SERVER_FILES))
-    return mine & (named.fill_null(False) | (pl.col("source") == "sglang"))
+    # (by the file's own name: a run kept under /data/sglang-exps/ is no server's log for it)
+    named = pl.when(mine).then(pl.col("file")).cast(pl.String).str.extract(r"([^/\\]*)$").str.contains("|".join(_SERVER_FILES))
+    # (SGLang's scheduler in a console it shares: verl's rollout server actor forwarded by Ray)
+    scheduler = pl.when(mine).then(pl.col("message")).str.contains(_SCHEDULER, literal=True)
+    return mine & (named.fill_null(False) | (pl.col("source") == "sglang") | scheduler.fill_null(False))
 
 
 def crashes(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> list[Finding]:

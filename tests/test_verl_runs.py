@@ -564,3 +564,39 @@ def test_a_dead_attempts_ray_records_stay_in_the_step_it_died_in_beside_the_rela
     kills = analysis.events.filter(pl.col("kind") == "host_oom_kill")
     assert kills.height > 1 and kills["step"].to_list() == [7] * kills.height
     assert analysis.recommendation.step == 16
+
+
+def test_the_rollout_servers_oom_in_a_verl_console_is_the_servers_not_a_folders_name(tmp_path: Path) -> None:
+    """verl's SGLang rollout server (its Ray actor's lines in the console) ran out of memory in its
+    scheduler and its parent saw the child die; the score went to zero. The OOM was a training
+    worker's (`training_worker_crash`, "a training worker died") and the sigquit no event. The same
+    OOM in a training worker's lines, in a run kept under a folder named for SGLang, is the worker's
+    (a file's whole path was read for a server's name)."""
+    import random
+
+    rng = random.Random(6)
+    runner_ = "\x1b[36m(TaskRunner pid=222265)\x1b[0m "
+    server = "\x1b[36m(SGLangHttpServer pid=250977, ip=10.0.0.3)\x1b[0m "
+    out = []
+    for s in range(1, 61):
+        score = 0.0 if s >= 40 else 0.5 + 0.2 * rng.random()
+        out.append(runner_ + f"step:{s} - actor/pg_loss:{rng.uniform(-.1, .1)!r} - actor/grad_norm:{rng.random()!r} - "
+                             f"critic/score/mean:{score!r} - timing_s/step:{60 + rng.random()!r}")
+        if s == 39:
+            out += [server + "[2025-11-28 16:00:45 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                    server + '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 2912, in run_scheduler_process',
+                    server + "    scheduler.event_loop_overlap()",
+                    server + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.00 GiB is free.",
+                    server + "[2025-11-28 16:00:45] Received sigquit from a child process. It usually means the child failed."]
+    (tmp_path / "train.log").write_text("\n".join(out) + "\n")
+    [run] = analyze([tmp_path / "train.log"]).runs
+    assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 40, "inference_server_oom")]
+    assert "child_crash" in run.events["kind"].cast(pl.String).to_list()
+    worker = "\x1b[36m(WorkerDict pid=97397, ip=10.0.0.3)\x1b[0m "
+    mine = [line for line in out if not line.startswith(server)]
+    at = next(i for i, line in enumerate(mine) if line.startswith(runner_ + "step:39 "))
+    mine.insert(at + 1, worker + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    (tmp_path / "sglang-exps").mkdir()
+    (tmp_path / "sglang-exps" / "train.log").write_text("\n".join(mine) + "\n")
+    [run] = analyze([tmp_path / "sglang-exps" / "train.log"]).runs
+    assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 40, "training_worker_crash")]
