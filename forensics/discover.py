@@ -649,7 +649,8 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
     for kind, sniff in _SNIFFERS:
         if sniff(path):
             if kind == "areal":
-                return "areal_trainer" if base in _TRAINER_LOGS else "areal_log"
+                # (merged.log holds every role's stream: the rollout worker's SGLang server's own lines too)
+                return "areal_trainer" if base in _TRAINER_LOGS and base != "merged.log" else "areal_log"
             return kind
     return None
 

@@ -628,3 +628,30 @@ def test_a_server_log_without_dates_copied_off_the_cluster_takes_its_day_from_th
     run = json.loads(out.read_text())["runs"][0]
     assert (run["incidents"][0]["onset_step"], run["incidents"][0]["cause"]) == (180, "inference_server_oom")
     assert any(note.startswith("sglang.log: its lines give no date; dated from the run's steps") for note in run["notes"])
+
+
+def test_a_single_controller_runs_merged_log_carries_its_servers_own_lines(tmp_path: Path) -> None:
+    """AReaL ≥ v0.5.2 single-controller: SGLang runs inside the rollout worker, its lines in
+    rollout.log and, `[rollout] `-prefixed, in merged.log, which is read alone. Its scheduler's
+    exception and sigquit went unread: `reward_pipeline` (check the reward function) for a server
+    that died. (The OOM inside the prefixed traceback is not read yet: a crash, not an OOM.)"""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    paths = write_run(tmp_path / "outputs", RunSpec(era="v0.5", last_step=60, merged_log=True, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 40 else healthy_reward(s)))
+    folder = paths.log_dir
+    (folder / "trainer.log").rename(folder / "main.log")
+    if paths.llm_server_log:
+        paths.llm_server_log.unlink()
+    stamp = f"{paths.step_times[39]:%Y-%m-%d %H:%M:%S}"
+    server = [f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+              '  File "/usr/local/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 2912, in run_scheduler_process',
+              "    scheduler.event_loop_overlap()",
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB",
+              f"[{stamp}] Received sigquit from a child process. It usually means the child failed."]
+    (folder / "rollout.log").write_text("\n".join(server) + "\n")
+    with open(folder / "merged.log", "a") as fh:
+        fh.write("\n".join("[rollout] " + line for line in server) + "\n")
+    incident = first_incident(tmp_path / "outputs", tmp_path)
+    assert (incident["onset_step"], incident["cause"]) == (40, "inference_server_crash")
+    assert {"scheduler_exception", "child_crash"} <= {e["kind"] for e in incident["evidence"]}
