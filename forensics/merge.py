@@ -34,10 +34,13 @@ def step_offset(reference: pl.DataFrame, copy: pl.DataFrame) -> int:
     other = copy.filter(pl.col("step").is_not_null()).select("step", "key", "value")
     if ref.is_empty() or other.is_empty():
         return 0
-    best, agreeing = 0, -1
-    for offset in _OFFSETS:
+    # Agreeing as printed: a console rounds to 3 decimals what a copy keeps whole (exact equality
+    # never held there, and a tie of none went to the first shift tried: -2).
+    close = (pl.col("value") - pl.col("value_ref")).abs() <= 5e-4 * (1 + pl.col("value_ref").abs())
+    best, agreeing = 0, 0
+    for offset in sorted(_OFFSETS, key=abs):  # (a tie goes to the smaller shift, none at all to 0)
         shifted = other.with_columns(pl.col("step") + offset)
-        same = shifted.join(ref, on=["step", "key"], suffix="_ref").filter(pl.col("value") == pl.col("value_ref")).height
+        same = shifted.join(ref, on=["step", "key"], suffix="_ref").filter(close).height
         if same > agreeing:
             best, agreeing = offset, same
     return best

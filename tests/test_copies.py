@@ -584,3 +584,21 @@ def test_a_trainers_checkpoints_under_deepspeed_or_fsdp_are_resumable(tmp_path: 
         assert (row["complete"], row["resumable"], row["problems"]) == (False, False, ["optimizer.pt is empty (0 bytes)"])
     else:
         assert (row["complete"], row["resumable"], row["problems"]) == (True, True, []), row
+
+
+def test_a_copys_step_shift_is_read_from_values_as_printed_and_none_is_no_shift() -> None:
+    """A verl console prints `:.3f`, its W&B copy keeps whole floats: no value agreed exactly under
+    any shift, and the tie went to the first tried, -2 (a copy two steps back: onset 59 for 61,
+    the checkpoint after the collapse). Values agree as printed; with nothing agreeing, no shift."""
+    import random
+
+    from forensics.merge import step_offset
+
+    rng = random.Random(1)
+    whole = [(step, key, rng.uniform(0.2, 0.7)) for step in range(1, 51) for key in ("critic/score/mean", "actor/grad_norm")]
+    copy = pl.DataFrame(whole, schema=["step", "key", "value"], orient="row")
+    printed = copy.with_columns(pl.col("value").round(3))
+    assert step_offset(printed, copy) == 0
+    assert step_offset(printed, copy.with_columns(pl.col("step") - 1)) == 1  # (a 0-based copy)
+    other = copy.with_columns(pl.col("value") + 10)
+    assert step_offset(printed, other) == 0
