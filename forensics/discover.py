@@ -826,7 +826,17 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
     for session in (s.path.parent if s.path.name == "logs" else s.path for s in members if s.kind == "ray_session" and not found):
         for copy in _subfolders(session / "runtime_resources" / "working_dir_files"):
             found = found or find_verl_checkpoint_roots(copy)
+    if len(found) > 1:
+        # Experiments side by side (one working folder, a console each): the one named as the log
+        # is; else none here — the log's own save lines name it (another experiment's is no guess).
+        named = [f for f in found if any(_log_stem(s.path) == f.name for s in members)]
+        return named[0] if len(named) == 1 else None
     return found[0] if found else None
+
+
+def _log_stem(path: Path) -> str:
+    """``qwen2_7b_lr_fix`` of ``qwen2_7b_lr_fix.log.1.gz``."""
+    return re.sub(r"(?:\.log)?(?:\.\d+)?(?:\.gz)?$", "", path.name)
 
 
 def _trl_checkpoint_dir(root: Path, given: Path) -> Path | None:

@@ -600,3 +600,28 @@ def test_the_rollout_servers_oom_in_a_verl_console_is_the_servers_not_a_folders_
     (tmp_path / "sglang-exps" / "train.log").write_text("\n".join(mine) + "\n")
     [run] = analyze([tmp_path / "sglang-exps" / "train.log"]).runs
     assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 40, "training_worker_crash")]
+
+
+def test_experiments_side_by_side_in_one_working_folder_each_get_their_own_checkpoints(tmp_path: Path) -> None:
+    """Two experiments launched from one folder (a console each, `checkpoints/<project>/<experiment>`
+    each): the healthy one was given the other's checkpoint folder (the first found), and its
+    recommendation was a save of the experiment that collapsed, taken alone or beside the other."""
+    import shutil
+
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    repo = tmp_path / "verl"
+    repo.mkdir()
+    for name, steps, collapse in (("qwen2_7b_function_rm", 60, 40), ("qwen2_7b_lr_fix", 100, None)):
+        spec = VerlRunSpec(steps=steps, save_freq=10, experiment=name, file_logger=False,
+                           score=(lambda s, c=collapse: 0.0 if c and s >= c else healthy_score(s)))
+        paths = write_verl_run(tmp_path / "tmp" / name, spec)
+        (repo / f"{name}.log").write_text(paths.train_log.read_text().replace(str(paths.root / "checkpoints"), "checkpoints"))
+        shutil.copytree(paths.root / "checkpoints", repo / "checkpoints", dirs_exist_ok=True)
+    shutil.rmtree(tmp_path / "tmp")
+    runs = {Path(r.run_id).name: r for r in analyze([repo]).runs}
+    chosen = {name: Path(r.recommendation.checkpoint) for name, r in runs.items()}
+    assert chosen == {"qwen2_7b_function_rm.log": repo / "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_function_rm/global_step_30",
+                      "qwen2_7b_lr_fix.log": repo / "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_lr_fix/global_step_100"}
+    [alone] = analyze([repo / "qwen2_7b_lr_fix.log"]).runs
+    assert Path(alone.recommendation.checkpoint).parent.name == "qwen2_7b_lr_fix"
