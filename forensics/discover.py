@@ -35,6 +35,7 @@ _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval"
 _LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
 _HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
+_WANDB_FILE = re.compile(r"^run-[\w-]+\.wandb$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
 #: (verl's console is whatever its launch tee'd to: its quickstart's name, and the usual one)
@@ -459,6 +460,11 @@ def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
             continue
+        if folder == str(top) and _WANDB_RUN.match(Path(os.path.realpath(folder)).name) and any(_WANDB_FILE.match(n) for n in names):
+            # One W&B run's folder given (or wandb/latest-run, the link W&B's docs point at): that run.
+            sources.append(LogSource(Path(folder), "wandb"))
+            dirs[:] = []
+            continue
         if _RAY_SESSION.match(Path(folder).name) or _holds_ray_logs(Path(folder), dirs):
             sources.append(LogSource(Path(folder), "ray_session"))
             dirs[:] = []
@@ -634,6 +640,8 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
     """What a file is, from its name and head; ``None`` for files this tool does not read."""
     if "tfevents" in path.name:
         return "tensorboard"
+    if _WANDB_FILE.match(path.name) and _WANDB_RUN.match(path.parent.name):
+        return "wandb"
     if path.name == "trainer_state.json" and re.fullmatch(r"checkpoint-\d+", path.parent.name):
         return "trl_state"
     if path.name.endswith((".jsonl", ".jsonl.gz")):

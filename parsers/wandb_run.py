@@ -95,11 +95,13 @@ def find_wandb_runs(root: Path | str) -> list[Path]:
     """W&B run folders (``wandb/run-*``, ``wandb/offline-run-*``) under ``root``, oldest first.
 
     Symlinks (``latest-run``) are not followed, so every run is listed once; ``root`` may itself
-    be a run folder or such a symlink.
+    be a run folder, such a symlink, or a run's ``.wandb`` file.
     """
     root = Path(root)
     if root.is_symlink():
         root = root.resolve()
+    if root.is_file() and root.suffix == ".wandb" and RUN_DIR.match(root.parent.name):
+        return [root.parent]  # (a run's ``.wandb`` file given: its folder)
     if not root.is_dir():
         return []
     if RUN_DIR.match(root.name):

@@ -373,3 +373,16 @@ def test_a_runs_declared_step_metric_is_its_step(tmp_path: Path) -> None:
         evals = run.metrics.filter(pl.col("key") == "eval/reward")["step"].to_list()
         assert evals == list(range(50, 401, 50))
         assert "steps are train/global_step (the run's define_metric), not W&B's count of log calls" in run.notes
+
+
+def test_one_w_and_b_run_given_by_its_folder_its_link_or_its_file_is_that_run(wandb_root: Path) -> None:
+    """`analyze wandb/latest-run` (the link W&B's docs point at), the run's folder, or its `.wandb`
+    file: each exited 2, "no training run found"; only the `wandb/` above them was read."""
+    from forensics import analyze
+
+    [run_dir] = find_wandb_runs(wandb_root)
+    whole = analyze([wandb_root / "wandb"]).runs[0]
+    for given in (wandb_root / "wandb" / "latest-run", run_dir, wandb_file(run_dir)):
+        [run] = analyze([given]).runs
+        assert run.step_range() == whole.step_range() and run.step_range()["count"] == STEPS
+        assert run.metrics.height == whole.metrics.height
