@@ -452,6 +452,11 @@ class _Level:
         return self._seen >= self.wide and not self._fallen(t.drop_recovery)
 
 
+#: How far back from the newest step fed the steps fed are remembered (the watcher's memory stays
+#: bounded): a clock set back goes an hour, a rotated copy's steps are older.
+_FED_KEPT = timedelta(days=1)
+
+
 class _Follower:
     """The online rules for one run, fed records in the order the run wrote them."""
 
@@ -591,7 +596,10 @@ class _Follower:
             # step, a DST fall-back) stamps new steps before ones fed, and a rotated copy is no new step.
             steps = _in_write_order(steps)
             if self._fed.height:
-                steps = steps.join(self._fed, on=["step", "time"], how="anti", maintain_order="left")
+                # (kept for a day back from the newest: a clock goes back an hour, not days; older
+                # steps are of a rotated copy, fed long ago)
+                floor = self._fed["time"].max() - _FED_KEPT
+                steps = steps.filter(pl.col("time") >= floor).join(self._fed, on=["step", "time"], how="anti", maintain_order="left")
         else:
             # A log without times is fed in its own order (an attempt a relaunch abandoned before the relaunch).
             steps = steps.sort("file", "line").with_columns(pl.lit(None, pl.Datetime("ms")).alias("written"))
@@ -608,7 +616,8 @@ class _Follower:
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():
             return []
-        self._fed = pl.concat([self._fed, steps.filter(pl.col("time").is_not_null()).select("step", "time")])
+        fed = pl.concat([self._fed, steps.filter(pl.col("time").is_not_null()).select("step", "time")])
+        self._fed = fed.filter(pl.col("time") >= fed["time"].max() - _FED_KEPT) if fed.height else fed
         self._roles = _roles(run.metrics)
         values = _values(run.metrics, self._roles.keys, steps["step"])
         earlier = _values(run.superseded, self._roles.keys, steps["step"], by_line=True) if run.superseded.height else {}
