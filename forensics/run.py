@@ -557,8 +557,9 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
             counts.setdefault(str(file), [0, 0])[0] += n_in
             counts[str(file)][1] += n
     notes = []
-    refused = events.filter(pl.col("kind").is_in(["connection_refused", "connection_reset"]) & ~server
-                            & ~pl.col("file").cast(pl.String).is_in(list(counts)))
+    # (the few refusals first: a flood's millions of other rows never have their file names copied out)
+    refused = (events.filter(pl.col("kind").is_in(["connection_refused", "connection_reset"]))
+               .filter(~server & ~pl.col("file").cast(pl.String).is_in(list(counts))))
     for file, (n_in, n) in counts.items():
         mine = server & (pl.col("file") == file)
         if (shift := _exit_refused(events, file, refused)) is not None:
@@ -603,8 +604,8 @@ def _one_name_across_a_rename(metrics: pl.DataFrame) -> tuple[pl.DataFrame, list
     """Series logged under AReaL's old names up to a step and its new names after it, read as one
     series under the new names (the old one's reward ended halfway: a collapse after it unseen)."""
     old, new = _RENAMED
-    keys = metrics.lazy().group_by(pl.col("key").cast(pl.String).alias("key")).agg(
-        pl.col("step").min().alias("first"), pl.col("step").max().alias("last")).collect()
+    keys = (metrics.lazy().group_by("key").agg(pl.col("step").min().alias("first"), pl.col("step").max().alias("last"))
+            .collect().with_columns(pl.col("key").cast(pl.String)))  # (the keys' texts, not every row's)
     olds = keys.filter(pl.col("key").str.starts_with(old))
     news = keys.filter(pl.col("key").str.starts_with(new))
     if olds.is_empty() or news.is_empty() or olds["last"].max() is None or news["first"].min() is None:
