@@ -918,7 +918,7 @@ def test_a_slow_alarm_command_holds_up_no_later_alarm_and_is_waited_for_at_the_e
 
     runs = tmp_path / "runs"
     stopped_days_ago("sglang_healthy_collapse", runs, into="a")
-    hook = f'read -r alarm; echo "$GRPO_FORENSICS_RUN_ID $GRPO_FORENSICS_REPORT" >> {tmp_path}/ran.txt; sleep 6'
+    hook = f'read -r alarm; echo "$GRPO_FORENSICS_RUN_ID $GRPO_FORENSICS_REPORT" >> {tmp_path}/ran.txt; sleep 12'
     watch = subprocess.Popen(
         [sys.executable, "-m", "forensics", "watch", str(runs), "--keep-going", "--json", "--interval", "0.2", "--timeout", "5",
          "--state-dir", str(tmp_path / "state"), "--report-dir", str(tmp_path / "reports"), "--on-alarm", hook],
@@ -929,7 +929,7 @@ def test_a_slow_alarm_command_holds_up_no_later_alarm_and_is_waited_for_at_the_e
     stopped_days_ago("sglang_hang", tmp_path / "b", into="b")
     shutil.move(tmp_path / "b" / "b", runs / "b")
     second = json.loads(watch.stdout.readline())
-    assert time.monotonic() - told < 4  # (the first command still sleeping)
+    assert time.monotonic() - told < 9  # (the first command still sleeping)
     assert [first["run_id"], second["run_id"]] == ["gsm8k-grpo-rewardbug/trial0", "gsm8k-grpo-hang/trial0"]
     out, err = watch.communicate(timeout=60)
     assert watch.returncode == 0, err
