@@ -22,7 +22,7 @@ from parsers._lines import head_bytes, open_log
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
-from parsers.schema import ROTATED
+from parsers.schema import COMPRESSED, ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
@@ -31,8 +31,9 @@ from parsers.verl_checkpoints import find_verl_checkpoint_roots
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
               "eval-rollout", "perf_tracer", "session_tracer", "memory_snapshots",
               "__pycache__", ".git", "weight_update", "node_modules"}
-#: A log's name: its base, then a rotation's number or date and ``.gz`` (:data:`parsers.schema.ROTATED`).
-_LOG_NAME = re.compile(r"^(?P<base>[\w.-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
+#: A log's name: its base, then a rotation's number or date and compression (:data:`parsers.schema.ROTATED`).
+#: (spaces and brackets too: a browser's second download is ``trainer (1).log``)
+_LOG_NAME = re.compile(r"^(?P<base>[\w .()+,@-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
 _HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _WANDB_FILE = re.compile(r"^run-[\w-]+\.wandb$")
@@ -211,9 +212,18 @@ def _several_runs(sources: list[LogSource]) -> bool:
 
 
 def _base(source: LogSource) -> str:
-    """A log's name without a rotation's number or date or ``.gz``: its parts' one name."""
+    """A log's name without a rotation's number or date or compression: its parts' one name."""
     match = _LOG_NAME.match(source.path.name)
-    return match.group("base") if match else source.path.name.removesuffix(".gz")
+    return match.group("base") if match else _uncompressed(source.path.name)
+
+
+_COMPRESSED_END = re.compile(COMPRESSED + "$")
+_COMPRESSIONS = (".gz", ".xz", ".bz2", ".zst")
+
+
+def _uncompressed(name: str) -> str:
+    """``name`` without a compressed log's suffix (``.gz``, ``.xz``, ``.bz2``, ``.zst``)."""
+    return _COMPRESSED_END.sub("", name)
 
 
 def _by_log(sources: list[LogSource]) -> dict[str, list[LogSource]]:
@@ -257,8 +267,9 @@ def _from_the_first_step(path: Path, most: int = 8 << 20) -> bool:
 def _left_beside(given: list[Path]) -> list[str]:
     """The trainer and server logs beside logs given by name that were not given: not read, and
     said (a server log's OOM names a cause the trainer's log alone cannot)."""
-    # (a given log's .gz twin, or the plain log of a given .gz, is a copy of it: read once, not left)
-    named = {os.path.realpath(form) for f in given for form in (f, f.with_name(f.name + ".gz"), f.with_suffix("") if f.suffix == ".gz" else f)}
+    # (a given log's compressed twin, or the plain log of a given .gz, is a copy of it: read once, not left)
+    named = {os.path.realpath(form) for f in given
+             for form in (f, f.with_name(_uncompressed(f.name)), *(f.with_name(f.name + z) for z in _COMPRESSIONS))}
     left = []
     for folder in dict.fromkeys(f.parent for f in given):
         try:
@@ -549,7 +560,7 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
                 if _named_like_a_runs_log(path, servers=False):  # (a quiet server may well log nothing)
                     problems.append(f"{path}: empty: nothing to read")
                 continue
-            kind = _kind(path, custom_format)
+            kind = _kind(path, custom_format, given=given)
             if kind is None and given and _LOG_NAME.match(path.name) and looks_like_ray_console(path):
                 kind = "console_log"
         except OSError as exc:
@@ -579,12 +590,11 @@ def _classify(files: list[Path], custom_format: CustomFormat | None, *, given: b
 def _rotated_part_of(path: Path, match: re.Match[str], kinds: set[str]) -> LogSource | None:
     """A rotated part whose head no format knows (a rotation cut it inside a traceback) read as the
     parts beside it of the same log are (``kinds``), when it is text."""
-    if len(kinds) != 1 or path.name.endswith(".gz") or utf16(path):
+    if len(kinds) != 1 or utf16(path):
         return None
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except OSError:
+        head = head_bytes(path, 4096)
+    except (OSError, EOFError):
         return None
     if b"\0" in head:
         return None
@@ -610,12 +620,13 @@ def utf16(path: Path) -> bool:
 
 
 def _rotation_order(match: re.Match[str] | None) -> int:
-    """Rotated copies before the live log, oldest first: ``.2`` before ``.1``; dated ones by date."""
+    """Rotated copies before the live log, oldest first: ``.2`` before ``.1``; dated ones by date;
+    ``.old`` (the copy a relaunch moved aside) as ``.1``."""
     if match is None:
         return 0
-    if match.group("date"):
-        return int(match.group("date").replace("-", "")[:14].ljust(14, "0")) - 10**15
-    return -int(match.group("rot") or 0)
+    if dated := match.group("date") or match.group("timed"):
+        return int(re.sub(r"\D", "", dated)[:14].ljust(14, "0")) - 10**15
+    return -1 if match.group("old") else -int(match.group("rot") or 0)
 
 
 def _special(path: Path) -> str | None:
@@ -636,8 +647,9 @@ _SNIFFERS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
 )
 
 
-def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
-    """What a file is, from its name and head; ``None`` for files this tool does not read."""
+def _kind(path: Path, custom_format: CustomFormat | None = None, *, given: bool = False) -> str | None:
+    """What a file is, from its name and head; ``None`` for files this tool does not read. A file
+    ``given`` by name is judged by its head alone (``trainer.log.bak``: the user named it)."""
     if "tfevents" in path.name:
         return "tensorboard"
     if _WANDB_FILE.match(path.name) and _WANDB_RUN.match(path.parent.name):
@@ -647,11 +659,11 @@ def _kind(path: Path, custom_format: CustomFormat | None = None) -> str | None:
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         return "verl_jsonl" if looks_like_verl_log(path) else None
     match = _LOG_NAME.match(path.name)
-    if not match:
+    if not match and not given:
         return None
     if custom_format is not None and custom_format.matches(path):
         return "custom_log"
-    base = match.group("base")
+    base = match.group("base") if match else path.name
     if base in _SERVER_LOGS:
         return "areal_server"
     for kind, sniff in _SNIFFERS:
@@ -694,7 +706,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
         plain = {s.path for s in members}
-        twins = tuple(s.path for s in members if s.path.suffix == ".gz" and s.path.with_suffix("") in plain)
+        twins = tuple(s.path for s in members if s.path.suffix in _COMPRESSIONS and s.path.with_suffix("") in plain)
         members = [s for s in members if s.path not in twins]
         runs.append(
             RunLocation(

@@ -131,7 +131,7 @@ def load_run(
         path, _, why = problem.partition(": ")
         sources.append(SourceReport(path, "not_given" if why.startswith(LEFT_BESIDE) else "unreadable", 0, 0, (problem,)))
     for twin in location.twins:
-        sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a gzipped copy of {twin.stem} beside it: read once, from {twin.stem}",)))
+        sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a compressed copy of {twin.stem} beside it: read once, from {twin.stem}",)))
     hand_back_heap()
 
     latest = {}

@@ -2,7 +2,7 @@
 
 Files are read in blocks of whole lines, a few in flight at a time, so no file is ever held
 whole; Polars splits each block into lines. Blocks it cannot take (invalid UTF-8) are decoded
-lossily and gzipped logs are inflated as they are read, so damaged logs still yield every line
+lossily and compressed logs (gzip, xz, bzip2, zstd: logrotate's ``compresscmd``) are inflated as they are read, so damaged logs still yield every line
 with its true line number. A line longer than :data:`LONG_LINE` (a request payload dumped whole)
 keeps only its head and tail, joined by a marker that says how much was left out, so one line
 never costs more memory than a block.
@@ -10,8 +10,13 @@ never costs more memory than a block.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import lzma
 import os
+import re
+import shutil
+import subprocess
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -91,7 +96,7 @@ def _numbered_blocks(path: Path, line: int) -> Iterator[tuple[int, bytes]]:
     number: of a plain file, from the last block marked (see :data:`_MARKS`) at or before ``line``."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        if os.pread(fd, 2, 0) == b"\x1f\x8b":  # (gzip: no seeking, from the top)
+        if _codec(os.pread(fd, _MAGIC_BYTES, 0)):  # (compressed: no seeking, from the top)
             first = 1
             for data in _line_blocks(path, BATCH_BYTES):
                 yield first, data
@@ -130,16 +135,16 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
         first += texts.height
 
 
-#: What was wrong with a gzipped log's stream when it was last read, by path (see :func:`gzip_damage`).
+#: What was wrong with a compressed log's stream when it was last read, by path (see :func:`gzip_damage`).
 _damage: dict[str, str] = {}
 
 
 def ends_mid_line(path: Path | str | None) -> bool:
     """Whether the plain log at ``path`` ends inside a line: no newline after its last one (still
-    being written, or cut off while it was). A gzipped log is written whole (see :func:`gzip_damage`)."""
+    being written, or cut off while it was). A compressed log is written whole (see :func:`gzip_damage`)."""
     try:
         with open(path or "", "rb") as log:
-            if log.read(2) == b"\x1f\x8b":
+            if _codec(log.read(_MAGIC_BYTES)):
                 return False
             size = log.seek(0, os.SEEK_END)
             if not size:
@@ -151,18 +156,51 @@ def ends_mid_line(path: Path | str | None) -> bool:
 
 
 def gzip_damage(path: Path | str) -> str | None:
-    """Why reading gzipped ``path`` stopped before its end the last time it was read to the end
-    (cut off mid-stream, corrupt), or ``None``: whole, or not gzipped."""
+    """Why reading compressed ``path`` stopped before its end the last time it was read to the end
+    (cut off mid-stream, corrupt), or ``None``: whole, or not compressed."""
     return _damage.get(str(path))
 
 
-class _GzipTolerant:
+class _Tolerant:
+    """What the readers of compressed logs share: a text position, bytes read ahead, damage said."""
+
+    _codec = ""
+    _path = ""
+    _text = 0
+    _salvaged = b""  # inflated beyond what the last read asked for, handed out first
+
+    def read(self, n: int) -> bytes:
+        raise NotImplementedError
+
+    def skip_zeros(self) -> None:
+        """Go past the zeros the text starts with (a ``copytruncate`` hole, compressed with its log)."""
+        while chunk := self.read(1 << 20):
+            if rest := chunk.lstrip(b"\0"):
+                self._salvaged, self._text = rest + self._salvaged, self._text - len(rest)
+                return
+
+    def _say(self, what: str) -> None:
+        _damage[self._path] = f"{self._codec} stream {what}"
+
+    def __enter__(self) -> _Tolerant:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _GzipTolerant(_Tolerant):
     """A gzip reader that ends quietly where the stream is torn or corrupt (a log gzipped while
     being cut), and says so in :func:`gzip_damage`."""
 
+    _codec = "gzip"
+
     def __init__(self, path: Path) -> None:
         self._path = str(path)
-        self._fh = open(path, "rb")  # noqa: SIM115 - closed in __exit__
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._inflate = zlib.decompressobj(47)  # gzip header, multi-member handled below
         self._fed = False  # the current member has had bytes: the file must not end before its end
         self._next = b""  # bytes after a member's end: the next member, if any
@@ -199,20 +237,59 @@ class _GzipTolerant:
         self._text += len(out)
         return bytes(out)
 
-    def skip_zeros(self) -> None:
-        """Go past the zeros the text starts with (a ``copytruncate`` hole, gzipped with its log)."""
-        while chunk := self.read(1 << 20):
-            if rest := chunk.lstrip(b"\0"):
-                self._salvaged, self._text = rest + self._salvaged, self._text - len(rest)
-                return
+    def close(self) -> None:
+        self._fh.close()
 
-    def _say(self, what: str) -> None:
-        _damage[self._path] = f"gzip stream {what}"
 
-    def __enter__(self) -> _GzipTolerant:
-        return self
+class _StreamTolerant(_Tolerant):
+    """An xz, bzip2 or zstd reader that ends quietly where the stream is torn or corrupt, and says
+    so in :func:`gzip_damage`. zstd is read by the ``zstd`` program (Python 3.11 has no module
+    for it); where none is installed, opening raises ``OSError`` saying so."""
 
-    def __exit__(self, *exc: object) -> None:
+    _PIECE = 1 << 16  # (a failed read loses what it had inflated: read in small pieces)
+
+    def __init__(self, path: Path, codec: str) -> None:
+        self._path, self._codec, self._done, self._text, self._proc = str(path), codec, False, 0, None
+        _damage.pop(self._path, None)
+        if codec == "zstd":
+            program = shutil.which("zstd")
+            if program is None:
+                raise OSError(0, "compressed with zstd, and no zstd program is installed here to read it (zstd -d it first)")
+            self._proc = subprocess.Popen([program, "-dcq", "--", self._path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self._fh: Any = self._proc.stdout
+        else:
+            self._fh = (lzma.open if codec == "xz" else bz2.open)(path, "rb")  # (both read concatenated streams)
+
+    def read(self, n: int) -> bytes:
+        out, self._salvaged = bytearray(self._salvaged[:n]), self._salvaged[n:]
+        while len(out) < n and not self._done:
+            try:
+                piece = self._fh.read(min(self._PIECE, n - len(out)))
+            except EOFError:  # (lzma, bz2: the file ends mid-stream)
+                self._stop(f"cut off after {self._text + len(out):,} bytes of text (the file ends mid-stream): the rest of the log is missing")
+                break
+            except (lzma.LZMAError, OSError):
+                self._stop(f"corrupt after {self._text + len(out):,} bytes of text: the rest of the file was skipped")
+                break
+            if not piece:
+                self._done = True
+                if self._proc is not None and self._proc.wait() != 0:
+                    why = self._proc.stderr.read().decode(errors="replace").strip().splitlines()
+                    self._say(f"unreadable after {self._text + len(out):,} bytes of text ({why[-1] if why else 'zstd failed'}): the rest of the file was skipped")
+                break
+            out += piece
+        self._text += len(out)
+        return bytes(out)
+
+    def _stop(self, what: str) -> None:
+        self._done = True
+        self._say(what)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc.stderr.close()
         self._fh.close()
 
 
@@ -231,14 +308,34 @@ def _inflate_until_error(inflate: Any, raw: bytes, piece: int = 4096) -> bytes:
 
 
 def open_log(path: Path) -> Any:
-    """``path`` opened for bytes, plain or gzipped (known by its magic bytes, read up to a tear)."""
-    return _GzipTolerant(path) if is_gzip(path) else open(path, "rb")  # noqa: SIM115
+    """``path`` opened for bytes, plain or compressed (known by its magic bytes, read up to a tear)."""
+    codec = compression(path)
+    if codec is None:
+        return open(path, "rb")  # noqa: SIM115
+    return _GzipTolerant(path) if codec == "gzip" else _StreamTolerant(path, codec)
+
+
+#: Compressed logs by their first bytes: what logrotate's ``compresscmd`` may be (bzip2's block
+#: magic after its level, so a line starting "BZh" is no bzip2 stream).
+_MAGIC = {"gzip": re.compile(rb"\x1f\x8b"), "xz": re.compile(rb"\xfd7zXZ\x00"),
+          "bzip2": re.compile(rb"BZh[1-9]1AY&SY"), "zstd": re.compile(rb"\x28\xb5\x2f\xfd")}
+_MAGIC_BYTES = 10
+
+
+def _codec(head: bytes) -> str | None:
+    return next((codec for codec, magic in _MAGIC.items() if magic.match(head)), None)
+
+
+def compression(path: Path) -> str | None:
+    """How ``path`` is compressed (``gzip``, ``xz``, ``bzip2``, ``zstd``), or ``None`` for a plain
+    file (raises ``OSError`` when it cannot be read)."""
+    with open(path, "rb") as fh:
+        return _codec(fh.read(_MAGIC_BYTES))
 
 
 def is_gzip(path: Path) -> bool:
-    """Whether ``path`` starts as a gzip stream does (raises ``OSError`` when it cannot be read)."""
-    with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
+    """Whether ``path`` is compressed (gzip or another codec): read from the top, never seeked."""
+    return compression(path) is not None
 
 
 def collect_lines(
@@ -463,7 +560,7 @@ def _file_start(block: bytes) -> bytes:
 def _blocks(path: Path, size: int) -> Iterator[bytes]:
     fd = os.open(path, os.O_RDONLY)  # opened once: a session's thousands of small files
     try:
-        if os.pread(fd, 2, 0) != b"\x1f\x8b":
+        if not _codec(os.pread(fd, _MAGIC_BYTES, 0)):
             for _, block in _positioned_blocks(fd, size, _data_start(fd)):
                 yield block
             return
@@ -547,7 +644,7 @@ def head_bytes(path: Path, n_bytes: int) -> bytes:
     """The first ``n_bytes`` of ``path`` (decompressed) past a hole of zeros at its start (see
     :func:`_line_blocks`: a hole of gigabytes would hide every line from a head read at 0)."""
     with open_log(path) as fh:
-        if isinstance(fh, _GzipTolerant):
+        if isinstance(fh, _Tolerant):
             fh.skip_zeros()
         else:
             fh.seek(_data_start(fh.fileno()))

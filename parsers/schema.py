@@ -128,13 +128,17 @@ def abandoned_by_later_parts(rows: pl.DataFrame, part: str, within: str = "key")
     return joined.select((pl.col("step") >= pl.col("back")).fill_null(False).alias("abandoned")).to_series()
 
 
+#: A compressed log's suffix: what logrotate's ``compresscmd`` may add.
+COMPRESSED = r"(?:\.(?:gz|xz|bz2|zst))"
 #: The end of a rotated log's name: logrotate's number (``.1``) or date (``dateext``: ``-20251111``,
-#: ``-2025111117``, ``-20251111-1762900000``), then ``.gz``.
-ROTATED = r"(?:\.(?P<rot>\d+)|-(?P<date>\d{8}(?:\d{2})?(?:-\d+)?))?(?:\.gz)?$"
+#: ``-2025111117``, ``-20251111-1762900000``), Python's ``TimedRotatingFileHandler``'s date
+#: (``.2025-11-11``, ``.2025-11-11_17``, ``_17-05``, ``_17-05-00``), or ``.old``; then compression.
+ROTATED = (r"(?:\.(?P<rot>\d+)|-(?P<date>\d{8}(?:\d{2})?(?:-\d+)?)"
+           r"|\.(?P<timed>\d{4}-\d{2}-\d{2}(?:_\d{2}(?:-\d{2}){0,2})?)|(?P<old>\.old))?" + COMPRESSED + "?$")
 
 
 def stream_of(file: pl.Expr) -> pl.Expr:
-    """A log's name without a rotation's number or date or ``.gz``: ``trainer.log.2.gz`` and
+    """A log's name without a rotation's number or date or compression: ``trainer.log.2.gz`` and
     ``trainer.log-20251111.gz`` → ``trainer.log``. Only a log's own rotated parts are one run's
     attempts in order; two logs side by side are not."""
     return file.cast(pl.String).str.replace(ROTATED, "")

@@ -1,0 +1,120 @@
+"""Rotated and compressed parts of a trainer log, by every name the tools that rotate logs give
+them: logrotate with ``compresscmd`` xz, bzip2 or zstd, Python's ``TimedRotatingFileHandler``,
+a copy moved aside as ``.old``. Each is the run's earlier steps, read before the live log; a part
+that cannot be read is named, never dropped without a word. A log given by name is judged by its
+content, whatever its name.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from areal_builder import RunSpec, healthy_reward, write_run
+from typer.testing import CliRunner
+
+from forensics import analyze
+from forensics.cli import app
+
+runner = CliRunner()
+ZSTD = shutil.which("zstd")
+
+
+def _zstd(data: bytes) -> bytes:
+    return subprocess.run([ZSTD or "zstd", "-q", "-c"], input=data, capture_output=True, check=True).stdout
+
+
+COMPRESS = {".xz": lzma.compress, ".bz2": bz2.compress, ".gz": gzip.compress, ".zst": _zstd, "": bytes}
+
+
+def _rotated_run(tmp_path: Path, names: tuple[str, str]):
+    """A run collapsing at step 30, its log rotated before steps 21 and 41 into ``names``."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    text = paths.trainer_log.read_bytes()
+    cuts = [text.rindex(b"\n", 0, text.index(f"Train step {n}/".encode())) + 1 for n in (21, 41)]
+    parts = [text[: cuts[0]], text[cuts[0] : cuts[1]], text[cuts[1] :]]
+    for name, part in zip(names, parts[:2], strict=True):
+        (paths.log_dir / name).write_bytes(COMPRESS[next((z for z in COMPRESS if z and name.endswith(z)), "")](part))
+    paths.trainer_log.write_bytes(parts[2])
+    return paths
+
+
+@pytest.mark.parametrize("names", [
+    ("trainer.log.2.xz", "trainer.log.1.xz"),
+    ("trainer.log.2.bz2", "trainer.log.1.bz2"),
+    pytest.param(("trainer.log.2.zst", "trainer.log.1.zst"), marks=pytest.mark.skipif(ZSTD is None, reason="no zstd program")),
+    ("trainer.log.2025-11-09", "trainer.log.2025-11-10"),
+    ("trainer.log.2025-11-10_08", "trainer.log.2025-11-10_09.xz"),
+    ("trainer.log.2025-11-10_08-15-00.gz", "trainer.log.old"),
+])
+def test_rotated_parts_by_any_tools_names_are_the_runs_earlier_steps(tmp_path: Path, names: tuple[str, str]) -> None:
+    paths = _rotated_run(tmp_path, names)
+    [run] = analyze([paths.fileroot]).runs
+    trainer = [Path(s.path).name for s in run.sources if s.kind == "areal_trainer"]
+    assert trainer == [*names, "trainer.log"]
+    assert run.step_range() == {"first": 1, "last": 60, "count": 60}
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+    assert run.recommendation.step == 20
+
+
+def test_a_whole_log_compressed_with_xz_is_read(tmp_path: Path) -> None:
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    packed = paths.trainer_log.with_name("trainer.log.xz")
+    packed.write_bytes(lzma.compress(paths.trainer_log.read_bytes()))
+    paths.trainer_log.unlink()
+    [run] = analyze([paths.fileroot]).runs
+    assert [Path(s.path).name for s in run.sources if s.kind == "areal_trainer"] == ["trainer.log.xz"]
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+    # the onset cites the compressed file's own line, read back from it
+    onset = run.incidents[0].onset_evidence
+    assert Path(onset.file).name == "trainer.log.xz" and onset.text
+    line = lzma.decompress(packed.read_bytes()).decode().split("\n")[onset.line - 1]
+    assert "task_reward/avg" in onset.text and "task_reward/avg" in line and "0.0000e+00" in line
+
+
+@pytest.mark.parametrize("suffix", [".xz", ".bz2"])
+def test_a_torn_compressed_part_reads_as_a_shorter_log_and_says_so(tmp_path: Path, suffix: str) -> None:
+    paths = _rotated_run(tmp_path, (f"trainer.log.2{suffix}", f"trainer.log.1{suffix}"))
+    torn = paths.log_dir / f"trainer.log.1{suffix}"
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size * 2 // 3])
+    [run] = analyze([paths.fileroot]).runs
+    [source] = [s for s in run.sources if Path(s.path).name == torn.name]
+    codec = {".xz": "xz", ".bz2": "bzip2"}[suffix]
+    assert any(note.startswith(f"{codec} stream cut off after ") for note in source.notes), source.notes
+    assert run.step_range()["last"] == 60
+
+
+def test_a_zstd_part_with_no_zstd_program_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python 3.11 reads no zstd: the ``zstd`` program does. Without it the part is named as
+    skipped, and the run is not judged as if the live log were all of it without a word."""
+    paths = _rotated_run(tmp_path, ("trainer.log.2", "trainer.log.1"))
+    for name in ("trainer.log.2", "trainer.log.1"):  # (zstd's magic: what a zstd file starts with)
+        (paths.log_dir / f"{name}.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 64)
+        (paths.log_dir / name).unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    out = tmp_path / "report"
+    result = runner.invoke(app, ["analyze", str(paths.fileroot), "--no-cache", "--out", str(out), "--json", str(out / "a.json")])
+    said = " ".join(result.output.split())
+    assert "trainer.log.1.zst: compressed with zstd, and no zstd program is installed here" in said
+    [run] = json.loads((out / "a.json").read_text())["runs"]
+    [skipped] = [s for s in run["sources"] if Path(s["path"]).name == "trainer.log.2.zst"]
+    assert skipped["kind"] == "unreadable" and "compressed with zstd" in skipped["notes"][0]
+
+
+@pytest.mark.parametrize("name", ["trainer (1).log", "trainer.log.bak", "trainer.log.2025-11-11", "run-7 copy.txt"])
+def test_a_log_given_by_name_is_read_whatever_its_name(tmp_path: Path, name: str) -> None:
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    given = tmp_path / "downloads" / name
+    given.parent.mkdir()
+    shutil.copyfile(paths.trainer_log, given)
+    result = runner.invoke(app, ["events", str(given), "--no-cache", "--kind", "reward_zero"])
+    assert result.exit_code == 0, result.output
+    [run] = analyze([given]).runs
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
