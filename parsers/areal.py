@@ -47,6 +47,8 @@ _HEAD_CHARS = 320
 _LITE_HEADER = r"INFO: Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
 _REALHF_HEADER = r"INFO: Epoch (\d+)/(\d+) step (\d+)/(\d+) \(global step (\d+)\) finishes\."
 _STATS_ANCHOR = r"INFO: Stats \(\d+/\d+\):|INFO: RPC name \S+ returns"
+#: ``i`` of ``Stats (i/N)``: a step's tables count 1 … N (one per PPO minibatch in v0.4.0).
+_STATS_PART = r"INFO: Stats \((\d+)/\d+\):"
 _TIME_TABLE_ANCHOR = r"Detailed time stats:"
 _FACT_LINES = r"Launcher|Local Scheduler|LocalScheduler"
 _CHAIN_MARKER = r"^(?:During handling of the above exception|The above exception was the direct cause)"
@@ -177,7 +179,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     split = (
         lines.filter(pl.col("text").str.starts_with("│"))
         # (a row with bytes that are not UTF-8 in it is damaged: a key read through them would be a new one)
-        .with_columns((pl.col("text").str.strip_chars_end().str.ends_with("│") & ~pl.col("text").str.contains("\ufffd", literal=True)).alias("complete"))
+        .with_columns((pl.col("text").str.strip_chars_end().str.ends_with("│") & ~pl.col("text").str.contains("\ufffd", literal=True)
+                       & ~pl.col("text").str.contains("\0", literal=True)).alias("complete"))
         .select("line", "complete", fields.alias("f"))
         .unnest("f")
         .select("line", "complete", *columns, (pl.col(f"field_{2 * pairs + 1}").str.strip_chars() != "").fill_null(False).alias("overflow"))
@@ -256,6 +259,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         text.str.contains("Training completes! Total time elapsed", literal=True).alias("completes"),
         pl.when(text.str.contains("(global step ", literal=True)).then(_header_step(text, _REALHF_HEADER, r"\(global step (\d+)\) finishes\.", " finishes.")).alias("realhf_step"),
         (text.str.contains(_STATS_ANCHOR) | text.str.contains(_TIME_TABLE_ANCHOR)).alias("anchor"),
+        text.str.extract(_STATS_PART, 1).cast(pl.Int32, strict=False).alias("part"),
     ).filter(pl.any_horizontal(pl.col("lite_step", "planned", "realhf_step").is_not_null()) | pl.col("completes") | pl.col("anchor"))
     # Untimed lines matter as traceback starts and exceptions, and through their neighbours among
     # the untimed lines (is the traceback chained?): those, and each batch's first and last untimed
@@ -281,9 +285,13 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     # Whole rows are kept as runs (one per table, or per part of a table cut by the batch), which
     # is all that counting the rows before the first owned table needs; cut-off rows as counts.
     tops = base.filter(first == "╒").select(pl.col("line").alias("top"))
+    # Lines holding NUL bytes: pages a crash left zeroed, which may have swallowed a step's header
+    # and its table's top border; rows below one are no table's above it.
+    zeroed = lines.filter(pl.col("text").str.contains("\0", literal=True)).select("line")
     runs = (
         whole.select("line")
-        .join_asof(tops, left_on="line", right_on="top", strategy="backward")
+        .join_asof(pl.concat([tops, zeroed.select(pl.col("line").alias("top"))]).sort("top"),
+                   left_on="line", right_on="top", strategy="backward")
         .group_by("top", maintain_order=True)
         .agg(pl.col("line").first().alias("first"), pl.len().alias("rows"))
         .select("first", "rows")
@@ -295,6 +303,7 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
     )
     parts = {
         "runs": runs,
+        "zeroed": zeroed,
         "row_counts": row_counts,
         "cells": cells,
         "timed": timed,
@@ -338,7 +347,8 @@ def _assemble(
     headers = _headers(marks)
     damaged = int((headers["step"] == _DAMAGED).sum())
     steps = conform(headers.filter(pl.col("step") != _DAMAGED).with_columns(pl.lit(path).alias("file")), STEP_SCHEMA)
-    metrics, superseded, orphans, bad_values = _table_metrics(path, runs, cells, tops, marks, headers)
+    zeroed = parts["zeroed"]
+    metrics, superseded, orphans, headless, bad_values = _table_metrics(path, runs, cells, tops, marks, headers, zeroed)
     memory = _line_metrics(path, lined, fmt)
     events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
@@ -351,6 +361,10 @@ def _assemble(
         for count, what in (
             (orphans, "table rows belong to no step header (pasted or cut-off tables)"),
             (damaged, "step headers carry no readable step number (a damaged line): their tables were skipped"),
+            (zeroed.height, "lines hold NUL bytes (pages left zeroed by a crash, or a torn copy): table rows below them "
+                            "with no step header of their own were skipped"),
+            (headless, "stats tables follow a step's own with no step header of their own (a header line lost to "
+                       "damage: NUL bytes, another writer's bytes): skipped, not counted as the step above's"),
             (broken, "table rows cut off mid-row were skipped"),
             (bad_values, "table values were not numbers"),
             (int(counts["undated"].sum()), "logger lines carry a time that is no date (a damaged digit): read without a time"),
@@ -449,19 +463,21 @@ _TABLE_AFTER = 200
 
 
 def _table_metrics(
-    path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, marks: pl.DataFrame, headers: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame, int, int]:
+    path: str, runs: pl.DataFrame, cells: list[pl.DataFrame], tops: pl.DataFrame, marks: pl.DataFrame, headers: pl.DataFrame,
+    zeroed: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, int, int, int]:
     """Whole table rows' cells (one frame per batch, in file order, let go as they are read)
     → (step, key, value); an attempt a relaunch abandoned is kept apart. ``runs``: the whole rows, one
-    run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``).
+    run (``first`` line, ``rows``) per table and batch; ``tops``: the tables' top borders (``top``);
+    ``zeroed``: lines holding NUL bytes, below which no row is a table's above them.
 
     Returns the metrics, the abandoned attempts' values, the number of rows that belong to no
-    step, and of non-numeric values.
+    step, of tables whose step header was lost, and of non-numeric values.
     """
     if runs.is_empty():
-        return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0
+        return pl.DataFrame(schema=METRIC_SCHEMA), pl.DataFrame(schema=METRIC_SCHEMA), 0, 0, 0
     tops = tops.sort("top")
-    anchors = marks.filter("anchor").select(pl.col("line").alias("anchor")).sort("anchor")
+    anchors = marks.filter("anchor").select(pl.col("line").alias("anchor"), "part").sort("anchor")
     # A table belongs to the stats anchor above its top border when it is the first table after it:
     # other writers' lines may come between (the rollout thread's timeouts in a flood, ranks tee'd
     # into one log, merged.log's streams), up to a bound. AReaL-lite prints tables after their step
@@ -484,15 +500,23 @@ def _table_metrics(
         # (of a step's copies the run still holds, the latest: a stray damaged header's twin too)
         .with_columns(pl.col("latest") & (pl.col("header") == pl.col("header").max().over("step")))
     )
+    # A step's tables count Stats (1/N) … (N/N): a (1/N) after the first under one header is the
+    # next step's, whose header was lost (a NUL page, a flipped byte, another writer's bytes). It
+    # and the tables after it are no step's: skipped and counted, not averaged into the step above.
+    restarts = (pl.col("part") == 1) & (pl.int_range(pl.len()).over("header") > 0)
+    owned = owned.with_columns(restarts.fill_null(False).cum_max().over("header").alias("headless"))
+    headless = int(owned["headless"].sum())
+    owned = owned.with_columns(pl.when(pl.col("headless")).then(pl.lit(_DAMAGED, pl.Int64)).otherwise("step").alias("step"))
     owners = owned.select("top", "header", "step", "time", pl.col("latest") & (pl.col("step") != _DAMAGED))
     # A stats table no header owns (yet: realhf prints a step's before its header, and a log may end
     # between them) owns nothing: its rows are not the table's above it.
     waiting = tables.join(owners, on="top", how="anti").select("top")
-    owners = pl.concat([owners, waiting], how="diagonal").sort("top")
+    breaks = zeroed.select(pl.col("line").alias("top"))
+    owners = pl.concat([owners, waiting, breaks], how="diagonal").sort("top")
     # A row has an owner when an owned table starts above it, and its own table is not one waiting.
     owner_of_runs = runs.sort("first").join_asof(owners.select("top", "step"), left_on="first", right_on="top", strategy="backward")
     orphans = int(owner_of_runs.filter(pl.col("step").is_null())["rows"].sum())
-    several = (owned.filter(pl.col("latest")).group_by("header").len()["len"].max() or 0) > 1
+    several = (owned.filter(pl.col("latest") & ~pl.col("headless")).group_by("header").len()["len"].max() or 0) > 1
     if several:  # a step's tables may straddle two batches: their cells are averaged together
         cells[:] = [pl.concat(cells)]
     out, earlier, bad = [], [], 0
@@ -501,7 +525,7 @@ def _table_metrics(
         out.append(metrics)
         earlier.append(superseded)
         bad += nulls
-    return pl.concat(out, rechunk=False), pl.concat(earlier), orphans, bad
+    return pl.concat(out, rechunk=False), pl.concat(earlier), orphans, headless, bad
 
 
 #: The events of :func:`_non_finite_rows`: a table row quoted, whatever value in it went non-finite.

@@ -548,3 +548,45 @@ def test_lines_of_other_writers_between_a_stats_line_and_its_table_leave_it_its_
     reward = log.metrics.filter(pl.col("key") == "grpo_actor/task_reward/avg").sort("step")
     assert reward["step"].to_list() == list(range(1, 61))
     assert reward.filter(pl.col("value") == 0)["step"].min() == 40
+
+
+@pytest.mark.parametrize("damage", [b"Train st\xe5p", b"Trai\x00\x00 step", b"{'loss': 0.1}"])
+def test_a_step_whose_header_was_lost_is_not_averaged_into_the_step_above(tmp_path: Path, damage: bytes) -> None:
+    """A flipped byte, a NUL or another writer's bytes in step 21's header: its table follows step
+    20's own under one header. It is step 21's, skipped and said, never averaged into step 20's
+    (a second ``Stats (1/1)`` is no minibatch: those count ``(1/k)`` … ``(k/k)``)."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, reward=lambda s: 0.25 if s % 2 else 0.75))
+    text = paths.trainer_log.read_bytes()
+    at = text.index(b"Train step 21/")
+    paths.trainer_log.write_bytes(text[:at] + damage + text[at + len(b"Train step"):])
+    log = read_areal_log(paths.trainer_log)
+    reward = values(log, "grpo_actor/task_reward/avg")
+    assert reward[20] == 0.75 and 21 not in reward and reward[22] == 0.75
+    assert any(note.startswith("1 stats tables follow a step's own with no step header of their own") for note in log.notes), log.notes
+
+
+def test_zeroed_pages_that_swallowed_a_header_leave_the_rows_below_them_to_no_step(tmp_path: Path) -> None:
+    """A crash leaves two 4 KiB pages of zeros in place across step 30's header (ext4, XFS): the
+    rows of step 30's table below them are no step's; step 29 keeps its own values, and the
+    NUL bytes are said."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else 0.5))
+    text = paths.trainer_log.read_bytes()
+    header = text.rindex(b"\n", 0, text.index(b"Train step 30/")) + 1
+    start = (header - 2500) // 4096 * 4096
+    paths.trainer_log.write_bytes(text[:start] + b"\0" * 8192 + text[start + 8192:])
+    log = read_areal_log(paths.trainer_log)
+    reward = values(log, "grpo_actor/task_reward/avg")
+    assert reward.get(29, 0.5) == 0.5 and 30 not in reward and reward[31] == 0.0
+    assert any("lines hold NUL bytes" in note for note in log.notes), log.notes
+
+
+def test_minibatch_tables_one_to_k_under_one_header_are_one_steps(tmp_path: Path) -> None:
+    """v0.4.0 with ``ppo_n_minibatches: 2``: ``Stats (1/2)`` and ``(2/2)`` are one step's; a
+    ``(1/2)`` again under that header is the next step's, its header lost."""
+    text = stats_block(1, [{"grpo_actor/k0": 1.0}, {"grpo_actor/k0": 3.0}])
+    lost = stats_block(2, [{"grpo_actor/k0": 10.0}, {"grpo_actor/k0": 30.0}]).split("\n", 1)[1]  # (its header gone)
+    path = tmp_path / "trainer.log"
+    path.write_text(text + lost + stats_block(3, [{"grpo_actor/k0": 5.0}, {"grpo_actor/k0": 7.0}]))
+    log = read_areal_log(path)
+    assert values(log, "grpo_actor/k0") == {1: 2.0, 3: 6.0}
+    assert any(note.startswith("2 stats tables follow") for note in log.notes), log.notes
