@@ -568,7 +568,8 @@ def watch(
 
         console.print(f"watching {path} every {interval:g} s (state: {watcher.state_dir})", markup=False)
         try:
-            watcher.follow(handle, interval=interval, timeout=timeout)
+            watcher.follow(handle, interval=interval, timeout=timeout,
+                           on_notice=lambda said: console.print(f"warning: {said}", markup=False, soft_wrap=True))
         except KeyboardInterrupt:
             pass
         finally:

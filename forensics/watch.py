@@ -68,7 +68,7 @@ from forensics.detect import (
     uncaught_summary,
     value_token,
 )
-from forensics.discover import PathArg, analyzed_tree, find_runs, within
+from forensics.discover import LEFT_BESIDE, PathArg, RunLocation, analyzed_tree, find_runs, within
 from forensics.errors import NoCacheDir, NoRunsFound, PathNotFound, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
@@ -166,6 +166,8 @@ class ReplayResult:
     """``(kind, onset_step)`` of each incident the offline analysis found."""
     folded: list[Alarm] = field(default_factory=list)
     """Alarms not raised: their incident's alarms had already told their cause."""
+    not_read: list[str] = field(default_factory=list)
+    """The run's files that could not be read (``path: why``): no alarm could come from them."""
 
     def to_dict(self) -> dict[str, Any]:
         first = self.alarms[0].step if self.alarms else None
@@ -175,6 +177,7 @@ class ReplayResult:
             "last_step": self.last_step,
             "offline_onsets": [{"kind": k, "onset_step": s} for k, s in self.offline_onsets],
             "folded": [{"kind": a.kind, "step": a.step, "onset_step": a.onset_step, "cause": a.cause} for a in self.folded],
+            "not_read": self.not_read,
         }
 
 
@@ -199,7 +202,8 @@ def replay(
         alarms = list({a.key: a for a in reversed(alarms)}.values())[::-1]  # as the watcher: once per key
         offline = analyze_run(run, s.thresholds)
         last = int(run.steps["step"].max()) if not run.steps.is_empty() else None
-        results.append(ReplayResult(location.run_id, alarms, last, [(i.kind, i.onset_step) for i in offline.incidents], folded))
+        results.append(ReplayResult(location.run_id, alarms, last, [(i.kind, i.onset_step) for i in offline.incidents], folded,
+                                    _not_read(location)))
     return results
 
 
@@ -232,13 +236,22 @@ class Watcher:
         self._state = _State(self.state_dir / "alarms.json")
         self.folded: list[Alarm] = []
         """Alarms not raised: their incident's alarms had already told their cause."""
+        self.notices: list[str] = []
+        """What the last poll could not read, each said once (a log it may not read, a pipe, no run
+        there yet): a watch that reads nothing guards nothing, and must say so."""
+        self._said: set[str] = set()
 
     def poll(self) -> list[Alarm]:
         """Read what is new and return the alarms raised by it (nothing while no run is there yet)."""
+        self.notices = []
         try:
             locations = find_runs([self.path], custom_format=self._custom_format)
-        except (NoRunsFound, PathNotFound):
+        except (NoRunsFound, PathNotFound) as exc:
+            self._notice(f"{exc} (looking again at each poll)")
             return []
+        for location in locations:
+            for problem in _not_read(location):
+                self._notice(f"not read: {problem}")
         raised: list[Alarm] = []
         for location in locations:
             run = load_run(location, custom_format=self._custom_format, cache=self._cache, keys=ANALYSIS_KEYS)
@@ -267,20 +280,30 @@ class Watcher:
                     raised.append(alarm)
         return raised
 
+    def _notice(self, said: str) -> None:
+        if said not in self._said:
+            self._said.add(said)
+            self.notices.append(said)
+
     def run(self, run_id: str) -> RunData | None:
         """The run's frames as of the last poll (for a report written at alarm time)."""
         return self._runs.get(run_id)
 
-    def follow(self, on_alarm: Callable[[Alarm], bool], *, interval: float = 30.0, timeout: float | None = None) -> int:
+    def follow(self, on_alarm: Callable[[Alarm], bool], *, interval: float = 30.0, timeout: float | None = None,
+               on_notice: Callable[[str], None] | None = None) -> int:
         """Poll every ``interval`` seconds; hand each alarm to ``on_alarm``, stop after a poll one of
         whose alarms it returned ``False`` for, or after ``timeout`` seconds. Every alarm of that
         poll is handed over all the same: the state has them as raised, and a restarted watch does
-        not raise them again. Returns how many alarms were raised."""
+        not raise them again. Each of :attr:`notices` goes to ``on_notice``. Returns how many
+        alarms were raised."""
         started = self._clock()
         count = 0
         while True:
             go_on = True
-            for alarm in self.poll():
+            alarms = self.poll()
+            for notice in self.notices if on_notice is not None else ():
+                on_notice(notice)
+            for alarm in alarms:
                 count += 1
                 go_on = on_alarm(alarm) and go_on
             if not go_on:
@@ -288,6 +311,12 @@ class Watcher:
             if timeout is not None and self._clock() - started + interval > timeout:
                 return count
             _time.sleep(interval)
+
+
+def _not_read(location: RunLocation) -> list[str]:
+    """The files of a run found that could not be read (``path: why``); not those only left beside
+    a log given by name."""
+    return [problem for problem in location.skipped if LEFT_BESIDE not in problem]
 
 
 def default_state_dir(path: Path) -> Path:

@@ -43,7 +43,10 @@ def render_replay(results: list[ReplayResult], console: Console) -> None:
                 said = f"{result.run_id}'s first alarm ({first.kind}) would have come at step {first.step}, {when}: no step saved"
             console.print(said, markup=False, soft_wrap=True)
         else:
-            console.print(f"no alarm would have fired for {result.run_id}", markup=False, soft_wrap=True)
+            unread = f", from what could be read ({len(result.not_read)} not read, below)" if result.not_read else ""
+            console.print(f"no alarm would have fired for {result.run_id}{unread}", markup=False, soft_wrap=True)
+        for problem in result.not_read:
+            console.print(f"warning: not read: {problem}", markup=False, soft_wrap=True)
         if result.folded:
             said = ", ".join(f"{a.kind} at step {a.step}" for a in result.folded)
             console.print(f"folded into their incident's alarms (no new cause): {said}", markup=False, soft_wrap=True)

@@ -938,3 +938,33 @@ def test_a_slow_alarm_command_holds_up_no_later_alarm_and_is_waited_for_at_the_e
     ran = sorted((tmp_path / "ran.txt").read_text().splitlines())
     assert ran == sorted(f"{a['run_id']} {a['report']}" for a in alarms)
     assert len({a["report"] for a in alarms}) == len(alarms) and all(Path(a["report"]).is_file() for a in alarms)
+
+
+def test_a_watch_that_cannot_read_the_runs_log_says_so(tmp_path: Path) -> None:
+    """A trainer.log that is a pipe (or one another account's job may not be read by this one): the
+    watch guards nothing, and says so once, live and in the replay alike, as ``analyze`` does; a
+    folder with no run yet is said once too, not at every poll."""
+    import os
+    import shutil
+
+    outputs = stopped_days_ago("areal_seed000", tmp_path)
+    [packed] = outputs.glob("logs/*/*/*/trainer.log.gz")
+    packed.unlink()
+    os.mkfifo(packed.with_name("trainer.log"))
+    state = ["--state-dir", str(tmp_path / "state")]
+    live = runner.invoke(app, ["watch", str(outputs), "--interval", "0.2", "--timeout", "1", *state])
+    said = [line for line in live.output.splitlines() if line.startswith("warning: not read: ")]
+    assert live.exit_code == 0 and len(said) == 1 and said[0].endswith("trainer.log: a named pipe, not a file: not read "
+                                                                          "(reading would take what a writer sends)"), live.output
+    replayed = runner.invoke(app, ["watch", "--replay", str(outputs)])
+    assert "from what could be read (1 not read, below)" in replayed.output
+    assert "warning: not read: " in replayed.output and "trainer.log: a named pipe" in replayed.output
+    doc = json.loads(runner.invoke(app, ["watch", "--replay", "--json", str(outputs)]).stdout)
+    assert [Path(p.split(": ")[0]).name for p in doc["runs"][0]["not_read"]] == ["trainer.log"]
+
+    empty = tmp_path / "not-yet"
+    empty.mkdir()
+    waiting = runner.invoke(app, ["watch", str(empty), "--interval", "0.2", "--timeout", "1", *state])
+    assert waiting.exit_code == 0
+    assert waiting.output.count("no training run found") == 1 and "looking again at each poll" in waiting.output
+    shutil.rmtree(empty)
