@@ -117,6 +117,8 @@ def explain(
         # (a slow decline's failures may begin anywhere in it: its window runs to where it had fallen)
         last = max(onset + window_after, finding.fell_by or onset)
         spans = _Windows((first, last), (max(first - baseline, 0), first - 1))
+    if clock is not None and not clock.is_empty():
+        spans = _within_the_log(spans, int(clock["step"].min()))
     attributed = attributed if attributed is not None else attribute(events, clock)
     # (slices where the rows lie together: a flood's window copied whole took half a gigabyte)
     in_window = rows_where(attributed, _during(spans.window))
@@ -349,6 +351,13 @@ def _logged_later(window: pl.DataFrame, spans: _Windows, cause: Cause) -> str:
              else f"{n} of the {of} {first['kind']} {'was' if n == 1 else 'were'}")
     return (f"{which} logged only when the{how_long} timeout ran out (from step {first['step']}):"
             f" {'its request was' if n == 1 else 'their requests were'} sent in {step_span(*spans.window)}.")
+
+
+def _within_the_log(spans: _Windows, first_logged: int) -> _Windows:
+    """``spans`` begun no earlier than the first step a log read holds: steps before it (rotated
+    away, never copied) are no baseline of zero failures, and no part of the window."""
+    window = (max(spans.window[0], first_logged), spans.window[1])
+    return _Windows(window, (max(spans.baseline[0], first_logged), min(spans.baseline[1], window[0] - 1)))
 
 
 def _rate_test(window: pl.DataFrame, baseline: pl.DataFrame, spans: _Windows) -> pl.DataFrame:

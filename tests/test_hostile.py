@@ -256,6 +256,16 @@ def test_an_out_folder_that_is_a_file_is_refused_first(damaged: Path, tmp_path: 
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.parametrize("option", [["analyze", "--json"], ["analyze", "--markdown"], ["metrics", "--output"],
+                                    ["compare", "{tree}", "--json"]])
+def test_a_file_output_that_is_a_folder_is_refused_first(damaged: Path, tmp_path: Path, option: list[str]) -> None:
+    """``--json DIR``: refused before the analysis, in a sentence, not after it with a raw errno."""
+    command, *rest, flag = option
+    refused = invoke(command, str(damaged), *[part.format(tree=damaged) for part in rest], "--no-cache", flag, str(tmp_path))
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert f"{flag} {tmp_path} is a folder; give a file to write (or - for stdout)" in refused.stderr
+
+
 def test_outputs_beside_a_log_given_alone_are_inside_its_run(tmp_path: Path) -> None:
     """A file given alone is read with its folder (the run's: checkpoints, config): a cache or report
     there is refused, one elsewhere is not; a loop or a missing path is answered as such."""
@@ -938,3 +948,20 @@ def test_a_folder_where_the_trainer_log_should_be_is_said(tmp_path: Path) -> Non
     (trial / "trainer.log" / "part0").mkdir(parents=True)
     [run] = analyze([tmp_path / "run" / "outputs"]).runs
     assert "trainer.log: a folder, not a log: read as any folder is" in run.data_lost()
+
+
+def test_steps_no_log_holds_are_no_baseline_for_the_cause(tmp_path: Path) -> None:
+    """Only the newest part of the trainer log survives (logrotate's ``rotate 1``), from step 1200:
+    the cause's failures are counted in the steps read, not compared with "0 in the 50 steps
+    before" that no log holds (a p-value from missing data)."""
+    packed, data = _seed_trial(tmp_path)
+    text = gzip.decompress(data)
+    start = text.rindex(b"\n", 0, text.index(b"Train step 1200/")) + 1
+    packed.with_name("trainer.log").write_bytes(text[start:])
+    packed.unlink()
+    [run] = analyze([tmp_path / "run"]).runs
+    incident = run.incidents[0]
+    assert run.step_range()["first"] == 1200 and incident.onset_step == 1200
+    assert incident.cause == "inference_server_unresponsive"
+    assert "steps before" not in incident.summary and "p=" not in incident.summary
+    assert "request_timeout in steps 1200–1202" in incident.summary
