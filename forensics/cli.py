@@ -653,15 +653,22 @@ def _checkpoint_dirs(paths: list[Path], log_format: Path | None) -> list[Path]:
     return [run.checkpoint_dir for run in locate(paths, custom_format=log_format) if run.checkpoint_dir]
 
 
+#: Outputs that are one file each (``--out`` and ``--report-dir`` are folders).
+_FILE_OPTIONS = ("json", "markdown", "output")
+
+
 def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
     """Refuse, before any work, an output (``--json FILE``, ``--out DIR``, …) under an analyzed tree,
-    and an ``--out`` folder that is a file."""
+    an ``--out`` folder that is a file, and a file (``--json``, ``--markdown``, ``--output``) that is
+    a folder."""
     paths = _trees(paths)
     for option, target in outputs.items():
         if target is None or str(target) == "-":
             continue
         if option == "out" and Path(target).exists() and not Path(target).is_dir():
             raise UnusableInput(f"--out {target} is a file; give a folder for the report")
+        if option in _FILE_OPTIONS and Path(target).is_dir():
+            raise UnusableInput(f"--{option} {target} is a folder; give a file to write (or - for stdout)")
         for given in paths:
             if within(Path(target), given):
                 raise UnusableInput(f"--{option.replace('_', '-')} {target} is inside the analyzed path {given}; nothing is written there")
