@@ -371,10 +371,10 @@ def _decode(
             info.update(project=run.project or None, name=run.display_name or None)
         elif which == "exit":
             info["exit_code"] = record.exit.exit_code
-        elif which == "metric" and record.metric.glob_name == "*" and record.metric.step_metric:
-            # ``define_metric("*", step_metric=…)`` (HF Trainer, TRL): every value's step is that
-            # metric's, not W&B's count of log calls.
-            history.step_metric = record.metric.step_metric
+        elif which == "metric" and record.metric.step_metric and (record.metric.glob_name or record.metric.name):
+            # ``define_metric("*", step_metric=…)`` (HF Trainer, TRL), or of some keys ("train/*",
+            # "critic/*": W&B's docs): the run's step is that metric's, not W&B's count of log calls.
+            history.step_metric = history.step_metric or record.metric.step_metric
         elif which == "header":
             producer = record.header.version_info.producer
             info["writer"] = f"wandb-core {producer}" if producer else "legacy"
@@ -430,6 +430,7 @@ class _History:
     def __init__(self, keys: str | None) -> None:
         self.regex = keys
         self.step_metric: str | None = None
+        self._last_own: float | None = None  # (the step metric's last value, across flushes)
         self.frames: list[pl.DataFrame] = []
         self.steps: list[int] = []  # each history record's step, to find steps logged twice
         self._reset()
@@ -492,10 +493,15 @@ class _History:
         found = pl.DataFrame(rows, schema={"line": pl.Int64, "step": pl.Int64, "time": pl.Datetime("ms"), "key": pl.String, "value": pl.Float64},
                              orient="row")
         frame = pl.concat([values.filter(pl.col("value").is_not_null()).select(found.columns), found]).sort("line", maintain_order=True)
-        if self.step_metric:  # each record's step is its value of the step metric (kept whatever the key filter)
+        if self.step_metric:
+            # Each record's step is its value of the step metric (kept whatever the key filter); a
+            # record without it (a call logging keys of no pattern) is of the step last logged.
             steps = frame.filter(pl.col("key") == self.step_metric).select("line", pl.col("value").alias("own"))
-            frame = (frame.join(steps, on="line", how="left", maintain_order="left")
-                     .filter(pl.col("own").is_finite()).with_columns(pl.col("own").cast(pl.Int64).alias("step")).drop("own"))
+            own = pl.col("own").fill_null(strategy="forward").fill_null(pl.lit(self._last_own, pl.Float64))
+            frame = frame.join(steps, on="line", how="left", maintain_order="left").with_columns(own)
+            if (known := frame["own"].drop_nulls()).len():
+                self._last_own = known[-1]
+            frame = frame.filter(pl.col("own").is_finite()).with_columns(pl.col("own").cast(pl.Int64).alias("step")).drop("own")
         frame = with_keys(frame, self.regex)
         self.frames.append(frame.with_columns(pl.col("key").cast(pl.Categorical)))
 

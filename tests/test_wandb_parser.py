@@ -21,6 +21,7 @@ pytest.importorskip("wandb")
 
 from wandb_frames import legacy_stream  # noqa: E402 - tests/fixtures, on the path via conftest
 
+from forensics import analyze  # noqa: E402
 from parsers.schema import METRIC_SCHEMA  # noqa: E402
 from parsers.wandb_run import (  # noqa: E402
     WandbUnavailable,
@@ -373,6 +374,43 @@ def test_a_runs_declared_step_metric_is_its_step(tmp_path: Path) -> None:
         evals = run.metrics.filter(pl.col("key") == "eval/reward")["step"].to_list()
         assert evals == list(range(50, 401, 50))
         assert "steps are train/global_step (the run's define_metric), not W&B's count of log calls" in run.notes
+
+
+GLOB_WRITER = textwrap.dedent(
+    """
+    import json, sys, wandb
+    spec = json.loads(sys.argv[1])
+    run = wandb.init(mode="offline", dir=spec["dir"], project="gsm8k", id="globrun")
+    run.define_metric("global_step")
+    run.define_metric("critic/*", step_metric="global_step")
+    run.define_metric("actor/*", step_metric="global_step")
+    for step in range(1, 101):
+        score = 0.0 if step >= 60 else 0.5
+        run.log({"global_step": step, "critic/score/mean": score})  # two calls a training step, as many loops log
+        run.log({"global_step": step, "actor/pg_loss": 0.01})
+        run.log({"perf/throughput": float(step)})  # keys of no pattern: the step last logged
+    wandb.finish()
+    """
+)
+
+
+def test_a_step_metric_declared_for_some_keys_is_the_runs_step(tmp_path: Path) -> None:
+    """W&B's docs declare ``define_metric("critic/*", step_metric="global_step")``: steps are the
+    global step's values, not W&B's count of three log calls a step (onset 60, not 178)."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+               WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true")
+    subprocess.run([sys.executable, "-c", GLOB_WRITER, json.dumps({"dir": str(tmp_path)})], env=env, check=True, timeout=120)
+    [run] = read_wandb_runs(tmp_path)
+    score = run.metrics.filter(pl.col("key") == "critic/score/mean").sort("step")
+    assert score["step"].to_list() == list(range(1, 101))
+    assert score.filter(pl.col("value") == 0.0)["step"].min() == 60
+    perf = run.metrics.filter(pl.col("key") == "perf/throughput").sort("step")
+    assert perf["step"].to_list() == perf["value"].cast(pl.Int64).to_list() == list(range(1, 101))
+    assert "steps are global_step (the run's define_metric), not W&B's count of log calls" in run.notes
+    [analysed] = analyze([tmp_path]).runs
+    assert [(i.kind, i.onset_step) for i in analysed.incidents] == [("reward_collapse", 60)]
 
 
 def test_one_w_and_b_run_given_by_its_folder_its_link_or_its_file_is_that_run(wandb_root: Path) -> None:
