@@ -26,6 +26,7 @@ from parsers.schema import COMPRESSED, ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
+from parsers.wandb_run import find_wandb_runs, wandb_run_name
 
 # Folders that hold weights, dumps or traces, never a run's logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
@@ -113,10 +114,13 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             problems += _left_beside(mine)
             side_by_side = _several_runs(sources)
         if side_by_side:  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
-            for log in _by_log(sources).values():
+            logs = _by_log([s for s in sources if s.kind not in COPY_KINDS])
+            copies, strays = _copies_by_log([s for s in sources if s.kind in COPY_KINDS], logs)
+            for base, log in logs.items():
                 # (each named by its log too: one folder's runs are otherwise told apart by nothing)
-                runs.extend(replace(run, run_id=f"{run.run_id}/{_base(log[0])}") for run in _group(
-                    log[0].path, log, [p for p in problems if any(p.startswith(f"{s.path}: ") for s in log)]))
+                runs.extend(replace(run, run_id=f"{run.run_id}/{base}") for run in _group(
+                    log[0].path, log + copies.get(base, []), [p for p in problems if any(p.startswith(f"{s.path}: ") for s in log)]))
+            runs.extend(_group(given, strays, []) if strays else [])
             skipped += problems
             continue
         found = _group(given, sources, problems)
@@ -244,9 +248,37 @@ def _logs_of_runs_side_by_side(sources: list[LogSource]) -> bool:
     two of one kind that are not parts of one log, each printing training steps of its own from
     the first. (A realhf run's ``model_worker-N`` logs print none: its master worker's does; a run
     restarted by hand into a new log begins that log at the step it resumed from: one run.)"""
-    if len({s.path.parent for s in sources}) != 1 or any(s.kind in COPY_KINDS for s in sources) or not _several_runs(sources):
+    logs = [s for s in sources if s.kind not in COPY_KINDS]
+    if any(s.kind not in _NAMED_COPIES for s in sources if s.kind in COPY_KINDS):
         return False
-    return all(any(_from_the_first_step(s.path) for s in log) for log in _by_log(sources).values())
+    if len({s.path.parent for s in logs}) != 1 or not _several_runs(logs):
+        return False
+    return all(any(_from_the_first_step(s.path) for s in log) for log in _by_log(logs).values())
+
+
+#: Copies that name the experiment they are of (a W&B run's name, TensorBoard's folder: verl's
+#: ``tensorboard_log/<project>/<experiment>/``): told to one of several runs side by side by it.
+_NAMED_COPIES = ("wandb", "tensorboard")
+
+
+def _copies_by_log(copies: list[LogSource], logs: dict[str, list[LogSource]]) -> tuple[dict[str, list[LogSource]], list[LogSource]]:
+    """Copies of several runs' numbers kept in one folder (verl's working folder: one ``wandb/``
+    for every experiment launched there), each given to the log its experiment's name is (a
+    console ``<experiment>.log``); those naming none stay apart, runs of their own, never
+    merged into a run they may not be of."""
+    stems = {_log_stem(log[0].path): base for base, log in logs.items()}
+    mine: dict[str, list[LogSource]] = {}
+    strays: list[LogSource] = []
+    for copy in copies:
+        if copy.kind == "wandb":
+            for folder in find_wandb_runs(copy.path):
+                one = LogSource(folder, "wandb", copy.order)
+                base = stems.get(wandb_run_name(folder) or "")
+                (mine.setdefault(base, []) if base else strays).append(one)
+            continue
+        base = next((stems[part] for part in reversed(copy.path.parent.parts) if part in stems), None)
+        (mine.setdefault(base, []) if base else strays).append(copy)
+    return mine, strays
 
 
 #: A run's resume from a checkpoint, as AReaL's and verl's logs say it (see their formats' ``run_resumed``).

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -157,6 +158,29 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
             return _decode(pb, run_id, str(log), framing, framing.payloads(fh), history, summary, ends_on_block=size % _BLOCK == 0)
     except OSError as exc:
         return WandbRun(run_id, (str(log),), empty(METRIC_SCHEMA), notes=(f"cannot read: {exc.strerror}",))
+
+
+def wandb_run_name(run_dir: Path | str) -> str | None:
+    """A run's display name (``wandb.init(name=…)``: verl passes its experiment's), from the first
+    records of its ``.wandb`` file; ``None`` when none is there or the file cannot be read."""
+    path = Path(run_dir)
+    log = path if path.is_file() else next(iter(sorted(path.glob("run-*.wandb"))), None)
+    try:
+        pb = _protos()
+        if log is None or not log.is_file():
+            return None
+        run_field = pb.Record.DESCRIPTOR.fields_by_name["run"].number
+        with open(log, "rb") as fh:
+            for _, payload in itertools.islice(_Framing().payloads(fh), _NAMED_WITHIN):
+                if _record_field(payload, _kinds(pb)) == run_field:
+                    return pb.Record.FromString(payload).run.display_name or None
+    except Exception:  # (a file cut or junk: protobuf's DecodeError; no wandb; unreadable)
+        return None
+    return None
+
+
+#: Records a run's own (its name, config) comes within: the header, then the run record.
+_NAMED_WITHIN = 64
 
 
 def merge_wandb_runs(parts: Sequence[WandbRun]) -> WandbRun:

@@ -197,6 +197,58 @@ def test_two_experiments_of_one_project_are_two_runs(tmp_path: Path) -> None:
         assert all(len(r.sources) == 1 for r in runs.values())
 
 
+SHARED_WANDB = """
+import json, os, sys, time
+os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_CONSOLE="off", WANDB_DISABLE_GIT="true")
+import wandb
+spec = json.loads(sys.argv[1])
+os.chdir(spec["cwd"])
+for name, records in spec["runs"]:  # verl's Tracking: wandb.init(project=, name=experiment_name), log(data, step=)
+    run = wandb.init(project="verl_grpo_example_gsm8k", name=name)
+    for record in records:
+        run.log({k: v for k, v in record["data"].items() if v is not None}, step=record["step"])
+    run.finish()
+    time.sleep(1.1)  # (W&B names run folders by the second)
+"""
+
+
+def test_one_wandb_folder_of_two_experiments_is_told_to_each_by_its_runs_name(tmp_path: Path) -> None:
+    """verl's working folder: two experiments' consoles (``nohup … > <experiment>.log``) and the
+    ``wandb/`` W&B writes there for both. Each W&B run is its experiment's copy (its name is the
+    experiment's); they are not one run whose longer healthy copy hides the other's collapse.
+    A W&B run naming neither is a run of its own."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    cwd = tmp_path / "verl"
+    cwd.mkdir()
+    runs = []
+    for name, steps, collapse in (("qwen_function_rm", 60, 40), ("qwen_lr_fix", 100, None)):
+        spec = VerlRunSpec(steps=steps, save_freq=10, experiment=name,
+                           score=lambda s, c=collapse: 0.0 if c and s >= c else healthy_score(s))
+        paths = write_verl_run(tmp_path / "tmp" / name, spec)
+        (cwd / f"{name}.log").write_text(paths.train_log.read_text().replace(f"{paths.root}/checkpoints", "checkpoints"))
+        shutil.copytree(paths.root / "checkpoints", cwd / "checkpoints", dirs_exist_ok=True)
+        runs.append((name, [json.loads(line) for line in paths.jsonl.read_text().splitlines()]))
+    runs.append(("someone-elses-sweep", runs[1][1][:5]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")} | {"HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", SHARED_WANDB, json.dumps({"cwd": str(cwd), "runs": runs})], env=env, check=True, timeout=180)
+    found = {r.run_id: r for r in analyze([cwd]).runs}
+    collapsed, healthy = found["verl/qwen_function_rm.log"], found["verl/qwen_lr_fix.log"]
+    assert [(i.kind, i.onset_step) for i in collapsed.incidents] == [("reward_collapse", 40)]
+    assert healthy.incidents == [] and healthy.step_range()["last"] == 100
+    assert "qwen_function_rm" not in str(healthy.recommendation.checkpoint)
+    copies = {run_id: [Path(s.path).name for s in r.sources if s.kind == "wandb"] for run_id, r in found.items()}
+    assert len(copies["verl/qwen_function_rm.log"]) == len(copies["verl/qwen_lr_fix.log"]) == 1
+    assert copies["verl/qwen_function_rm.log"] != copies["verl/qwen_lr_fix.log"]
+    [stray] = [r for run_id, r in found.items() if run_id not in ("verl/qwen_function_rm.log", "verl/qwen_lr_fix.log")]
+    assert stray.step_range()["last"] == max(record["step"] for record in runs[2][1])
+
+
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "ray"
 
 
@@ -279,8 +331,8 @@ def test_a_segfault_printed_before_the_last_step_line_is_one_crash() -> None:
 
 
 @pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared/samples not present")
-@pytest.mark.parametrize(("name", "counted"), [("a_actor_exit", "1 worker_died in steps 0–5; 1 actor_died"),
-                                               ("e_oom", "2 host_oom_kill in steps 0–5; 2 actor_died")])
+@pytest.mark.parametrize(("name", "counted"), [("a_actor_exit", "1 worker_died in steps 1–5; 1 actor_died"),
+                                               ("e_oom", "2 host_oom_kill in steps 1–5; 2 actor_died")])
 def test_one_failure_told_by_several_ray_files_is_counted_once(name: str, counted: str) -> None:
     """Real Ray sessions: one worker's death is in the raylet's event log, the GCS log and the
     driver (a_actor_exit); the memory monitor killed two workers, each told of in several files (e_oom)."""
