@@ -377,6 +377,11 @@ def _session_name(path: Path | str) -> str:
     return parts[-1] if parts else str(path)
 
 
+#: A line of the server's own (an SGLang record, a role's prefix before it in merged.log): what it
+#: tells is the server's, though AReaL's patterns have a kind of that name (a scheduler's CUDA OOM).
+_SERVER_RECORD = r"^(?:\[[a-z_]+\] )?\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"
+
+
 def parse_source(
     source: LogSource, *, custom_format: CustomFormat | None = None, cache: ParseCache | None = None,
     keys: str | None = None,
@@ -392,8 +397,8 @@ def parse_source(
     parsed = [_read_through(cache, reader, source.path, custom_format, keys) for reader in SOURCE_READERS[source.kind]]
     if source.kind == "areal_log":  # the server's lines only: AReaL's own are its reader's to tell
         areal = load_format("areal").kinds
-        parsed = [replace(p, events=p.events.filter(~pl.col("kind").is_in(areal))) if p.source == "sglang" else p
-                  for p in parsed]
+        own = ~pl.col("kind").is_in(areal) | pl.col("message").str.contains(_SERVER_RECORD).fill_null(False)
+        parsed = [replace(p, events=p.events.filter(own)) if p.source == "sglang" else p for p in parsed]
     return parsed
 
 

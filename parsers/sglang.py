@@ -929,8 +929,9 @@ def _fields(frame: pl.DataFrame, fmt: LogFormat) -> pl.DataFrame:
 def _strip_prefixes(column: pl.Series, prefixes) -> pl.Expr:
     """Remove each prefix once from the start, testing first (most files use none of them)."""
     expr = pl.col(column.name)
-    # Every prefix starts with a letter or a parenthesis: lines opening with a record cannot have one.
-    maybe = column.filter(~column.str.starts_with("["))
+    # Lines opening with a record (``[2025-…``, ``[16:43:29 …``) cannot have one: a prefix starts
+    # with a letter, a parenthesis, or a role's name in brackets (AReaL's merged.log: ``[rollout] ``).
+    maybe = column.filter(~column.str.contains(r"^\[\d"))
     for regex in prefixes:
         if maybe.str.contains(regex).any():
             expr = expr.str.replace(regex, "")

@@ -634,7 +634,7 @@ def test_a_single_controller_runs_merged_log_carries_its_servers_own_lines(tmp_p
     """AReaL ≥ v0.5.2 single-controller: SGLang runs inside the rollout worker, its lines in
     rollout.log and, `[rollout] `-prefixed, in merged.log, which is read alone. Its scheduler's
     exception and sigquit went unread: `reward_pipeline` (check the reward function) for a server
-    that died. (The OOM inside the prefixed traceback is not read yet: a crash, not an OOM.)"""
+    that died. The prefixed traceback is read as the server's own: it ran out of memory."""
     from areal_builder import RunSpec, healthy_reward, write_run
 
     paths = write_run(tmp_path / "outputs", RunSpec(era="v0.5", last_step=60, merged_log=True, save_freq_steps=10,
@@ -653,5 +653,5 @@ def test_a_single_controller_runs_merged_log_carries_its_servers_own_lines(tmp_p
     with open(folder / "merged.log", "a") as fh:
         fh.write("\n".join("[rollout] " + line for line in server) + "\n")
     incident = first_incident(tmp_path / "outputs", tmp_path)
-    assert (incident["onset_step"], incident["cause"]) == (40, "inference_server_crash")
-    assert {"scheduler_exception", "child_crash"} <= {e["kind"] for e in incident["evidence"]}
+    assert (incident["onset_step"], incident["cause"]) == (40, "inference_server_oom")
+    assert {"cuda_oom", "child_crash"} <= {e["kind"] for e in incident["evidence"]}
