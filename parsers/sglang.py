@@ -1121,6 +1121,7 @@ class _Traceback:
     members: list[int]
     exception: str | None = None
     after_exception: bool = False
+    roots: list[str] = field(default_factory=list)  # the chain's exceptions before the last, first first
 
 
 def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any]], set[int], set[int]]:
@@ -1163,6 +1164,8 @@ def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any
             if chain:
                 cur.after_exception = False
         elif exception and not cur.after_exception:
+            if cur.exception is not None:
+                cur.roots.append(cur.exception)
             cur.exception = clean
             cur.members.append(line)
             cur.after_exception = True
@@ -1176,15 +1179,17 @@ def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any
     out = []
     members: set[int] = set()
     owners: set[int] = set()
+    def kind_of(exception: str) -> str | None:
+        kind = next((k for k, regex in fmt.traceback_kinds if re.search(regex, exception)), None)
+        hit = next((p for p in fmt.events if re.search(p.regex, exception)), None) if kind is None else None
+        return hit.kind if hit is not None and hit.severity in ("error", "fatal") else kind
+
     for tb in found:
         members.update(tb.members)
-        exc_kind = None
-        if tb.exception:
-            exc_kind = next((k for k, regex in fmt.traceback_kinds if re.search(regex, tb.exception)), None)
-            if exc_kind is None:
-                hit = next((p for p in fmt.events if re.search(p.regex, tb.exception)), None)
-                if hit is not None and hit.severity in ("error", "fatal"):
-                    exc_kind = hit.kind
+        exc_kind = kind_of(tb.exception) if tb.exception else None
+        # A chain whose last exception is of no kind (a CUDA OOM re-raised as a plain error) is its root's.
+        root = next((r for r in tb.roots if kind_of(r)), None) if exc_kind is None else None
+        exc_kind = exc_kind or (kind_of(root) if root else None)
         owner_kind = tb.owner[1] if tb.owner else None
         kind = exc_kind or (owner_kind if owner_kind not in (None, "log_error") else "traceback")
         if tb.owner:
@@ -1193,6 +1198,7 @@ def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any
                 continue  # the same traceback from another rank
         first_text = tb.owner[3] if tb.owner else "Traceback (most recent call last):"
         message = f"{first_text} … {tb.exception}" if tb.exception else first_text
+        message = f"{first_text} … {root} … {tb.exception}" if root else message
         line = tb.owner[0] if tb.owner else tb.start
         out.append({"line": line, "kind": kind, "severity": severity.get(kind, "error"), "message": message})
     return out, members, owners

@@ -753,3 +753,29 @@ def test_an_instance_without_stats_takes_no_clue_from_its_neighbours_stats(tmp_p
     assert hints[0] == hints[2] != alone.servers["version_hint"][0]
     assert hints[1] == alone.servers["version_hint"][0]
     assert "conflicting" not in hints[0]
+
+
+def test_a_chained_scheduler_oom_re_raised_as_a_plain_error_is_an_oom(tmp_path: Path) -> None:
+    """The scheduler's CUDA OOM, re-raised as a ``RuntimeError``: the chain's end names no kind, its
+    root does, and the message names both (as AReaL's and Ray's readers do)."""
+    stamp = "2025-11-10 09:42:44"
+    lines = [f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2912, in run_scheduler_process',
+             "    scheduler.event_loop_overlap()",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+             "",
+             "The above exception was the direct cause of the following exception:",
+             "",
+             "Traceback (most recent call last):",
+             '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2915, in run_scheduler_process',
+             "    raise RuntimeError('scheduler failed')",
+             "RuntimeError: scheduler failed",
+             f"[{stamp}] Received sigquit from a child process. It usually means the child failed."]
+    path = tmp_path / "llm_server.log"
+    path.write_text("\n".join(lines) + "\n")
+    events = read_sglang_log(path).events
+    [oom] = events.filter(pl.col("kind") == "cuda_oom").rows(named=True)
+    assert oom["line"] == 1 and "CUDA out of memory" in oom["message"] and oom["message"].endswith("RuntimeError: scheduler failed")
+    plain = tmp_path / "plain.log"  # a plain error alone stays what it was
+    plain.write_text("\n".join(lines[:3] + lines[10:]) + "\n")
+    assert "cuda_oom" not in read_sglang_log(plain).events["kind"].to_list()
