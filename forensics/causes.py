@@ -21,6 +21,7 @@ from forensics.detect import (
     REWARD_IN_TEXT,
     Finding,
     from_server,
+    launches,
     raised,
     server_named,
     servers_named,
@@ -497,9 +498,7 @@ def _servers_named(events: pl.DataFrame) -> pl.Series:
 def _server_logs(events: pl.DataFrame) -> pl.DataFrame:
     """``log`` (a log's stream: its rotated pieces one), ``at``: the server each launch line in it
     names — one server's own log, not the launcher's line listing them all."""
-    launches = events.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).filter(
-        ~pl.col("message").str.contains("AREAL_LLM_SERVER_ADDRS=", literal=True))
-    return launches.select(stream_of(pl.col("file")).alias("log"), server_named(pl.col("message")).alias("at")).drop_nulls()
+    return launches(events).select(stream_of(pl.col("file")).alias("log"), "at").drop_nulls()
 
 
 def _failing_servers_rows(metrics: pl.DataFrame, events: pl.DataFrame, in_window: pl.DataFrame) -> pl.DataFrame:

@@ -740,6 +740,15 @@ def server_named(message: pl.Expr) -> pl.Expr:
     return pl.concat_str(message.str.extract(_ADDRESS, 1), pl.lit(":"), message.str.extract(_ADDRESS, 2))
 
 
+def launches(events: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """The server launch and ready lines of ``events``, each with ``at``: the ``host:port`` it
+    names (null where none), the server its log launched. The launcher's line listing every
+    server (``AREAL_LLM_SERVER_ADDRS=``) names none of them."""
+    lines = events.lazy().filter(pl.col("kind").is_in(["server_launch", "server_ready"])
+                                 & ~pl.col("message").str.contains("AREAL_LLM_SERVER_ADDRS=", literal=True).fill_null(False))
+    return lines.with_columns(server_named(pl.col("message")).alias("at")).collect()
+
+
 def server_in(text: str) -> str | None:
     """``host:port`` of the server one line names, or ``None`` (as :func:`server_named`)."""
     found = re.search(_ADDRESS, text)
@@ -768,7 +777,7 @@ def servers_down(events: pl.DataFrame, t: Thresholds, steps: pl.DataFrame | None
         exits = exits.filter(~_after(_logged_last(steps)))
     if exits.is_empty():
         return []
-    up = dated.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).with_columns(at).collect()
+    up = launches(dated)
     # An exit line naming no server (``SIGTERM received``) is of the server its own log launched: the
     # calls to another node's server are not calls to it.
     launched = up.filter(pl.col("at").is_not_null()).select(pl.col("file").cast(pl.String), "time", pl.col("at").alias("launched"))

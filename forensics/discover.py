@@ -35,6 +35,9 @@ _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval"
 #: A log's name: its base, then a rotation's number or date and compression (:data:`parsers.schema.ROTATED`).
 #: (spaces and brackets too: a browser's second download is ``trainer (1).log``)
 _LOG_NAME = re.compile(r"^(?P<base>[\w .()+,@-]+?\.(?:log|out|err|txt)|[a-z_]+-\d+)" + ROTATED)
+#: A name a log may have beyond :data:`_LOG_NAME` (``trainer.log.bak``, ``stdout``), not a document's
+#: (``README.md`` quotes log lines; given by name, it is still no log).
+_LOGGISH = re.compile(r"\.(?:log|out|err|txt)\b|^[^.]+$")
 _HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
 _WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _WANDB_FILE = re.compile(r"^run-[\w-]+\.wandb$")
@@ -680,8 +683,8 @@ _SNIFFERS: tuple[tuple[str, Callable[[Path], bool]], ...] = (
 
 
 def _kind(path: Path, custom_format: CustomFormat | None = None, *, given: bool = False) -> str | None:
-    """What a file is, from its name and head; ``None`` for files this tool does not read. A file
-    ``given`` by name is judged by its head alone (``trainer.log.bak``: the user named it)."""
+    """What a file is, from its name and head; ``None`` for files this tool does not read. A log
+    ``given`` by name under a name of its own (``trainer.log.bak``) is judged by its head."""
     if "tfevents" in path.name:
         return "tensorboard"
     if _WANDB_FILE.match(path.name) and _WANDB_RUN.match(path.parent.name):
@@ -691,7 +694,7 @@ def _kind(path: Path, custom_format: CustomFormat | None = None, *, given: bool 
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         return "verl_jsonl" if looks_like_verl_log(path) else None
     match = _LOG_NAME.match(path.name)
-    if not match and not given:
+    if not match and not (given and _LOGGISH.search(path.name)):
         return None
     if custom_format is not None and custom_format.matches(path):
         return "custom_log"

@@ -22,7 +22,7 @@ from forensics.align import (
 )
 from forensics.allocator import hand_back_heap
 from forensics.cache import ParseCache
-from forensics.detect import keys_matching, server_named
+from forensics.detect import keys_matching, launches, server_named
 from forensics.discover import LEFT_BESIDE, UTF16_NOTE, LogSource, RunLocation, not_utf8, shown_name, utf16
 from forensics.errors import UnusableInput
 from forensics.fingerprint import fingerprint
@@ -569,8 +569,7 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         mine = server & (pl.col("file") == file)
         if (shift := _exit_refused(events, file, refused)) is not None:
             # (the whole file, its wrapper lines too: written on the server host's clock)
-            moved = pl.when(pl.col("file") == file).then(pl.col("time") + shift).otherwise(pl.col("time")).alias("time")
-            events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+            events, metrics = _moved(pl.col("file") == file, shift, events, metrics)
             notes.append(f"{Path(file).name}: the whole log, its wrapper lines too, is {_ahead_or_behind(-shift)} the run's "
                          "clock (the server's host in another time zone: its exit and the trainer's first refused call to it "
                          "are that far apart, and no refusal followed the exit as written): moved onto it")
@@ -592,12 +591,17 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
                          "log) and no one time zone's offset puts them in: they are not placed among the steps (their "
                          "times are left out of the judgment; the lines keep their own)")
             continue
-        moved = pl.when(mine).then(pl.col("time") + zone).otherwise(pl.col("time")).alias("time")
-        events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+        events, metrics = _moved(mine, zone, events, metrics)
         how = "kept in order with the file's wrapper lines" if others.height else "putting them among the steps"
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
     return events, metrics, notes
+
+
+def _moved(rows: pl.Expr, by: timedelta, events: pl.DataFrame, metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``events`` and ``metrics`` with the times of their ``rows`` (a file's) moved ``by``: onto the run's clock."""
+    moved = pl.when(rows).then(pl.col("time") + by).otherwise(pl.col("time")).alias("time")
+    return events.with_columns(moved), metrics.with_columns(moved)
 
 
 #: AReaL renamed its actor's statistics (v0.4.1, #556): a run resumed across the upgrade logged the
@@ -643,8 +647,7 @@ def _dated_by_the_steps(events: pl.DataFrame, metrics: pl.DataFrame, step_times:
         shift = timedelta(days=days)
         if not days or (times + shift).is_between(start, end).mean() < 0.9:  # type: ignore[operator]
             continue
-        moved = pl.when(mine).then(pl.col("time") + shift).otherwise(pl.col("time")).alias("time")
-        events, metrics = events.with_columns(moved), metrics.with_columns(moved)
+        events, metrics = _moved(mine, shift, events, metrics)
         notes.append(f"{Path(file).name}: its lines give no date; dated from the run's steps, whose times of day they "
                      f"fall among ({abs(days)} day{'s' if abs(days) != 1 else ''} {'before' if days < 0 else 'after'} "
                      "the file's modification time)")
@@ -658,7 +661,7 @@ def _exit_refused(events: pl.DataFrame, file: str, refused: pl.DataFrame) -> tim
     exits = mine.filter((pl.col("kind") == "server_exit") & pl.col("time").is_not_null())
     if exits.is_empty() or refused.is_empty():
         return None
-    launched = mine.filter(pl.col("kind").is_in(["server_launch", "server_ready"])).select(server_named(pl.col("message"))).to_series().drop_nulls()
+    launched = launches(mine)["at"].drop_nulls()
     calls = refused.with_columns(server_named(pl.col("message")).alias("at"))
     if launched.len():  # (calls naming another server are not to this one)
         calls = calls.filter(pl.col("at").is_null() | pl.col("at").is_in(launched.unique().implode()))

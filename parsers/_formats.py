@@ -92,10 +92,10 @@ class LogFormat:
             expr = pl.when(exception_line.str.contains(regex)).then(pl.lit(kind)).otherwise(expr)
         return expr
 
-    def chain_kind(self, first: pl.Expr, last: pl.Expr) -> pl.Expr:
-        """A chained traceback's kind: its last exception's, unless that one is of no kind of its own
-        and the chain's first is (a CUDA OOM re-raised as ``RuntimeError: train step 50 failed``)."""
-        at_end = self.traceback_kind(last.fill_null(""))
+    def chain_kind(self, first: pl.Expr, at_end: pl.Expr) -> pl.Expr:
+        """A chained traceback's kind: its last exception's (``at_end``, that exception's
+        :meth:`traceback_kind`), unless that one is of no kind of its own and the chain's ``first``
+        exception is (a CUDA OOM re-raised as ``RuntimeError: train step 50 failed``)."""
         return pl.when(at_end == "traceback").then(self.traceback_kind(first.fill_null(""))).otherwise(at_end)
 
 

@@ -650,8 +650,8 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
         .join_asof(firsts, left_on="line", right_on="first_line", strategy="forward")
         .with_columns(pl.when(mine).then(pl.col(name)).alias(name) for name in ("exc_line", "exc_text", "first_exc"))
         .join_asof(clock, left_on="line", right_on="timed_line", strategy="backward")
-        .with_columns(fmt.chain_kind(pl.col("first_exc"), pl.col("exc_text")).alias("kind"),
-                      (fmt.traceback_kind(pl.col("exc_text").fill_null("")) == "traceback").alias("generic_end"))
+        .with_columns(fmt.traceback_kind(pl.col("exc_text").fill_null("")).alias("end_kind"))
+        .with_columns(fmt.chain_kind(pl.col("first_exc"), pl.col("end_kind")).alias("kind"))
         .join(errors_at, on="line", how="left", maintain_order="left")
         .filter(~pl.col("told").fill_null(False))
         .with_columns(
@@ -659,7 +659,7 @@ def _events(path: str, untimed: pl.DataFrame, logged: pl.DataFrame, fmt: LogForm
             # (an untyped one is told by the error line, with what it raised, and cited there)
             traceback_message(pl.when(pl.col("kind") == "traceback").then(pl.coalesce("said", "text")).otherwise("text"),
                               pl.col("first_exc"), pl.col("exc_text"),
-                              pl.col("generic_end") & (pl.col("kind") != "traceback")).alias("message"),
+                              pl.col("kind") != pl.col("end_kind")).alias("message"),  # (the root's kind: named too)
             pl.when((pl.col("kind") == "traceback") & pl.col("said").is_not_null()).then(pl.col("line") - 1).otherwise("line").alias("cited"),
         )
     )

@@ -521,14 +521,13 @@ def _tracebacks(runs: pl.DataFrame, fmt: LogFormat, year: int | None, since: dat
     return (
         runs.rename({"start": "line"})
         .join(parsed.select("line", "time", "level"), on="line", how="left")
+        .with_columns(fmt.traceback_kind(pl.col("exception").fill_null("")).alias("end_kind"))
+        .with_columns(fmt.chain_kind(pl.col("first_exc"), pl.col("end_kind")).alias("kind"), pl.lit(1, pl.Int64).alias("count"))
         .with_columns(
-            fmt.chain_kind(pl.col("first_exc"), pl.col("exception")).alias("kind"),
-            pl.lit(1, pl.Int64).alias("count"),
             traceback_message(pl.col("start_text"), pl.col("first_exc"), pl.col("exc_text"),
-                              (fmt.traceback_kind(pl.col("exception")) == "traceback")
-                              & (fmt.chain_kind(pl.col("first_exc"), pl.col("exception")) != "traceback")).alias("message"),
+                              pl.col("kind") != pl.col("end_kind")).alias("message"),  # (the root's kind: named too)
         )
-        .drop("first_exc")
+        .drop("first_exc", "end_kind")
         .with_columns(pl.lit("ERROR").alias("level"))
     )
 

@@ -118,3 +118,12 @@ def test_a_log_given_by_name_is_read_whatever_its_name(tmp_path: Path, name: str
     assert result.exit_code == 0, result.output
     [run] = analyze([given]).runs
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
+
+
+def test_a_document_quoting_a_log_given_by_name_is_no_run(tmp_path: Path) -> None:
+    """A README that quotes a run's log lines is a document, not a log, though given by name."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    readme = tmp_path / "README.md"
+    readme.write_text("# What happened\n\n" + paths.trainer_log.read_text())
+    result = runner.invoke(app, ["events", str(readme), "--no-cache"])
+    assert result.exit_code == 2 and "no training run found" in result.output
