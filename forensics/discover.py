@@ -891,7 +891,7 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
 
 def _log_stem(path: Path) -> str:
     """``qwen2_7b_lr_fix`` of ``qwen2_7b_lr_fix.log.1.gz``."""
-    return re.sub(r"(?:\.log)?(?:\.\d+)?(?:\.gz)?$", "", path.name)
+    return re.sub(r"(?:\.log)?(?:\.\d+)?" + COMPRESSED + "?$", "", path.name)
 
 
 def _trl_checkpoint_dir(root: Path, given: Path) -> Path | None:

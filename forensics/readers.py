@@ -18,7 +18,7 @@ from forensics.cache import Splice
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
 from parsers import areal, sglang
-from parsers._lines import gzip_damage
+from parsers._lines import stream_damage
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.ray import read_ray_session
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, METRIC_SCHEMA, STEP_SCHEMA, conform, empty, with_keys
@@ -168,5 +168,5 @@ def read(reader: str, path: Path, custom_format: CustomFormat | None = None, key
     """``path`` parsed by ``reader`` (a filtering one keeping the metric keys ``keys`` finds
     something in), with a note where a torn or corrupt ``.gz`` read as a shorter log."""
     parsed = READERS[reader].read(path, keys, custom_format)
-    damage = gzip_damage(path)
+    damage = stream_damage(path)
     return replace(parsed, notes=(*parsed.notes, damage)) if damage else parsed

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from parsers._lines import IN_FLIGHT, cleaned, is_gzip, iter_lines_at, lines_at
+from parsers._lines import IN_FLIGHT, cleaned, is_compressed, iter_lines_at, lines_at
 from parsers.schema import REPEATED_KINDS
 
 #: A row whose message a reader did not hold (and can be read back).
@@ -46,7 +46,7 @@ def iter_with_messages(events: pl.DataFrame, rows: int = 500_000) -> Iterator[pl
 
 def _packed(path: str) -> bool:
     try:
-        return is_gzip(Path(path))
+        return is_compressed(Path(path))
     except OSError:
         return False
 

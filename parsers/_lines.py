@@ -2,10 +2,11 @@
 
 Files are read in blocks of whole lines, a few in flight at a time, so no file is ever held
 whole; Polars splits each block into lines. Blocks it cannot take (invalid UTF-8) are decoded
-lossily and compressed logs (gzip, xz, bzip2, zstd: logrotate's ``compresscmd``) are inflated as they are read, so damaged logs still yield every line
-with its true line number. A line longer than :data:`LONG_LINE` (a request payload dumped whole)
-keeps only its head and tail, joined by a marker that says how much was left out, so one line
-never costs more memory than a block.
+lossily, and compressed logs (gzip, xz, bzip2, zstd: what logrotate's ``compresscmd`` may be)
+are inflated as they are read, so damaged logs still yield every line with its true line number.
+A line longer than :data:`LONG_LINE` (a request payload dumped whole) keeps only its head and
+tail, joined by a marker that says how much was left out, so one line never costs more memory
+than a block.
 """
 
 from __future__ import annotations
@@ -135,13 +136,13 @@ def iter_line_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.
         first += texts.height
 
 
-#: What was wrong with a compressed log's stream when it was last read, by path (see :func:`gzip_damage`).
+#: What was wrong with a compressed log's stream when it was last read, by path (see :func:`stream_damage`).
 _damage: dict[str, str] = {}
 
 
 def ends_mid_line(path: Path | str | None) -> bool:
     """Whether the plain log at ``path`` ends inside a line: no newline after its last one (still
-    being written, or cut off while it was). A compressed log is written whole (see :func:`gzip_damage`)."""
+    being written, or cut off while it was). A compressed log is written whole (see :func:`stream_damage`)."""
     try:
         with open(path or "", "rb") as log:
             if _codec(log.read(_MAGIC_BYTES)):
@@ -155,7 +156,7 @@ def ends_mid_line(path: Path | str | None) -> bool:
         return False
 
 
-def gzip_damage(path: Path | str) -> str | None:
+def stream_damage(path: Path | str) -> str | None:
     """Why reading compressed ``path`` stopped before its end the last time it was read to the end
     (cut off mid-stream, corrupt), or ``None``: whole, or not compressed."""
     return _damage.get(str(path))
@@ -194,7 +195,7 @@ class _Tolerant:
 
 class _GzipTolerant(_Tolerant):
     """A gzip reader that ends quietly where the stream is torn or corrupt (a log gzipped while
-    being cut), and says so in :func:`gzip_damage`."""
+    being cut), and says so in :func:`stream_damage`."""
 
     _codec = "gzip"
 
@@ -243,7 +244,7 @@ class _GzipTolerant(_Tolerant):
 
 class _StreamTolerant(_Tolerant):
     """An xz, bzip2 or zstd reader that ends quietly where the stream is torn or corrupt, and says
-    so in :func:`gzip_damage`. zstd is read by the ``zstd`` program (Python 3.11 has no module
+    so in :func:`stream_damage`. zstd is read by the ``zstd`` program (Python 3.11 has no module
     for it); where none is installed, opening raises ``OSError`` saying so."""
 
     _PIECE = 1 << 16  # (a failed read loses what it had inflated: read in small pieces)
@@ -333,8 +334,8 @@ def compression(path: Path) -> str | None:
         return _codec(fh.read(_MAGIC_BYTES))
 
 
-def is_gzip(path: Path) -> bool:
-    """Whether ``path`` is compressed (gzip or another codec): read from the top, never seeked."""
+def is_compressed(path: Path) -> bool:
+    """Whether ``path`` is compressed: read from the top, never from the middle."""
     return compression(path) is not None
 
 

@@ -44,7 +44,7 @@ import polars as pl
 
 from parsers._fold import folded_across, last_and_peak_per_minute
 from parsers._formats import LogFormat, MetricPattern, load_format
-from parsers._lines import ANSI, is_gzip, iter_line_chunks, line_frames, sniff
+from parsers._lines import ANSI, is_compressed, iter_line_chunks, line_frames, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, conform, in_order, with_keys
 
 __all__ = ["HTTP_SCHEMA", "SERVER_SCHEMA", "SGLangLog", "looks_like_sglang", "read_sglang_log"]
@@ -178,7 +178,7 @@ def _batches(path: Path, fast: bool) -> Iterator[pl.DataFrame]:
     The fast path splits blocks of whole lines with Polars (UTF-8 only); otherwise gzip-aware
     chunks that replace undecodable bytes (see :mod:`parsers._lines`).
     """
-    if fast and not is_gzip(path):
+    if fast and not is_compressed(path):
         frames: Iterable[pl.DataFrame] = line_frames(path)
     else:
         frames = (chunk.collect() for chunk in iter_line_chunks(path))

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, ends_mid_line, gzip_damage, sniff
+from parsers._lines import ANSI, collect_lines, ends_mid_line, sniff, stream_damage
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
 from parsers.schema import (
     MAX_STEP,
@@ -197,7 +197,7 @@ def _without_a_cut_value(step_lines: pl.DataFrame, path: Path, last_line: int) -
     after it, or a torn .gz): it may be cut inside its number (``critic/score/mean:0.`` read as 0);
     and whether one was cut off."""
     at_the_end = pl.col("line") == last_line
-    if not (ends_mid_line(path) or gzip_damage(path)) or not step_lines.select(at_the_end.any()).item():
+    if not (ends_mid_line(path) or stream_damage(path)) or not step_lines.select(at_the_end.any()).item():
         return step_lines, False
     paired = pl.col("text").str.contains(" - ", literal=True)
     last_pair = pl.col("text").str.extract(r"^(.*) - ", 1)  # (greedy: up to the last separator)

@@ -62,7 +62,7 @@ def test_a_corrupt_gzip_keeps_the_text_before_the_bad_byte(tmp_path: Path, size:
     kept = got.split(b"\n")
     assert len(kept) > 5_000 and data.startswith(b"\n".join(kept[:5_000]))
     assert all(len(block) <= size + 200 for block in _blocks(log, size))
-    assert lines.gzip_damage(log).startswith("gzip stream corrupt after ")
+    assert lines.stream_damage(log).startswith("gzip stream corrupt after ")
 
 
 def test_a_file_cut_short_while_read_ends_at_its_new_end(tmp_path: Path) -> None:
