@@ -26,7 +26,7 @@ from parsers.schema import COMPRESSED, ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
-from parsers.wandb_run import find_wandb_runs, wandb_run_name
+from parsers.wandb_run import find_wandb_runs, wandb_run_head
 
 # Folders that hold weights, dumps or traces, never a run's logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
@@ -276,7 +276,7 @@ def _copies_by_log(copies: list[LogSource], logs: dict[str, list[LogSource]]) ->
         if copy.kind == "wandb":
             for folder in find_wandb_runs(copy.path):
                 one = LogSource(folder, "wandb", copy.order)
-                base = stems.get(wandb_run_name(folder) or "")
+                base = stems.get(getattr(wandb_run_head(folder), "name", None) or "")
                 (mine.setdefault(base, []) if base else strays).append(one)
             continue
         base = next((stems[part] for part in reversed(copy.path.parent.parts) if part in stems), None)
@@ -305,6 +305,7 @@ def _left_beside(given: list[Path]) -> list[str]:
     # (a given log's compressed twin, or the plain log of a given .gz, is a copy of it: read once, not left)
     named = {os.path.realpath(form) for f in given
              for form in (f, f.with_name(_uncompressed(f.name)), *(f.with_name(f.name + z) for z in _COMPRESSIONS))}
+    boards = any("tfevents" in f.name for f in given)  # (a TensorBoard file's restart writes another beside it)
     left = []
     for folder in dict.fromkeys(f.parent for f in given):
         try:
@@ -312,7 +313,8 @@ def _left_beside(given: list[Path]) -> list[str]:
         except OSError:
             continue
         left += [f"{path}: {LEFT_BESIDE} (give the folder to read the run's logs together)"
-                 for path in beside if _named_like_a_runs_log(path) and os.path.realpath(path) not in named and path.is_file()]
+                 for path in beside if (_named_like_a_runs_log(path) or (boards and "tfevents" in path.name))
+                 and os.path.realpath(path) not in named and path.is_file()]
     return left
 
 
@@ -740,21 +742,63 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
     owners = {problem: _owner(Path(problem.split(": ")[0]), list(by_root)) for problem in problems}
     for root, members in sorted(by_root.items()):
         members = _drop_superseded(members)
-        plain = {s.path for s in members}
-        twins = tuple(s.path for s in members if s.path.suffix in _COMPRESSIONS and s.path.with_suffix("") in plain)
-        members = [s for s in members if s.path not in twins]
-        runs.append(
-            RunLocation(
-                run_id=_run_id(given, root),
-                framework=_framework(members),
-                root=root,
-                logs=tuple(sorted(members, key=_log_order)),
-                checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members) or _trl_checkpoint_dir(root, given),
-                skipped=tuple(p for p in problems if owners[p] in (None, root)),  # (one in no run's folder: any run's)
-                twins=twins,
-            )
-        )
+        skipped = tuple(p for p in problems if owners[p] in (None, root))  # (one in no run's folder: any run's)
+        copies_only = all(s.kind in COPY_KINDS for s in members)
+        for trial, of_trial in (_sweep_trials(members) if copies_only else {}).items() or [(None, members)]:
+            if copies_only:
+                of_trial = of_trial + _captured_consoles(of_trial)
+            location = _location(given, root, of_trial, skipped)
+            runs.append(replace(location, run_id=f"{location.run_id}/{trial}") if trial else location)
     return _verl_jsonl_per_experiment(_tensorboard_per_folder(runs))
+
+
+def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[str, ...]) -> RunLocation:
+    plain = {s.path for s in members}
+    twins = tuple(s.path for s in members if s.path.suffix in _COMPRESSIONS and s.path.with_suffix("") in plain)
+    members = [s for s in members if s.path not in twins]
+    return RunLocation(
+        run_id=_run_id(given, root),
+        framework=_framework(members),
+        root=root,
+        logs=tuple(sorted(members, key=_log_order)),
+        checkpoint_dir=_checkpoint_dir(root) or _verl_checkpoint_dir(root, members) or _trl_checkpoint_dir(root, given),
+        skipped=skipped,
+        twins=twins,
+    )
+
+
+def _sweep_trials(copies: list[LogSource]) -> dict[str, list[LogSource]]:
+    """The trials of a W&B sweep kept in one ``wandb/`` folder (``wandb agent``), each a run of its
+    own by its name, not relaunches of one run: their records name the sweep. Empty for anything
+    else (a run relaunched under new ids is one run, its attempts in order)."""
+    folders = [folder for copy in copies if copy.kind == "wandb" for folder in find_wandb_runs(copy.path)]
+    heads = [wandb_run_head(folder) for folder in folders]
+    if len(folders) < 2 or not any(head and head.sweep_id for head in heads):
+        return {}
+    trials: dict[str, list[LogSource]] = {}
+    for folder, head in zip(folders, heads, strict=True):
+        trials.setdefault((head and head.name) or folder.name, []).append(LogSource(folder, "wandb"))
+    rest = [copy for copy in copies if copy.kind != "wandb"]  # (another copy beside them is none of theirs)
+    return trials | ({"other copies": rest} if rest else {})
+
+
+def _captured_consoles(copies: list[LogSource]) -> list[LogSource]:
+    """The consoles W&B captured beside its runs (``files/output.log``, oldest run first), read as
+    a run's text log where it has no other: the steps a loop printed and its failures (an NCCL
+    watchdog's line), which no ``.wandb`` record is decoded for."""
+    found = []
+    for copy in (c for c in copies if c.kind == "wandb"):
+        for folder in find_wandb_runs(copy.path):
+            console = folder / "files" / "output.log"
+            try:
+                if not console.is_file() or not console.stat().st_size:
+                    continue
+                kind = _kind(console, given=True) or ("console_log" if looks_like_ray_console(console) else None)
+            except OSError:
+                continue
+            if kind is not None and kind not in COPY_KINDS:
+                found.append(LogSource(console, kind))
+    return [replace(source, order=i - len(found)) for i, source in enumerate(found)]
 
 
 def _log_order(source: LogSource) -> tuple:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import polars as pl
 
@@ -160,9 +160,17 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
         return WandbRun(run_id, (str(log),), empty(METRIC_SCHEMA), notes=(f"cannot read: {exc.strerror}",))
 
 
-def wandb_run_name(run_dir: Path | str) -> str | None:
-    """A run's display name (``wandb.init(name=…)``: verl passes its experiment's), from the first
-    records of its ``.wandb`` file; ``None`` when none is there or the file cannot be read."""
+class RunHead(NamedTuple):
+    """What a run's first records say of it: its display name (``wandb.init(name=…)``: verl passes
+    its experiment's) and the sweep it is a trial of, if any."""
+
+    name: str | None
+    sweep_id: str | None
+
+
+def wandb_run_head(run_dir: Path | str) -> RunHead | None:
+    """:class:`RunHead` of one run folder (or its ``.wandb`` file), from the first records of its
+    ``.wandb`` file; ``None`` when it holds no run record or cannot be read."""
     path = Path(run_dir)
     log = path if path.is_file() else next(iter(sorted(path.glob("run-*.wandb"))), None)
     try:
@@ -173,7 +181,8 @@ def wandb_run_name(run_dir: Path | str) -> str | None:
         with open(log, "rb") as fh:
             for _, payload in itertools.islice(_Framing().payloads(fh), _NAMED_WITHIN):
                 if _record_field(payload, _kinds(pb)) == run_field:
-                    return pb.Record.FromString(payload).run.display_name or None
+                    run = pb.Record.FromString(payload).run
+                    return RunHead(run.display_name or None, run.sweep_id or None)
     except Exception:  # (a file cut or junk: protobuf's DecodeError; no wandb; unreadable)
         return None
     return None

@@ -118,6 +118,26 @@ def test_a_restart_that_stopped_short_abandons_the_earlier_files_later_steps(tmp
     assert run.superseded["step"].to_list() == list(range(20, 40)) and run.superseded["file"].cast(pl.String).str.ends_with(".first").all()
 
 
+def test_an_event_file_given_alone_names_the_restarts_file_beside_it(tmp_path: Path) -> None:
+    """The first file of a restarted run given by name: the restart's file beside it, which would
+    abandon the collapse it holds, is named as not read, not left out without a word."""
+    from forensics import analyze
+
+    first = tensorboardX.SummaryWriter(str(tmp_path), filename_suffix=".first")
+    for step in range(1, 71):
+        first.add_scalar("reward", 0.0 if step >= 55 else 0.5 + 0.01 * (step % 3), step)
+    first.close()
+    time.sleep(0.05)
+    again = tensorboardX.SummaryWriter(str(tmp_path), filename_suffix=".restart")
+    for step in range(50, 101):
+        again.add_scalar("reward", 0.5 + 0.01 * (step % 3), step)
+    again.close()
+    [given] = tmp_path.glob("*.first")
+    [run] = analyze([given]).runs
+    [left] = [s for s in run.sources if s.kind == "not_given"]
+    assert left.path.endswith(".restart") and "not read: beside the log given" in left.notes[0]
+
+
 @pytest.mark.parametrize("window", [64, 1 << 20])
 def test_a_step_written_twice_in_one_file_keeps_its_later_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
     """Also when the two copies are in different windows of the file (64 bytes: a record each)."""

@@ -413,6 +413,72 @@ def test_a_step_metric_declared_for_some_keys_is_the_runs_step(tmp_path: Path) -
     assert [(i.kind, i.onset_step) for i in analysed.incidents] == [("reward_collapse", 60)]
 
 
+CONSOLE_WRITER = textwrap.dedent(
+    """
+    import json, sys, wandb
+    spec = json.loads(sys.argv[1])
+    run = wandb.init(mode="offline", dir=spec["dir"], project="gsm8k", name="exp")
+    for s in range(1, 101):
+        v = 0.0 if s >= 60 else 0.5 + 0.01 * (s % 3)
+        print(f"step:{s} - critic/score/mean:{v:.3f} - critic/score/std:{0.0 if v == 0 else 0.3:.3f}", flush=True)
+        if s == 59:
+            print("[2025-11-10 10:00:00,123 E 1234 1234] ProcessGroupNCCL.cpp:1234: [Rank 0] Watchdog caught collective "
+                  "operation timeout: WorkNCCL(SeqNum=12345, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+                  "ran for 600011 milliseconds before timing out.", file=sys.stderr, flush=True)
+        run.log({"critic/score/mean": v}, step=s)
+    run.finish()
+    """
+)
+
+
+def test_the_console_w_and_b_captured_is_read_where_the_run_has_no_other(tmp_path: Path) -> None:
+    """W&B writes what the loop printed to ``files/output.log``: with no console of its own beside
+    it, that is the run's text log, and the NCCL watchdog line in it names the cause."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+               WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="wrap")
+    subprocess.run([sys.executable, "-c", CONSOLE_WRITER, json.dumps({"dir": str(tmp_path)})], env=env, check=True,
+                   timeout=120, capture_output=True)
+    [console] = tmp_path.glob("wandb/offline-run-*/files/output.log")
+    assert "Watchdog caught collective operation timeout" in console.read_text()
+    [run] = analyze([tmp_path]).runs
+    assert {Path(s.path).name: s.kind for s in run.sources} == {"output.log": "verl_log", "wandb": "wandb"}
+    incident = run.incidents[0]
+    assert (incident.kind, incident.onset_step, incident.cause) == ("reward_collapse", 60, "nccl_timeout")
+    assert any(Path(e.file) == console for e in incident.evidence)
+
+
+SWEEP_WRITER = textwrap.dedent(
+    """
+    import json, sys, time, wandb
+    spec = json.loads(sys.argv[1])
+    for trial, lr in enumerate([1e-6, 1e-5, 3e-7]):  # (a wandb agent's trials: WANDB_SWEEP_ID set for each)
+        run = wandb.init(mode="offline", dir=spec["dir"], project="gsm8k", group="lr-sweep", name=f"trial{trial}",
+                         config={"lr": lr})
+        for step in range(1, 61):
+            run.log({"critic/score/mean": 0.0 if trial == 1 and step >= 40 else 0.5 + 0.01 * (step % 3)}, step=step)
+        run.finish()
+        time.sleep(1.1)  # (run folders are named by the second they began)
+    """
+)
+
+
+def test_the_trials_of_a_sweep_in_one_folder_are_runs_of_their_own(tmp_path: Path) -> None:
+    """Three trials of a sweep in one ``wandb/``: three runs, not one run relaunched twice whose
+    collapsed middle trial is an abandoned attempt that "recovered"."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_CONFIG_DIR=str(home / ".config"), WANDB_CACHE_DIR=str(home / ".cache"),
+               WANDB_SILENT="true", WANDB_MODE="offline", WANDB_DISABLE_GIT="true", WANDB_SWEEP_ID="lrsweep1")
+    subprocess.run([sys.executable, "-c", SWEEP_WRITER, json.dumps({"dir": str(tmp_path)})], env=env, check=True, timeout=180)
+    runs = {r.run_id.rsplit("/", 1)[-1]: r for r in analyze([tmp_path]).runs}
+    assert sorted(runs) == ["trial0", "trial1", "trial2"]
+    assert [(i.kind, i.onset_step, i.recovered) for i in runs["trial1"].incidents] == [("reward_collapse", 40, False)]
+    assert runs["trial0"].incidents == [] == runs["trial2"].incidents
+    assert all(r.step_range() == {"first": 1, "last": 60, "count": 60} for r in runs.values())
+
+
 def test_one_w_and_b_run_given_by_its_folder_its_link_or_its_file_is_that_run(wandb_root: Path) -> None:
     """`analyze wandb/latest-run` (the link W&B's docs point at), the run's folder, or its `.wandb`
     file: each exited 2, "no training run found"; only the `wandb/` above them was read."""
