@@ -749,7 +749,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
                 of_trial = of_trial + _captured_consoles(of_trial)
             location = _location(given, root, of_trial, skipped)
             runs.append(replace(location, run_id=f"{location.run_id}/{trial}") if trial else location)
-    return _verl_jsonl_per_experiment(_tensorboard_per_folder(runs))
+    return _verl_jsonl_per_experiment(_tensorboard_per_folder(_tensorboard_per_experiment(runs)))
 
 
 def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[str, ...]) -> RunLocation:
@@ -840,6 +840,44 @@ def _without_hparams_records(sources: list[LogSource], problems: list[str]) -> t
     said = [f"{s.path}: TensorBoard's hyperparameter record of {s.path.parent.parent.name} (add_hparams), not its numbers: not read"
             for s in records]
     return [s for s in sources if s not in records], [*problems, *said]
+
+
+#: verl's config as it prints it at launch, and the command line's override: the experiment's name.
+_EXPERIMENT = re.compile(rb"""'experiment_name': '([^']+)'|trainer\.experiment_name=(\S+)""")
+
+
+def _tensorboard_per_experiment(runs: list[RunLocation]) -> list[RunLocation]:
+    """verl's TensorBoard logger writes ``tensorboard_log/<project>/<experiment>/``: a run's console
+    beside several experiments' folders keeps the one its config names; the others are runs of
+    their own (another experiment's later, longer series is no copy of this one's)."""
+    out = []
+    for run in runs:
+        by_experiment: dict[str, list[LogSource]] = {}
+        for source in (s for s in run.logs if s.kind == "tensorboard"):
+            parts = source.path.parts
+            at = parts.index("tensorboard_log") if "tensorboard_log" in parts else -1
+            if 0 <= at < len(parts) - 3:
+                by_experiment.setdefault(parts[at + 2], []).append(source)
+        consoles = [s.path for s in run.logs if s.kind == "verl_log"]
+        if len(by_experiment) < 2 or not consoles:
+            out.append(run)
+            continue
+        named = _experiment_named(consoles[0])
+        others = {exp: files for exp, files in by_experiment.items() if exp != named}
+        moved = {s.path for files in others.values() for s in files}
+        out.append(replace(run, logs=tuple(s for s in run.logs if s.path not in moved)))
+        out += [replace(run, run_id=f"{run.run_id}/{exp}", framework="unknown", logs=tuple(files), checkpoint_dir=None,
+                        skipped=(), twins=()) for exp, files in others.items()]
+    return out
+
+
+def _experiment_named(console: Path, most: int = 4 << 20) -> str | None:
+    """The experiment a verl console's config names (``trainer.experiment_name``), from its head."""
+    try:
+        found = _EXPERIMENT.search(head_bytes(console, most))
+    except (OSError, EOFError):
+        return None
+    return (found[1] or found[2]).decode(errors="replace") if found else None
 
 
 def _tensorboard_per_folder(runs: list[RunLocation]) -> list[RunLocation]:

@@ -677,3 +677,33 @@ def test_experiments_side_by_side_in_one_working_folder_each_get_their_own_check
                       "qwen2_7b_lr_fix.log": repo / "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_lr_fix/global_step_100"}
     [alone] = analyze([repo / "qwen2_7b_lr_fix.log"]).runs
     assert Path(alone.recommendation.checkpoint).parent.name == "qwen2_7b_lr_fix"
+
+
+def test_another_experiments_tensorboard_folder_is_no_copy_of_this_run(tmp_path: Path) -> None:
+    """verl's ``tensorboard_log/<project>/`` holds this experiment's folder and a later one's: the
+    run keeps its own (its config names it), and the other's longer healthy series neither extends
+    its steps nor shortens its waste; it is a run of its own."""
+    import tensorboardX
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    spec = VerlRunSpec(steps=60, save_freq=10, score=lambda s: 0.0 if s >= 40 else healthy_score(s))
+    paths = write_verl_run(tmp_path / "verl", spec)
+    records = [json.loads(line) for line in paths.jsonl.read_text().splitlines()]
+    paths.jsonl.unlink()
+    boards = tmp_path / "verl" / "tensorboard_log" / spec.project
+    own = tensorboardX.SummaryWriter(str(boards / spec.experiment))
+    for record in records:
+        for key, value in record["data"].items():
+            if value is not None:
+                own.add_scalar(key, value, record["step"])
+    own.close()
+    later = tensorboardX.SummaryWriter(str(boards / "qwen2_7b_lr_fix"))
+    for step in range(1, 101):
+        later.add_scalar("critic/score/mean", healthy_score(step), step)
+    later.close()
+    runs = {r.run_id: r for r in analyze([tmp_path / "verl"]).runs}
+    assert sorted(runs) == ["verl", "verl/qwen2_7b_lr_fix"]
+    run = runs["verl"]
+    assert run.step_range()["last"] == 60
+    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 40)]
+    assert all("qwen2_7b_lr_fix" not in s.path for s in run.sources)
