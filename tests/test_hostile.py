@@ -516,29 +516,6 @@ def test_a_collapse_under_way_where_the_log_starts_leaves_no_checkpoint_known_he
     assert result.exit_code == 4 and result.stdout == ""
 
 
-@pytest.mark.parametrize("names", [("trainer.log-20251109.gz", "trainer.log-20251110"),
-                                   ("trainer.log-2025110923.gz", "trainer.log-2025111001.gz")])
-def test_logs_rotated_by_date_are_read_oldest_first(tmp_path: Path, names: tuple[str, str]) -> None:
-    """logrotate's ``dateext`` (the default on Debian and RHEL) names rotated parts by date: they
-    are the run's earlier steps, read in date order before the live log — not files left unread."""
-    from areal_builder import RunSpec, healthy_reward, write_run
-
-    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10,
-                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
-    text = paths.trainer_log.read_bytes()
-    cuts = [text.rindex(b"\n", 0, text.index(f"Train step {n}/".encode())) + 1 for n in (21, 41)]
-    parts = [text[: cuts[0]], text[cuts[0] : cuts[1]], text[cuts[1] :]]
-    for name, part in zip(names, parts[:2], strict=True):
-        (paths.log_dir / name).write_bytes(gzip.compress(part) if name.endswith(".gz") else part)
-    paths.trainer_log.write_bytes(parts[2])
-    [run] = analyze([paths.fileroot]).runs
-    trainer = [Path(s.path).name for s in run.sources if s.kind == "areal_trainer"]
-    assert trainer == [*names, "trainer.log"]
-    assert run.step_range() == {"first": 1, "last": 60, "count": 60}
-    assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 30)]
-    assert run.recommendation.step == 20
-
-
 def test_a_trainer_log_ending_in_killed_is_a_crash(tmp_path: Path) -> None:
     """The kernel's OOM killer SIGKILLs the trainer: its log ends with the shell's bare ``Killed``
     (no traceback, no ``Training completes!``). A crash after the last step, the line cited, and

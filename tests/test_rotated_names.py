@@ -1,5 +1,5 @@
 """Rotated and compressed parts of a trainer log, by every name the tools that rotate logs give
-them: logrotate with ``compresscmd`` xz, bzip2 or zstd, Python's ``TimedRotatingFileHandler``,
+them: logrotate (``dateext``, ``compresscmd`` xz, bzip2 or zstd), Python's ``TimedRotatingFileHandler``,
 a copy moved aside as ``.old``. Each is the run's earlier steps, read before the live log; a part
 that cannot be read is named, never dropped without a word. A log given by name is judged by its
 content, whatever its name.
@@ -47,6 +47,8 @@ def _rotated_run(tmp_path: Path, names: tuple[str, str]):
 
 
 @pytest.mark.parametrize("names", [
+    ("trainer.log-20251109.gz", "trainer.log-20251110"),  # (logrotate's dateext, the default on Debian and RHEL)
+    ("trainer.log-2025110923.gz", "trainer.log-2025111001.gz"),
     ("trainer.log.2.xz", "trainer.log.1.xz"),
     ("trainer.log.2.bz2", "trainer.log.1.bz2"),
     pytest.param(("trainer.log.2.zst", "trainer.log.1.zst"), marks=pytest.mark.skipif(ZSTD is None, reason="no zstd program")),
