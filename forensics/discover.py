@@ -22,7 +22,7 @@ from parsers._lines import head_bytes, open_log
 from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
-from parsers.schema import COMPRESSED, ROTATED
+from parsers.schema import COMPRESSED, COMPRESSIONS, ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
@@ -225,7 +225,6 @@ def _base(source: LogSource) -> str:
 
 
 _COMPRESSED_END = re.compile(COMPRESSED + "$")
-_COMPRESSIONS = (".gz", ".xz", ".bz2", ".zst")
 
 
 def _uncompressed(name: str) -> str:
@@ -272,16 +271,18 @@ def _copies_by_log(copies: list[LogSource], logs: dict[str, list[LogSource]]) ->
     stems = {_log_stem(log[0].path): base for base, log in logs.items()}
     mine: dict[str, list[LogSource]] = {}
     strays: list[LogSource] = []
-    for copy in copies:
-        if copy.kind == "wandb":
-            for folder in find_wandb_runs(copy.path):
-                one = LogSource(folder, "wandb", copy.order)
-                base = stems.get(getattr(wandb_run_head(folder), "name", None) or "")
-                (mine.setdefault(base, []) if base else strays).append(one)
-            continue
+    for folder in _wandb_folders(copies):
+        base = stems.get(getattr(wandb_run_head(folder), "name", None) or "")
+        (mine.setdefault(base, []) if base else strays).append(LogSource(folder, "wandb"))
+    for copy in (c for c in copies if c.kind != "wandb"):
         base = next((stems[part] for part in reversed(copy.path.parent.parts) if part in stems), None)
         (mine.setdefault(base, []) if base else strays).append(copy)
     return mine, strays
+
+
+def _wandb_folders(copies: list[LogSource]) -> list[Path]:
+    """The W&B run folders of ``copies`` (a ``wandb/`` folder's runs, oldest first, or one run's)."""
+    return [folder for copy in copies if copy.kind == "wandb" for folder in find_wandb_runs(copy.path)]
 
 
 #: A run's resume from a checkpoint, as AReaL's and verl's logs say it (see their formats' ``run_resumed``).
@@ -304,7 +305,7 @@ def _left_beside(given: list[Path]) -> list[str]:
     said (a server log's OOM names a cause the trainer's log alone cannot)."""
     # (a given log's compressed twin, or the plain log of a given .gz, is a copy of it: read once, not left)
     named = {os.path.realpath(form) for f in given
-             for form in (f, f.with_name(_uncompressed(f.name)), *(f.with_name(f.name + z) for z in _COMPRESSIONS))}
+             for form in (f, f.with_name(_uncompressed(f.name)), *(f.with_name(f.name + z) for z in COMPRESSIONS))}
     boards = any("tfevents" in f.name for f in given)  # (a TensorBoard file's restart writes another beside it)
     left = []
     for folder in dict.fromkeys(f.parent for f in given):
@@ -754,7 +755,7 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
 
 def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[str, ...]) -> RunLocation:
     plain = {s.path for s in members}
-    twins = tuple(s.path for s in members if s.path.suffix in _COMPRESSIONS and s.path.with_suffix("") in plain)
+    twins = tuple(s.path for s in members if s.path.suffix in COMPRESSIONS and s.path.with_suffix("") in plain)
     members = [s for s in members if s.path not in twins]
     return RunLocation(
         run_id=_run_id(given, root),
@@ -771,7 +772,7 @@ def _sweep_trials(copies: list[LogSource]) -> dict[str, list[LogSource]]:
     """The trials of a W&B sweep kept in one ``wandb/`` folder (``wandb agent``), each a run of its
     own by its name, not relaunches of one run: their records name the sweep. Empty for anything
     else (a run relaunched under new ids is one run, its attempts in order)."""
-    folders = [folder for copy in copies if copy.kind == "wandb" for folder in find_wandb_runs(copy.path)]
+    folders = _wandb_folders(copies)
     heads = [wandb_run_head(folder) for folder in folders]
     if len(folders) < 2 or not any(head and head.sweep_id for head in heads):
         return {}
@@ -787,17 +788,16 @@ def _captured_consoles(copies: list[LogSource]) -> list[LogSource]:
     a run's text log where it has no other: the steps a loop printed and its failures (an NCCL
     watchdog's line), which no ``.wandb`` record is decoded for."""
     found = []
-    for copy in (c for c in copies if c.kind == "wandb"):
-        for folder in find_wandb_runs(copy.path):
-            console = folder / "files" / "output.log"
-            try:
-                if not console.is_file() or not console.stat().st_size:
-                    continue
-                kind = _kind(console, given=True) or ("console_log" if looks_like_ray_console(console) else None)
-            except OSError:
+    for folder in _wandb_folders(copies):
+        console = folder / "files" / "output.log"
+        try:
+            if not console.is_file() or not console.stat().st_size:
                 continue
-            if kind is not None and kind not in COPY_KINDS:
-                found.append(LogSource(console, kind))
+            kind = _kind(console, given=True) or ("console_log" if looks_like_ray_console(console) else None)
+        except OSError:
+            continue
+        if kind is not None and kind not in COPY_KINDS:
+            found.append(LogSource(console, kind))
     return [replace(source, order=i - len(found)) for i, source in enumerate(found)]
 
 

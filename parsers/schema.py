@@ -128,8 +128,9 @@ def abandoned_by_later_parts(rows: pl.DataFrame, part: str, within: str = "key")
     return joined.select((pl.col("step") >= pl.col("back")).fill_null(False).alias("abandoned")).to_series()
 
 
-#: A compressed log's suffix: what logrotate's ``compresscmd`` may add.
-COMPRESSED = r"(?:\.(?:gz|xz|bz2|zst))"
+#: A compressed log's suffixes: what logrotate's ``compresscmd`` may add; and as a regex.
+COMPRESSIONS = (".gz", ".xz", ".bz2", ".zst")
+COMPRESSED = "(?:" + "|".join(re.escape(z) for z in COMPRESSIONS) + ")"
 #: The end of a rotated log's name: logrotate's number (``.1``) or date (``dateext``: ``-20251111``,
 #: ``-2025111117``, ``-20251111-1762900000``), Python's ``TimedRotatingFileHandler``'s date
 #: (``.2025-11-11``, ``.2025-11-11_17``, ``_17-05``, ``_17-05-00``), or ``.old``; then compression.

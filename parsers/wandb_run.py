@@ -143,7 +143,7 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
     path = Path(run_dir)
     match = RUN_DIR.match(path.name)
     run_id = match["id"] if match else path.name
-    log = path if path.is_file() else next(iter(sorted(path.glob("run-*.wandb"))), None)
+    log = _log_of(path)
     if log is None:
         return WandbRun(run_id, (str(path),), empty(METRIC_SCHEMA), notes=("no run-<id>.wandb file in the run folder",))
     if log.name.startswith("run-") and log.suffix == ".wandb" and not match:
@@ -160,6 +160,11 @@ def read_wandb_run(run_dir: Path | str, *, keys: str | None = None, summary: boo
         return WandbRun(run_id, (str(log),), empty(METRIC_SCHEMA), notes=(f"cannot read: {exc.strerror}",))
 
 
+def _log_of(path: Path) -> Path | None:
+    """A run's ``.wandb`` file: ``path`` itself, or the one in the run folder ``path``."""
+    return path if path.is_file() else next(iter(sorted(path.glob("run-*.wandb"))), None)
+
+
 class RunHead(NamedTuple):
     """What a run's first records say of it: its display name (``wandb.init(name=…)``: verl passes
     its experiment's) and the sweep it is a trial of, if any."""
@@ -172,7 +177,7 @@ def wandb_run_head(run_dir: Path | str) -> RunHead | None:
     """:class:`RunHead` of one run folder (or its ``.wandb`` file), from the first records of its
     ``.wandb`` file; ``None`` when it holds no run record or cannot be read."""
     path = Path(run_dir)
-    log = path if path.is_file() else next(iter(sorted(path.glob("run-*.wandb"))), None)
+    log = _log_of(path)
     try:
         pb = _protos()
         if log is None or not log.is_file():
