@@ -183,6 +183,12 @@ class _Tolerant:
     def _say(self, what: str) -> None:
         _damage[self._path] = f"{self._codec} stream {what}"
 
+    def _cut_off(self, text: int) -> None:
+        self._say(f"cut off after {text:,} bytes of text (the file ends mid-stream): the rest of the log is missing")
+
+    def _corrupt(self, text: int) -> None:
+        self._say(f"corrupt after {text:,} bytes of text: the rest of the file was skipped")
+
     def __enter__(self) -> _Tolerant:
         return self
 
@@ -218,7 +224,7 @@ class _GzipTolerant(_Tolerant):
             if not raw:
                 self._done = True
                 if self._fed:
-                    self._say(f"cut off after {self._text + len(out):,} bytes of text (the file ends mid-stream): the rest of the log is missing")
+                    self._cut_off(self._text + len(out))
                 break
             self._fed = True
             before = self._inflate.copy()
@@ -227,7 +233,7 @@ class _GzipTolerant(_Tolerant):
             except zlib.error:  # corrupt: keep what was inflated before the bad bytes
                 self._done = True
                 rest, take = _inflate_until_error(before, raw), n - len(out)
-                self._say(f"corrupt after {self._text + len(out) + len(rest):,} bytes of text: the rest of the file was skipped")
+                self._corrupt(self._text + len(out) + len(rest))
                 out += rest[:take]
                 self._salvaged = rest[take:]
                 break
@@ -267,10 +273,12 @@ class _StreamTolerant(_Tolerant):
             try:
                 piece = self._fh.read(min(self._PIECE, n - len(out)))
             except EOFError:  # (lzma, bz2: the file ends mid-stream)
-                self._stop(f"cut off after {self._text + len(out):,} bytes of text (the file ends mid-stream): the rest of the log is missing")
+                self._done = True
+                self._cut_off(self._text + len(out))
                 break
             except (lzma.LZMAError, OSError):
-                self._stop(f"corrupt after {self._text + len(out):,} bytes of text: the rest of the file was skipped")
+                self._done = True
+                self._corrupt(self._text + len(out))
                 break
             if not piece:
                 self._done = True
@@ -281,10 +289,6 @@ class _StreamTolerant(_Tolerant):
             out += piece
         self._text += len(out)
         return bytes(out)
-
-    def _stop(self, what: str) -> None:
-        self._done = True
-        self._say(what)
 
     def close(self) -> None:
         if self._proc is not None:

@@ -1179,6 +1179,7 @@ def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any
     out = []
     members: set[int] = set()
     owners: set[int] = set()
+
     def kind_of(exception: str) -> str | None:
         kind = next((k for k, regex in fmt.traceback_kinds if re.search(regex, exception)), None)
         hit = next((p for p in fmt.events if re.search(p.regex, exception)), None) if kind is None else None
@@ -1188,8 +1189,8 @@ def _tracebacks(other: pl.DataFrame, fmt: LogFormat) -> tuple[list[dict[str, Any
         members.update(tb.members)
         exc_kind = kind_of(tb.exception) if tb.exception else None
         # A chain whose last exception is of no kind (a CUDA OOM re-raised as a plain error) is its root's.
-        root = next((r for r in tb.roots if kind_of(r)), None) if exc_kind is None else None
-        exc_kind = exc_kind or (kind_of(root) if root else None)
+        root, root_kind = next(((r, k) for r in tb.roots if (k := kind_of(r))), (None, None)) if exc_kind is None else (None, None)
+        exc_kind = exc_kind or root_kind
         owner_kind = tb.owner[1] if tb.owner else None
         kind = exc_kind or (owner_kind if owner_kind not in (None, "log_error") else "traceback")
         if tb.owner:
