@@ -215,6 +215,14 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
             if k and low <= k * _QUARTER <= high and inside(k * _QUARTER) >= _ON_CLOCK]
     if len(fits) <= 1:
         return (fits[0] if fits else None), True
+    if (died := _died_then_exited(own, others)) is not None:
+        # A server dying on its own is seen exiting by its wrapper at once: only one quarter hour
+        # puts its last line (the crash) just before the exit line (a log at warning level has too
+        # few lines left for its ends to tell).
+        crashed, exited = died
+        prompt = [shift for shift in fits if -_ORDER_SLACK <= exited - (crashed + shift) <= _EXITED_AT_ONCE]
+        if len(prompt) == 1:
+            return prompt[0], True
     # The slack around the steps lets offsets beside the true one fit too: the one that lines the
     # log's first and last lines up with the run's (a server launched just before the first step,
     # busy until the last) is it, when it does so clearly better than any other.
@@ -224,6 +232,27 @@ def server_zone(step_times: pl.Series, own: pl.DataFrame, others: pl.DataFrame) 
     first, second = sorted(fits, key=misfit)[:2]
     clear = misfit(first) < _ENDS_APART and misfit(second) - misfit(first) >= _ENDS_MARGIN
     return (first if clear else None), True
+
+
+#: A server's own lines that mean it died (a scheduler's crash, a child's sigquit, a fatal signal),
+#: and how soon after them its wrapper logs the exit.
+_DYING = ("child_crash", "scheduler_exception", "segfault", "fatal_check", "process_killed", "host_oom_kill")
+_EXITED_AT_ONCE = timedelta(minutes=2)
+
+
+def _died_then_exited(own: pl.DataFrame, others: pl.DataFrame) -> tuple[datetime, datetime] | None:
+    """The server's dying line and its wrapper's exit line right below it (``own`` and ``others``
+    with ``kind``), as their times on their two clocks: ``(crashed, exited)``; else ``None``."""
+    if "kind" not in own.columns or "kind" not in others.columns:
+        return None
+    exits = others.filter((pl.col("kind") == "server_exit") & pl.col("time").is_not_null()).sort("line")
+    if exits.is_empty():
+        return None
+    exit_line, exited = exits["line"][0], exits["time"][0]
+    above = own.filter((pl.col("line") < exit_line) & pl.col("time").is_not_null()).sort("line").tail(1)
+    if above.is_empty() or above["kind"][0] not in _DYING:
+        return None
+    return above["time"][0], exited
 
 
 #: A server's exit and the first call the trainer found refused after it: on one clock, within this.

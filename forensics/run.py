@@ -577,7 +577,8 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
         others = events.filter((pl.col("file") == file) & (pl.col("source") != "sglang"))
         if n_in >= 0.5 * n and others.is_empty():  # (with wrapper lines, their order tells a clock hours ahead too)
             continue
-        own = pl.concat([events.filter(mine).select("line", "time"), metrics.filter(mine).select("line", "time")])
+        no_kind = pl.lit(None, dtype=events.schema["kind"]).alias("kind")
+        own = pl.concat([events.filter(mine).select("line", "time", "kind"), metrics.filter(mine).select("line", "time", no_kind)])
         zone, off = server_zone(step_times, own, others)
         if not off:
             continue
@@ -592,7 +593,7 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
                          "times are left out of the judgment; the lines keep their own)")
             continue
         events, metrics = _moved(mine, zone, events, metrics)
-        how = "kept in order with the file's wrapper lines" if others.height else "putting them among the steps"
+        how = "the file's wrapper lines leave" if others.height else "putting them among the steps"
         notes.append(f"{name}: the server's own lines are {_ahead_or_behind(-zone)} the run's clock (another time zone, "
                      f"the one offset {how}): moved onto it")
     return events, metrics, notes

@@ -103,6 +103,23 @@ def test_a_server_log_a_time_zone_away_is_put_on_the_run_clock_only_when_one_off
 
 
 
+def test_a_server_log_at_warning_level_is_moved_by_the_offset_that_puts_its_crash_just_before_its_exit() -> None:
+    """Steps for 3 h; at warning level the server (8 h behind) logged only its last 10 minutes:
+    retractions, then the sigquit of its crash. Its wrapper launched it before the first step and
+    logged the exit 2 s after the sigquit. Every quarter hour from 8 h back to the launch keeps the
+    file in order, but only 8 h puts the crash just before the exit. Where the line above the
+    exit is no crash (a server stopped at the end of the run), nothing tells which."""
+    steps = _minutes(range(0, 180))
+    kinds = ["kv_cache_retract"] * 10 + ["child_crash"]
+    own = pl.DataFrame({"line": range(3, 14), "time": _minutes(range(170, 181), hours=-8), "kind": kinds})
+    wrapper = pl.DataFrame({"line": [1, 2, 14], "kind": ["server_launch", "server_ready", "server_exit"],
+                            "time": [T0 - timedelta(minutes=5), T0 - timedelta(minutes=4), T0 + timedelta(minutes=180, seconds=2)]})
+    assert server_zone(steps, own, wrapper) == (timedelta(hours=8), True)
+    assert server_zone(steps, own.drop("kind"), wrapper) == (None, True)
+    stopped = own.with_columns(pl.lit("kv_cache_retract").alias("kind"))
+    assert server_zone(steps, stopped, wrapper) == (None, True)
+
+
 def test_a_server_log_a_zone_away_that_spans_the_run_is_moved_by_the_offset_lining_up_its_ends() -> None:
     """No wrapper lines (a plain SGLang log from a UTC container): a server launched 4 minutes
     before the first step and busy to the last, 8 h behind. Offsets a quarter hour or more beside
