@@ -283,6 +283,35 @@ def exit_offset(exited: datetime, refused: pl.Series) -> timedelta | None:
     return shifts[0] if len(shifts) == 1 else None
 
 
+#: A server's death and the first call the trainer found dropped mid-request: one moment on one
+#: clock, give or take this. Further apart (within ``_REFUSED_WITHIN``), the server host's clock is
+#: off by the gap (NTP skew between nodes).
+_SKEW_MIN = timedelta(seconds=30)
+#: A call dropped as the server died is followed by one refused, this soon, and by none before it.
+_THEN_REFUSED = timedelta(minutes=1)
+
+
+def exit_skew(exited: datetime, dropped: pl.Series, refused: pl.Series) -> timedelta | None:
+    """A server log's whole clock off the run's by seconds to minutes, read off its exit (``exited``)
+    and the trainer's calls to it (on the run's clock): the first dropped mid-request (``dropped``:
+    the server went away under it) that is followed by a refused one within a minute (``refused``),
+    with no refusal in the minutes before it, is the moment it died. Their gap, when more than
+    seconds; else ``None`` (on the clock, or no call was in flight when it died)."""
+    dropped, refused = dropped.drop_nulls().sort(), refused.drop_nulls().sort()
+    if dropped.is_empty() or refused.is_empty():
+        return None
+    if any(((calls >= exited - _SKEW_MIN) & (calls <= exited + _SKEW_MIN)).any() for calls in (dropped, refused)):
+        return None
+    after = refused.search_sorted(dropped, "right")
+    follows = refused.gather(after.clip(upper_bound=refused.len() - 1)) - dropped
+    quiet_before = refused.search_sorted(dropped, "left") == refused.search_sorted(dropped - _REFUSED_WITHIN, "left")
+    died = dropped.filter((after < refused.len()) & (follows > timedelta(0)) & (follows <= _THEN_REFUSED) & quiet_before)
+    if died.is_empty():
+        return None
+    skew = timedelta(seconds=round((died[0] - exited).total_seconds()))
+    return skew if _SKEW_MIN < abs(skew) <= _REFUSED_WITHIN else None
+
+
 def _order_bounds(own: pl.DataFrame, others: pl.DataFrame) -> tuple[timedelta, timedelta]:
     """The offsets under which the file's lines stay in time order: each line on the run's clock
     comes after the server's line above it and before the one below it."""

@@ -12,6 +12,7 @@ import polars as pl
 from forensics.align import (
     assign_steps,
     exit_offset,
+    exit_skew,
     into_dying_attempts,
     past_their_headers,
     reconstruct_times,
@@ -567,12 +568,12 @@ def _servers_on_the_runs_clock(events: pl.DataFrame, metrics: pl.DataFrame,
                .filter(~server & ~pl.col("file").cast(pl.String).is_in(list(counts))))
     for file, (n_in, n) in counts.items():
         mine = server & (pl.col("file") == file)
-        if (shift := _exit_refused(events, file, refused)) is not None:
+        if (moved := _host_clock(events, file, refused)) is not None:
             # (the whole file, its wrapper lines too: written on the server host's clock)
+            shift, why = moved
             events, metrics = _moved(pl.col("file") == file, shift, events, metrics)
             notes.append(f"{Path(file).name}: the whole log, its wrapper lines too, is {_ahead_or_behind(-shift)} the run's "
-                         "clock (the server's host in another time zone: its exit and the trainer's first refused call to it "
-                         "are that far apart, and no refusal followed the exit as written): moved onto it")
+                         f"clock ({why}): moved onto it")
             continue
         others = events.filter((pl.col("file") == file) & (pl.col("source") != "sglang"))
         if n_in >= 0.5 * n and others.is_empty():  # (with wrapper lines, their order tells a clock hours ahead too)
@@ -655,18 +656,27 @@ def _dated_by_the_steps(events: pl.DataFrame, metrics: pl.DataFrame, step_times:
     return events, metrics, notes
 
 
-def _exit_refused(events: pl.DataFrame, file: str, refused: pl.DataFrame) -> timedelta | None:
-    """The offset of a server log's whole clock, read off its first exit and the trainer's refused
-    calls to its address (:func:`forensics.align.exit_offset`), or ``None``."""
+def _host_clock(events: pl.DataFrame, file: str, calls: pl.DataFrame) -> tuple[timedelta, str] | None:
+    """The offset of a server log's whole clock, read off its first exit and the trainer's failed
+    calls to its address, and why: another time zone (:func:`forensics.align.exit_offset`) or a
+    clock minutes off (:func:`forensics.align.exit_skew`); else ``None``."""
     mine = events.filter(pl.col("file") == file)
     exits = mine.filter((pl.col("kind") == "server_exit") & pl.col("time").is_not_null())
-    if exits.is_empty() or refused.is_empty():
+    if exits.is_empty() or calls.is_empty():
         return None
     launched = launches(mine)["at"].drop_nulls()
-    calls = refused.with_columns(server_named(pl.col("message")).alias("at"))
+    calls = calls.with_columns(server_named(pl.col("message")).alias("at"))
     if launched.len():  # (calls naming another server are not to this one)
         calls = calls.filter(pl.col("at").is_null() | pl.col("at").is_in(launched.unique().implode()))
-    return exit_offset(exits["time"].min(), calls["time"])  # type: ignore[arg-type]
+    exited = exits["time"].min()
+    if (zone := exit_offset(exited, calls["time"])) is not None:  # type: ignore[arg-type]
+        return zone, ("the server's host in another time zone: its exit and the trainer's first refused call to it "
+                      "are that far apart, and no refusal followed the exit as written")
+    refused = calls.filter(pl.col("kind") == "connection_refused")["time"]
+    if (skew := exit_skew(exited, calls.filter(pl.col("kind") == "connection_reset")["time"], refused)) is not None:  # type: ignore[arg-type]
+        return skew, ("the server host's clock is off: its exit and the first call the trainer found dropped mid-request, "
+                      "refused ones right after, are that far apart")
+    return None
 
 
 #: A log whose steps go back this often is two runs writing into it at once, not relaunches.
@@ -688,8 +698,11 @@ def _interleaved(sources: list[SourceReport], steps: pl.DataFrame) -> list[Sourc
 
 
 def _ahead_or_behind(delta: timedelta) -> str:
-    hours = delta.total_seconds() / 3600
-    return f"{abs(hours):g} h {'ahead of' if hours > 0 else 'behind'}"
+    seconds = round(delta.total_seconds())
+    minutes, rest = divmod(abs(seconds), 60)
+    size = (f"{abs(seconds) / 3600:g} h" if not seconds % 900 else
+            f"{minutes} min {rest} s" if minutes and rest else f"{minutes} min" if minutes else f"{rest} s")
+    return f"{size} {'ahead of' if seconds > 0 else 'behind'}"
 
 
 def _copied_past_the_log(steps: pl.DataFrame, metrics: pl.DataFrame, *, rank: int) -> tuple[pl.DataFrame, list[str]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from forensics.align import assign_steps, reconstruct_times, server_zone
+from forensics.align import assign_steps, exit_skew, reconstruct_times, server_zone
 from forensics.discover import find_runs
 from forensics.run import load_run
 from parsers.schema import METRIC_SCHEMA, STEP_SCHEMA, cut_alike
@@ -130,3 +130,24 @@ def test_a_server_log_a_zone_away_that_spans_the_run_is_moved_by_the_offset_lini
     assert server_zone(steps, spans, spans.clear()) == (timedelta(hours=8), True)
     wider = pl.DataFrame({"line": range(1, 371), "time": _minutes(range(-15, 355), hours=-8)})
     assert server_zone(steps, wider, wider.clear()) == (None, True)
+
+
+def test_a_server_hosts_clock_minutes_off_is_the_gap_between_its_exit_and_the_first_call_it_dropped() -> None:
+    """A server dies with calls in flight: the trainer finds one dropped mid-request, then the next
+    refused. Seconds after the exit as written, the log is on the clock; minutes after, its host's
+    clock is off by the gap. A drop no refusal follows (a network blip), or one inside a burst of
+    refusals (a server already down), is not the moment it died; an hour is no skew."""
+    exited = T0 + timedelta(minutes=60)
+
+    def skew(drop_after: timedelta, *, refused_after: list[timedelta] | None = None) -> timedelta | None:
+        drops = pl.Series([exited + drop_after])
+        refusals = [exited + drop_after + timedelta(seconds=1)] if refused_after is None else [exited + d for d in refused_after]
+        return exit_skew(exited, drops, pl.Series(refusals, dtype=pl.Datetime("us")))
+
+    assert skew(timedelta(seconds=3)) is None
+    assert skew(timedelta(minutes=3, seconds=2)) == timedelta(minutes=3, seconds=2)
+    assert skew(-timedelta(minutes=3)) == -timedelta(minutes=3)
+    assert skew(timedelta(minutes=3), refused_after=[]) is None
+    assert skew(timedelta(minutes=3), refused_after=[timedelta(minutes=5)]) is None
+    assert skew(timedelta(minutes=3), refused_after=[timedelta(minutes=2), timedelta(minutes=3, seconds=1)]) is None
+    assert skew(timedelta(hours=1)) is None

@@ -250,6 +250,41 @@ def test_a_server_log_on_another_time_zones_clock_is_moved_onto_the_runs(fixture
             "the file's wrapper lines leave): moved onto it") in run["notes"]
 
 
+@pytest.mark.parametrize("minutes", [-3, 3])
+def test_a_server_hosts_clock_minutes_off_is_read_off_its_exit_and_the_calls_it_dropped(fixture_run, tmp_path: Path,
+                                                                                       minutes: int) -> None:
+    """The OOM fixture with the server's host clock 3 minutes behind or ahead of the trainer's (NTP
+    skew between nodes), its wrapper lines too. As written, the server exited in step 178 (or 182):
+    the trainer logged steps 178 and 179 as healthy and first found a call dropped mid-request,
+    then refused, at step 180. That drop is the moment the server died: the log is moved by the
+    gap, and the server's exit, its OOM and its silence fall where the trainer saw them."""
+    import gzip
+    import shutil
+
+    tree = tmp_path / "outputs"
+    shutil.copytree(fixture_run("sglang_oom"), tree)
+    [log] = tree.rglob("llm_server.log.gz")
+    sglang = re.compile(rb"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]", re.MULTILINE)
+    wrapper = re.compile(rb"^((?:\x1b\[\d+m)?)(\d{8}-\d\d:\d\d:\d\d)", re.MULTILINE)
+
+    def moved(text: bytes, form: str) -> bytes:
+        return (datetime.strptime(text.decode(), form) + timedelta(minutes=minutes)).strftime(form).encode()
+
+    text = sglang.sub(lambda m: b"[" + moved(m[1], "%Y-%m-%d %H:%M:%S") + b"]", gzip.decompress(log.read_bytes()))
+    log.write_bytes(gzip.compress(wrapper.sub(lambda m: m[1] + moved(m[2], "%Y%m%d-%H:%M:%S"), text)))
+    out = tmp_path / "a.json"
+    assert runner.invoke(app, ["analyze", str(tree), "--json", str(out), "--no-html", "--no-cache"]).exit_code == 0
+    [run] = json.loads(out.read_text())["runs"]
+    first = run["incidents"][0]
+    assert (first["kind"], first["onset_step"], first["cause"]) == ("reward_collapse", 180, "inference_server_oom")
+    assert "kept answering after the onset" not in first["summary"]
+    assert run["recommendation"]["step"] == 150
+    off = {-3: "3 min 3 s behind", 3: "2 min 57 s ahead of"}[minutes]  # (the drop came 2.6 s after the death)
+    assert (f"llm_server.log.gz: the whole log, its wrapper lines too, is {off} the run's clock (the server host's clock "
+            "is off: its exit and the first call the trainer found dropped mid-request, refused ones right after, are "
+            "that far apart): moved onto it") in run["notes"]
+
+
 def test_a_server_its_watchdog_killed_hung_first(tmp_path: Path) -> None:
     """SGLang's scheduler hangs in step 80's rollout; 300 s later its watchdog fires (one line),
     the server is killed and the trainer's requests are refused from then on. The refused
