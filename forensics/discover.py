@@ -26,7 +26,7 @@ from parsers.schema import COMPRESSED, COMPRESSIONS, ROTATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
-from parsers.wandb_run import find_wandb_runs, wandb_run_head
+from parsers.wandb_run import RUN_DIR, find_wandb_runs, wandb_run_head
 
 # Folders that hold weights, dumps or traces, never a run's logs.
 _SKIP_DIRS = {"checkpoints", "recover_checkpoint", "generated", "generated-eval", "rollout",
@@ -39,7 +39,6 @@ _LOG_NAME = re.compile(r"^(?P<base>[\w .()+,@-]+?\.(?:log|out|err|txt)|[a-z_]+-\
 #: (``README.md`` quotes log lines; given by name, it is still no log).
 _LOGGISH = re.compile(r"\.(?:log|out|err|txt)\b|^[^.]+$")
 _HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
-_WANDB_RUN = re.compile(r"^(?:offline-|dryrun-)?run-\d{8}_\d{6}-[\w-]+$")
 _WANDB_FILE = re.compile(r"^run-[\w-]+\.wandb$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
@@ -505,11 +504,11 @@ def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None
 
     linked: list[str] = []
     for folder, dirs, names in walk(top, onerror=on_error, links=linked):
-        if Path(folder).name == "wandb" and any(_WANDB_RUN.match(d) for d in dirs):
+        if Path(folder).name == "wandb" and any(RUN_DIR.match(d) for d in dirs):
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
             continue
-        if folder == str(top) and _WANDB_RUN.match(Path(os.path.realpath(folder)).name) and any(_WANDB_FILE.match(n) for n in names):
+        if folder == str(top) and RUN_DIR.match(Path(os.path.realpath(folder)).name) and any(_WANDB_FILE.match(n) for n in names):
             # One W&B run's folder given (or wandb/latest-run, the link W&B's docs point at): that run.
             sources.append(LogSource(Path(folder), "wandb"))
             dirs[:] = []
@@ -690,7 +689,7 @@ def _kind(path: Path, custom_format: CustomFormat | None = None, *, given: bool 
     ``given`` by name under a name of its own (``trainer.log.bak``) is judged by its head."""
     if "tfevents" in path.name:
         return "tensorboard"
-    if _WANDB_FILE.match(path.name) and _WANDB_RUN.match(path.parent.name):
+    if _WANDB_FILE.match(path.name) and RUN_DIR.match(path.parent.name):
         return "wandb"
     if path.name == "trainer_state.json" and re.fullmatch(r"checkpoint-\d+", path.parent.name):
         return "trl_state"
