@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -177,8 +178,9 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     checkpoints = _rewrites_undated(_recover_saved_again(to_checkpoints(run.checkpoints), run), run)
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
+    checkpoints, foreign = _earlier_runs(checkpoints, run)
     recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary, unread),
-                               judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned,
+                               judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned, foreign=foreign,
                                read_to=_judged_to(run, values) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
     notes = [f"primary metric: {why_primary}", *run.notes]
@@ -326,15 +328,36 @@ def planned_steps(facts: dict[str, str], last: int) -> int | None:
     return int(planned) if planned.isdigit() else None
 
 
+#: A value logged just before a collapse first seen after steps with none that is under this share
+#: of the level before it (measured from the collapse's value) is already part of the collapse.
+_FALLEN_SHARE = 0.5
+#: The logged values before it that give that level.
+_LEVEL_POINTS = 10
+
+
 def _after_gap(finding: Finding, values: pl.DataFrame) -> Finding:
     """A collapse first seen right after steps with no value (a copy's corrupt chunk skipped, a
-    log's lost stretch) may have begun in them: said, with the bounds."""
-    before = values.filter(pl.col("step") < finding.onset_step)["step"]
-    last = int(before.max()) if len(before) else None
-    if last is None or finding.onset_step - last <= 1:
+    log's lost stretch, a log written every k steps) may have begun in them: said, with the bounds.
+    A value logged there already far below the level before it (a mean over a window the
+    collapse began in: a Trainer's ``logging_steps``) moves the bound back before it."""
+    before = values.filter(pl.col("step") < finding.onset_step).drop_nulls("value").sort("step")
+    if before.is_empty() or finding.onset_step - int(before["step"][-1]) <= 1:
         return finding
+    steps, logged = before["step"].to_list(), before["value"].to_list()
+    floor = finding.value if finding.value is not None and math.isfinite(finding.value) else 0.0
+    fallen = []
+    while len(steps) > 1 and len(fallen) < _LEVEL_POINTS:
+        level = statistics.median(logged[-1 - _LEVEL_POINTS:-1])
+        if not (math.isfinite(logged[-1]) and level > floor and logged[-1] - floor < _FALLEN_SHARE * (level - floor)):
+            break
+        fallen.append((steps.pop(), logged.pop()))
+    last = int(steps[-1])
     gap = f"steps {last + 1}–{finding.onset_step - 1}" if finding.onset_step - last > 2 else f"step {last + 1}"
-    return replace(finding, began_after=last, summary=f"{finding.summary}; {gap} logged no {finding.metric}, so it began "
+    said = (f"{gap} logged no {finding.metric}" if not fallen else
+            f"{finding.metric} logged at step{'s' if len(fallen) > 1 else ''} "
+            f"{', '.join(f'{step} ({value:.3g})' for step, value in reversed(fallen))} was already far below its level "
+            f"before ({statistics.median(logged[-_LEVEL_POINTS:]):.3g}), and the other steps logged none")
+    return replace(finding, began_after=last, summary=f"{finding.summary}; {said}, so it began "
                                                       f"between steps {last + 1} and {finding.onset_step}")
 
 
@@ -361,6 +384,27 @@ def _abandoned_checkpoints(checkpoints: list[Checkpoint], run: RunData,
     gone_paths = frozenset(c.path for c in checkpoints if older(c))
     said = "saved by an attempt a relaunch abandoned (the run's own steps never saved it again)"
     return [replace(c, problems=(*c.problems, said)) if c.path in gone_paths else c for c in checkpoints], gone_paths
+
+
+#: A checkpoint dated this long before the run's first step was logged cannot be a save of a step after it.
+_BEFORE_THE_RUN = timedelta(minutes=10)
+
+
+def _earlier_runs(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Checkpoint], frozenset[str]]:
+    """Checkpoints of steps after the run's first logged one, yet dated well before it was logged:
+    an earlier run's saves left in the folder (its experiment and trial names reused, its logs
+    cleared), not this run's. Said so, and never chosen (where the files' times are the saves')."""
+    timed = run.steps.drop_nulls("time")
+    if timed.is_empty() or not _saves_dated(checkpoints, run):
+        return checkpoints, frozenset()
+    first = timed.sort("time", "step").row(0, named=True)
+    earlier = [c for c in checkpoints if c.time is not None and c.step > first["step"] and c.time < first["time"] - _BEFORE_THE_RUN]
+    said = (f"dated {{}}, before the run logged its first step ({first['step']}, at {first['time']:%Y-%m-%d %H:%M:%S}, "
+            f"{Path(first['file']).name}:{first['line']}), yet of a later step: an earlier run's save left in the folder (its "
+            "experiment and trial names reused), not this run's")
+    paths = frozenset(c.path for c in earlier)
+    return [replace(c, problems=(*c.problems, said.format(f"{c.time:%Y-%m-%d %H:%M:%S}"))) if c.path in paths else c
+            for c in checkpoints], paths
 
 
 #: How long after the logs' last line a checkpoint's files may still be written (a final save).

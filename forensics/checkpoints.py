@@ -42,7 +42,8 @@ def to_checkpoints(frame: pl.DataFrame) -> list[Checkpoint]:
 
 def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: dict[str, str], log_dir: Path,
               *, caveat: str | None = None, judged: bool = True, read_to: int | None = None,
-              read_from: int | None = None, abandoned: frozenset[str] = frozenset()) -> Recommendation:
+              read_from: int | None = None, abandoned: frozenset[str] = frozenset(),
+              foreign: frozenset[str] = frozenset()) -> Recommendation:
     """The checkpoint to resume from, or ``None`` with the reason. ``caveat``: why finding no
     incident does not make the run healthy (nothing judged, logs not read), when it does not;
     ``judged``: false when nothing could be judged (no step, no reward series), so that no
@@ -51,9 +52,10 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
     read — a checkpoint past it was saved in steps nothing judged (never chosen, said).
     ``read_from``: the first step read — a state already under way there (a collapse) may have begun
     before the logs do, so no checkpoint before it is known healthy.
-    ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved (never chosen)."""
-    complete = [c for c in checkpoints if c.complete and c.path not in abandoned]
-    skipped = [c for c in checkpoints if not c.complete or c.path in abandoned]
+    ``abandoned``: paths of checkpoints an attempt a relaunch abandoned saved; ``foreign``: of those
+    another run left in the folder (never chosen either)."""
+    complete = [c for c in checkpoints if c.complete and c.path not in abandoned | foreign]
+    skipped = [c for c in checkpoints if not c.complete or c.path in abandoned | foreign]
     warnings = [f"skipped {'' if c.complete else 'incomplete '}checkpoint {c.path}: {'; '.join(c.problems)}" for c in skipped]
     redone = [i for i in incidents if i.redone]
     incidents = [i for i in incidents if not i.redone]  # a relaunch from before them re-ran their steps
@@ -66,8 +68,9 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
                 f"the {len(redone)} incidents, at step {', '.join(map(str, onsets))}, were in attempts relaunches abandoned")
                 + ")" + (f", but {caveat}" if caveat else ""))
         if not complete:
-            theirs = sum(1 for c in checkpoints if c.path in abandoned)
-            none = "no complete checkpoint was found" + (f" but the {theirs} an attempt a relaunch abandoned saved" if theirs else "")
+            theirs, others = (sum(1 for c in checkpoints if c.path in paths) for paths in (abandoned, foreign))
+            none = ("no complete checkpoint was found" + (f" but the {theirs} an attempt a relaunch abandoned saved" if theirs else "")
+                    + (f"{' or' if theirs else ' but'} the {others} an earlier run left in the folder" if others else ""))
             reason = f"{found}; {none}." if caveat or redone else f"The run looks healthy, but {none}."
             return Recommendation(None, None, reason, None, tuple(warnings))
         unjudged = [c for c in complete if read_to is not None and c.step > read_to]
@@ -108,9 +111,9 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
     if first.began_after is not None:
         unknown = [c for c in before if c.step > first.began_after]
         before = [c for c in before if c.step <= first.began_after]
-        warnings += [f"skipped checkpoint {c.path}: saved at step {c.step}, in the steps before the onset that logged no "
-                     f"{first.metric} (after step {first.began_after}), where the {kind_words(first.kind)} may already "
-                     "have begun" for c in unknown]
+        warnings += [f"skipped checkpoint {c.path}: saved at step {c.step}, after step {first.began_after}, the last step "
+                     f"known healthy before the onset, where the {kind_words(first.kind)} may already have begun"
+                     for c in unknown]
         if not before:
             return Recommendation(None, None, f"No complete checkpoint was saved by step {first.began_after}, the last step "
                                               f"known healthy before the {kind_words(first.kind)} (it began between steps "
@@ -130,8 +133,8 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
     if first.began_after is not None:
         lost = first.began_after - best.step
         reason = (f"Step {best.step} is the newest complete checkpoint before the {kind_words(first.kind)}, which began "
-                  f"between steps {first.began_after + 1} and {first.onset_step} (the steps between logged no "
-                  f"{first.metric}); resuming from it redoes {lost} step{'s' if lost != 1 else ''} known healthy.")
+                  f"between steps {first.began_after + 1} and {first.onset_step} (the log does not tell when in "
+                  f"those steps: see the incident); resuming from it redoes {lost} step{'s' if lost != 1 else ''} known healthy.")
     warnings += _after_recovery(complete, incidents)
     command = _resume_command(best, facts, log_dir)
     return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command) + _kind_warnings(best)))

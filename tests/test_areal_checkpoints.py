@@ -481,6 +481,34 @@ def test_no_checkpoint_saved_in_steps_that_logged_no_reward_is_called_healthy(tm
     assert "may already have begun" in passed_over
 
 
+@pytest.mark.parametrize("collapsed", [True, False])
+def test_an_earlier_runs_checkpoints_under_the_same_trial_name_are_not_this_runs(tmp_path: Path, collapsed: bool) -> None:
+    """AReaL's default names reused: an earlier run of gsm8k-grpo/trial0 (Nov 5, a save every 35
+    steps, 120 steps, its logs cleared) left its exports; the rerun (Nov 10, a save every 10 steps)
+    logged steps 1–45. Its own saves are steps 10–40; the step-35, 70 and 105 exports are dated
+    days before its first step, of steps after it: never chosen, each said with the first step's
+    line."""
+    import shutil
+    from datetime import datetime
+
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    root = tmp_path / "outputs"
+    old = write_run(root, RunSpec(last_step=120, save_freq_steps=35, start=datetime(2025, 11, 5, 9, 0), seed=7))
+    shutil.rmtree(old.log_dir)
+    reward = (lambda s: 0.0 if s >= 38 else 0.5) if collapsed else (lambda s: 0.5 + (s % 5) / 50)
+    write_run(root, RunSpec(last_step=45, save_freq_steps=10, start=datetime(2025, 11, 10, 9, 0), reward=reward))
+    [run] = analyze([root]).runs
+    rec = run.recommendation
+    assert rec.step == 30 if collapsed else rec.step == 40
+    left = sorted(w for w in rec.warnings if "an earlier run's save left in the folder" in w)
+    assert [w.split(": dated")[0].rsplit("/", 1)[1] for w in left] == [
+        "epoch0epochstep104globalstep104", "epoch0epochstep34globalstep34", "epoch0epochstep69globalstep69"]
+    assert "before the run logged its first step (1, at 2025-11-10 09:00:00, trainer.log:" in left[0]
+
+
 def test_checkpoints_dated_after_every_log_line_tell_nothing_of_which_attempt_saved_them(tmp_path: Path) -> None:
     """A relaunch from step 30 abandoned an attempt that had collapsed at 35 and saved an export at
     45. Dated as saved, that export is passed over; in a copy (``cp -r``: every file dated when

@@ -481,6 +481,38 @@ def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: P
     assert (run.recommendation.step, Path(run.recommendation.checkpoint).name) == (100, "checkpoint-100")
 
 
+def test_a_trainers_windowed_mean_already_down_before_the_zeros_bounds_the_collapse_before_it(tmp_path: Path) -> None:
+    """``logging_steps=10``: each logged reward is the mean of the ten steps up to it. Every step
+    from 163 on scored 0, so step 170's mean is already a fraction of the level before it, and
+    180's is 0: the collapse began in steps 161–170, and checkpoint-170 (saved after it began) is
+    passed over for checkpoint-160."""
+    import json as json_
+
+    from test_areal_checkpoints import safetensors_bytes
+
+    per_step = {s: 0.0 if s >= 163 else 0.45 + s % 7 / 50 for s in range(1, 251)}
+    history = [{"step": s, "epoch": s / 250, "loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-6,
+                "reward": round(sum(per_step[k] for k in range(s - 9, s + 1)) / 10, 4)} for s in range(10, 251, 10)]
+    out = tmp_path / "out"
+    for step in range(50, 251, 10):
+        folder = out / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
+        (folder / "optimizer.pt").write_bytes(b"x")
+        (folder / "scheduler.pt").write_bytes(b"x")
+        state = {"global_step": step, "epoch": step / 250, "log_history": [h for h in history if h["step"] <= step],
+                 "max_steps": 250, "logging_steps": 10, "save_steps": 10}
+        (folder / "trainer_state.json").write_text(json_.dumps(state, indent=2, sort_keys=True) + "\n")
+    [run] = analyze([out]).runs
+    [incident] = run.incidents
+    assert (incident.onset_step, incident.began_after) == (180, 160)
+    assert ("train/reward logged at step 170 (0.092) was already far below its level before (0.512), and the other steps "
+            "logged none, so it began between steps 161 and 180") in incident.summary
+    assert (run.recommendation.step, Path(run.recommendation.checkpoint).name) == (160, "checkpoint-160")
+    assert any("checkpoint-170: saved at step 170, after step 160, the last step known healthy" in w for w in run.recommendation.warnings)
+
+
 def _trainer_copies(proj: Path, outputs: list[str]) -> list:
     """A Trainer's ``report_to=["wandb", "tensorboard"]`` in ``proj``: ``wandb/`` there, each of
     ``outputs`` (an ``output_dir``) with TensorBoard's files under ``runs/``."""
