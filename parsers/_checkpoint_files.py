@@ -34,6 +34,30 @@ def check_file(path: Path) -> str | None:
         return f"{path.name} cannot be read: {why(error)}"
 
 
+#: ``torch.save`` (PyTorch >= 1.6) writes a zip archive: its end record, within this many bytes of
+#: the end (22 and a comment of up to 65,535), is written last.
+_ZIP_HEAD, _ZIP_END, _ZIP_TAIL = b"PK\x03\x04", b"PK\x05\x06", 22 + 65_535
+
+
+def check_torch_file(path: Path) -> str | None:
+    """A readable ``.pt`` file (:func:`check_file`) that, in ``torch.save``'s zip container, ends in
+    the zip's end record: one cut short (a save killed mid-write) does not. (The older pickle format
+    has no end to check.)"""
+    if problem := check_file(path):
+        return problem
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as file:
+            if file.read(4) != _ZIP_HEAD:
+                return None
+            file.seek(max(size - _ZIP_TAIL, 0))
+            tail = file.read()
+    except OSError as error:
+        return f"{path.name} cannot be read: {why(error)}"
+    if _ZIP_END not in tail:
+        return f"{path.name} is cut short ({size_phrase(size)}: a torch.save archive with no end record, its write did not finish)"
+    return None
+
 def check_safetensors(path: Path) -> str | None:
     """A u64 little-endian header length N, N bytes of JSON, then the tensor data it describes."""
     name = path.name

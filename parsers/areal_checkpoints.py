@@ -28,6 +28,7 @@ import polars as pl
 from parsers._checkpoint_files import (
     check_file,
     check_hf_model,
+    check_torch_file,
     entries,
     is_dir,
     mtime,
@@ -214,7 +215,7 @@ def _check_recover(names: dict[str, Path]) -> list[str]:
     if ".metadata" in names or any(name.endswith(".distcp") for name in names):
         return _check_dcp(names)
     optimizer = [path for name, path in names.items() if _OPTIMIZER_SHARD.fullmatch(name)]
-    problems = check_hf_model(names) + [p for p in map(check_file, sorted(optimizer)) if p]
+    problems = check_hf_model(names) + [p for p in map(check_torch_file, sorted(optimizer)) if p]
     if not optimizer:
         problems.append(
             "no optimizer state (.metadata + *.distcp, or optim_world_size_*_rank_*.pt)"

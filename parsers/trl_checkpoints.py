@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from parsers._checkpoint_files import NO_WEIGHTS, check_file, check_hf_model, entries, is_dir, mtime, read_json
+from parsers._checkpoint_files import NO_WEIGHTS, check_hf_model, check_torch_file, entries, is_dir, mtime, read_json
 from parsers.schema import CHECKPOINT_SCHEMA
 
 __all__ = ["is_trl_checkpoint_root", "read_trl_checkpoints"]
@@ -73,7 +73,7 @@ def _problems(folder: Path, step: int, names: dict[str, Path], engine: _Engine |
         model = [p for p in model if not p.startswith(NO_WEIGHTS)]
     # (a save the disk filled during: an empty optimizer.pt fails resume_from_checkpoint)
     state_files = [names[n] for n in ("optimizer.pt", "scheduler.pt") if n in names] + (engine.files if engine else [])
-    return problems + model + [p for p in map(check_file, state_files) if p] + (engine.problems if engine else [])
+    return problems + model + [p for p in map(check_torch_file, state_files) if p] + (engine.problems if engine else [])
 
 
 class _Engine(NamedTuple):

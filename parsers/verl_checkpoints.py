@@ -33,7 +33,16 @@ from typing import Any
 
 import polars as pl
 
-from parsers._checkpoint_files import check_file, check_safetensors, entries, is_dir, mtime, ranges, why
+from parsers._checkpoint_files import (
+    check_file,
+    check_safetensors,
+    check_torch_file,
+    entries,
+    is_dir,
+    mtime,
+    ranges,
+    why,
+)
 from parsers._walk import walk
 from parsers.schema import CHECKPOINT_SCHEMA
 
@@ -129,7 +138,7 @@ def _inspect(folder: Path, layout: dict[str, bool]) -> tuple[list[str], list[str
         resumable = resumable and role_resumable
     if not os.path.lexists(folder / "data.pt"):
         notes.append("data.pt missing: a resume restarts the dataloader from the beginning")
-    elif problem := check_file(folder / "data.pt"):
+    elif problem := check_torch_file(folder / "data.pt"):
         problems.append(problem)
     return problems, notes, roles, resumable
 
@@ -189,7 +198,7 @@ def _check_fsdp_shards(names: dict[str, Path], layout: dict[str, bool]) -> tuple
         present[part] = len(ranks)
         if ranks and missing:
             problems.append(f"{part} shards missing for ranks {ranges(missing)} ({len(ranks)} of {world} present)")
-        problems += [p for p in (check_file(path) for _, path in sorted(ranks.items())) if p]
+        problems += [p for p in (check_torch_file(path) for _, path in sorted(ranks.items())) if p]
     if not present["model"]:
         problems.append(f"no model shards (model_world_size_{world}_rank_*.pt)")
     resumable = True
@@ -199,6 +208,8 @@ def _check_fsdp_shards(names: dict[str, Path], layout: dict[str, bool]) -> tuple
         resumable = False
         if layout[part]:
             problems.append(f"no {what} state ({part}_world_size_*), which other saves of this run have: the save did not finish")
+        elif problems:  # (a save cut short: what it would have held cannot be told)
+            notes.append(f"no {what} state ({part}_world_size_*)")
         else:
             notes.append(f"no {what} state ({part}_world_size_*): checkpoint.save_contents left it out, so it cannot resume")
     return problems, resumable, notes

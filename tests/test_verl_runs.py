@@ -522,6 +522,34 @@ def test_saves_passed_over_are_said_whatever_they_lack(tmp_path: Path) -> None:
     assert "global_step_15: actor/no scheduler/RNG state (extra_state_world_size_*), which other saves of this run have" in said
 
 
+def test_a_save_killed_mid_write_is_not_chosen_though_it_is_the_only_one_left(tmp_path: Path) -> None:
+    """``max_actor_ckpt_to_keep=1``: verl removed global_step_30 before writing global_step_40, and
+    the job was killed while each rank wrote its model shard (``torch.save``'s zip, cut before its
+    end record); the tracker still names 30. With no other save to compare against, the torn shards
+    alone tell that global_step_40 never finished: no checkpoint is chosen, and both are said."""
+    import os
+    import shutil
+
+    from verl_builder import VerlRunSpec, torch_save, write_verl_run
+
+    paths = write_verl_run(tmp_path / "run", VerlRunSpec(steps=39, save_freq=10))
+    for step in (10, 20, 30):
+        shutil.rmtree(paths.ckpt_root / f"global_step_{step}")
+    actor = paths.ckpt_root / "global_step_40" / "actor"
+    actor.mkdir(parents=True)
+    for rank in range(2):
+        shard = actor / f"model_world_size_2_rank_{rank}.pt"
+        torch_save(shard, os.urandom(8192))
+        shard.write_bytes(shard.read_bytes()[:4096])
+    rec = only(tmp_path / "run").recommendation
+    assert rec.checkpoint is None
+    said = "\n".join(rec.warnings)
+    assert "global_step_30: latest_checkpointed_iteration.txt names global_step_30, which is missing" in said
+    assert ("global_step_40: actor/model_world_size_2_rank_0.pt is cut short (4.1 kB: a torch.save archive with no end "
+            "record, its write did not finish)") in said
+    assert "save_contents" not in said  # (a save cut short: not what the config left out)
+
+
 def test_a_ray_session_given_as_the_path_is_read_as_its_logs_folder_is(tmp_path: Path) -> None:
     """``analyze /tmp/ray/session_latest``: the session's TaskRunner output holds the steps, as when
     its ``logs/`` is given — not a session with no step and no incident."""
