@@ -215,6 +215,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         observations=slow_start(run.metrics, run.steps),
         # (the primary metric's only: what an abandoned attempt's incident is drawn on)
         superseded=run.superseded.filter(pl.col("key") == primary) if primary else run.superseded.clear(),
+        save_folder_named=str(run.save_folder_named) if run.save_folder_named else None,
     )
 
 

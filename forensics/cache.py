@@ -75,6 +75,10 @@ class Splice:
     of them than the part it re-read is parsed afresh."""
     restart_lines_kept: int | None = None
     """How many of :attr:`Parsed.restart_lines` the reader keeps, its last ones (``None``: all)."""
+    first_facts: bool = False
+    """A fact printed twice (a relaunch's config) is the first line's, as the reader keeps it; else the last's."""
+    later_facts: frozenset[str] = frozenset()
+    """With ``first_facts``, the facts a later line overrides all the same."""
 
 
 def default_cache_dir() -> Path:
@@ -315,8 +319,15 @@ class ParseCache:
             restart_lines=_restarts(old.restart_lines, cut_line, new_tail.restart_lines, before, policy.restart_lines_kept),
             unparsed_lines=max(0, old.unparsed_lines - old_tail.unparsed_lines) + new_tail.unparsed_lines,
             notes=notes,
-            facts={**old.facts, **new_tail.facts},
+            facts=_spliced_facts(policy, old.facts, new_tail.facts),
         )
+
+
+def _spliced_facts(policy: Splice, old: dict[str, str], grown: dict[str, str]) -> dict[str, str]:
+    """The facts of the old parse and of the grown part, as the reader keeps a fact printed twice."""
+    if not policy.first_facts:
+        return {**old, **grown}
+    return {**grown, **old} | {key: value for key, value in grown.items() if key in policy.later_facts}
 
 
 #: A count in a note, with or without thousands separators (not the comma after it: "step 1, unfinished").
@@ -621,12 +632,13 @@ def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
         return None
 
 
-def folders_beyond(checkpoints: Iterable[str], keyed: Iterable[Path]) -> list[Path]:
-    """The folders holding ``checkpoints`` (paths an analysis listed) outside the ``keyed`` checkpoint
-    folders: those a log named (a verl console's absolute ``default_local_dir``). An inputs key does
-    not cover them; a result remembered must be watched for a change in them (see :meth:`ParseCache.remember`)."""
+def folders_beyond(checkpoints: Iterable[str], keyed: Iterable[Path], named: Iterable[str | Path | None] = ()) -> list[Path]:
+    """The folders holding ``checkpoints`` (paths an analysis listed), and the save folders logs
+    ``named`` (a verl console's absolute ``default_local_dir``, though it held nothing yet), outside
+    the ``keyed`` checkpoint folders. An inputs key does not cover them; a result remembered must be
+    watched for a change in them (see :meth:`ParseCache.remember`)."""
     keyed = [Path(os.path.abspath(k)) for k in keyed]
-    folders = {Path(os.path.abspath(c)).parent for c in checkpoints}
+    folders = {Path(os.path.abspath(c)).parent for c in checkpoints} | {Path(os.path.abspath(n)) for n in named if n}
     return sorted(f for f in folders if not any(f == k or k in f.parents for k in keyed))
 
 
@@ -651,17 +663,27 @@ def _folder_identity(folder: Path) -> Identity:
         real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
         dirs[:] = [d for d, r in real if r not in seen]  # (a link loop is walked once)
         seen.update(r for _, r in real)
-        # (a folder with nothing in it yet is there all the same: a checkpoint being written)
-        listing.update("".join(f"{os.path.relpath(os.path.join(root, d), folder)}/\n" for d in dirs).encode(errors="surrogateescape"))
+        # (a folder with nothing in it yet is there all the same: a checkpoint being written; and
+        # its own time is a checkpoint's, which the analysis reads)
+        listing.update("".join(f"{os.path.relpath(os.path.join(root, d), folder)}/\0{_lstat_mtime(os.path.join(root, d))}\n"
+                               for d in dirs).encode(errors="surrogateescape"))
         for name in sorted(files):
             try:
                 st = os.stat(os.path.join(root, name))
             except OSError:
                 continue
             total += st.st_size
-            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n"
+                           .encode(errors="surrogateescape"))
     st = folder.stat()
     return Identity(total, st.st_mtime_ns, st.st_ino, listing.hexdigest(), "")
+
+
+def _lstat_mtime(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _local_zone() -> str:

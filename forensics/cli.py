@@ -236,7 +236,8 @@ def analyze(
             kept = None
             result = run_analysis(paths or [], custom_format=log_format, wandb_runs=wandb or (), cache=cache)
         # (checkpoints a log named where it saved them are read too: found only now, refused only now)
-        named = folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs)
+        named = folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs,
+                               (run.save_folder_named for run in result.runs))
         _refuse_inside(named, json=json_out, markdown=markdown, out=out)
         console = _Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
@@ -424,7 +425,7 @@ def metrics(
 
         def refuse_named(run: RunData) -> None:
             # (checkpoints a log named where it saved them are read too: known only once the run is read)
-            named = folders_beyond(run.checkpoints["path"].to_list(), checkpoint_dirs)
+            named = folders_beyond(run.checkpoints["path"].to_list(), checkpoint_dirs, [run.save_folder_named])
             if to_file and any(within(output, folder) for folder in named):
                 for file in made:  # (an earlier run's rows: no part of an export is left there)
                     file.unlink(missing_ok=True)
@@ -478,8 +479,8 @@ def compare(
         folder = _report_dir(out, [run_a, run_b], found) if html else None  # (refused before the analysis, not after)
         cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format, checkpoint_dirs=checkpoint_dirs)
         a, b = _single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format)
-        _refuse_inside(folders_beyond((c.path for run in (a, b) for c in run.checkpoints), checkpoint_dirs),
-                       json=json_out, out=out)
+        _refuse_inside(folders_beyond((c.path for run in (a, b) for c in run.checkpoints), checkpoint_dirs,
+                                      (a.save_folder_named, b.save_folder_named)), json=json_out, out=out)
         result = compare_runs(a, b)
         console = _Console(stderr=json_out == "-")
         render_comparison(result, console)

@@ -391,7 +391,7 @@ def _keep_outcome(task: _Task, key: str, outcome: dict[str, Any], run: RunAnalys
     parts |= {_PAGE: outcome["html"].encode()} if outcome["html"] is not None else {}
     parts |= {_NOTES: outcome["markdown"].encode()} if outcome["markdown"] is not None else {}
     keyed = [task.location.checkpoint_dir] if task.location.checkpoint_dir else []
-    task.cache.remember(key, parts, watched=folders_beyond((c.path for c in run.checkpoints), keyed))
+    task.cache.remember(key, parts, watched=folders_beyond((c.path for c in run.checkpoints), keyed, [run.save_folder_named]))
 
 
 def _analyze_on_ray(task: _Task, *_parsed: str | None) -> dict[str, Any]:

@@ -266,6 +266,9 @@ class RunAnalysis:
     superseded: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(), repr=False)
     """Metric rows of attempts a relaunch abandoned (the run's own are in ``metrics``): where an
     incident in such an attempt (``redone``) is seen."""
+    save_folder_named: str | None = None
+    """Where a log said the run saves its checkpoints, outside the folders found beside it (looked
+    in, whether or not it held any)."""
 
     def __repr__(self) -> str:  # the dataclass's would print every source, incident and piece of evidence
         rng = self.step_range()

@@ -17,7 +17,7 @@ import polars as pl
 from forensics.cache import Splice
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
-from parsers import areal, sglang
+from parsers import areal, sglang, verl
 from parsers._lines import stream_damage
 from parsers.custom import CustomFormat, read_custom_log
 from parsers.ray import read_ray_session
@@ -131,7 +131,8 @@ _SERVER_LOG = Splice(aligned_lines=sglang.ALIGNED_LINES, minute_folds=True, reco
 READERS: dict[str, Reader] = {r.name: r for r in (
     Reader("areal", _areal, filters_keys=True, lineage=True, splice=Splice(later_copy="header", restart_lines_kept=areal.RESTART_LINES)),
     Reader("sglang", _sglang, filters_keys=True, splice=_SERVER_LOG),
-    Reader("verl", _verl("verl"), filters_keys=True, lineage=True, splice=Splice(later_copy="lineage")),
+    Reader("verl", _verl("verl"), filters_keys=True, lineage=True,
+           splice=Splice(later_copy="lineage", first_facts=True, later_facts=verl.LATER_FACTS)),
     Reader("custom", _custom, lineage=True, splice=Splice(later_copy="lineage")),
     Reader("console", _console),
     Reader("ray", _ray),

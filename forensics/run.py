@@ -79,6 +79,9 @@ class RunData:
     apart from ``metrics``, which holds the run's own."""
     superseded_steps: pl.DataFrame = field(default_factory=lambda: empty(STEP_SCHEMA))
     """The step rows of those attempts."""
+    save_folder_named: Path | None = None
+    """Where a log said the run saves its checkpoints, outside the folders found beside it: looked
+    in whether or not it held any (it may be mounted, or synced, later)."""
 
     @property
     def step_copies(self) -> pl.DataFrame:
@@ -185,7 +188,8 @@ def load_run(
     notes += redated
     events_frame, metrics_frame, zoned = _servers_on_the_runs_clock(events_frame, metrics_frame, all_steps["time"])
     notes += zoned
-    if location.checkpoint_dir is None and (named := _save_folder_named(location, facts)) is not None:
+    named = _save_folder_named(location, facts) if location.checkpoint_dir is None else None
+    if named is not None and is_verl_checkpoint_root(named):
         location = replace(location, checkpoint_dir=named)
     if location.checkpoint_dir is None:
         checkpoints = empty(CHECKPOINT_SCHEMA)
@@ -217,6 +221,7 @@ def load_run(
         series_sources=merged.series_sources,
         notes=notes,
         estimated_step_times=estimated,
+        save_folder_named=named,
         superseded=earlier,
         superseded_steps=pl.concat([all_steps.select(list(STEP_SCHEMA)).join(latest_steps, on=["step", "file", "line"], how="anti"),
                                     abandoned_steps]),
@@ -224,13 +229,13 @@ def load_run(
 
 
 def _save_folder_named(location: RunLocation, facts: dict[str, str]) -> Path | None:
-    """The folder a verl run's console names as its ``default_local_dir``, where it is absolute
-    and holds the run's checkpoints: a Ray session or its TaskRunner's output given alone names
-    where the run saved, though nothing beside them is."""
+    """The folder a verl run's console names as its ``default_local_dir``, where it is absolute:
+    a Ray session or its TaskRunner's output given alone names where the run saved, though nothing
+    beside them is (read where it holds checkpoints; looked at, and so watched, in any case)."""
     named = facts.get("default_local_dir")
     if location.framework != "verl" or not named or not Path(named).is_absolute():
         return None
-    return Path(named) if is_verl_checkpoint_root(Path(named)) else None
+    return Path(named)
 
 
 def _one_event_a_line(frames: list[pl.DataFrame]) -> pl.DataFrame:

@@ -468,8 +468,13 @@ def _resumes(joined: pl.DataFrame, events: pl.DataFrame, path: str) -> tuple[pl.
     return merged.select(events.columns), [note]
 
 
+#: Facts a later line sets over an earlier one's; of the rest, the first printed config's are kept
+#: (a relaunch appending to the log prints its own).
+LATER_FACTS = frozenset({"total_training_steps", "launch_overrides"})
+
+
 def _facts(rows: pl.DataFrame) -> dict[str, str]:
-    """Run settings from the config verl prints at start (``pprint`` of the resolved config)."""
+    """Run settings from the config verl prints at start (``pprint`` of the resolved config): see :data:`LATER_FACTS`."""
     facts: dict[str, str] = {}
     regex = re.compile(_config()["facts"])
     for text in rows.sort("line")["text"]:

@@ -49,6 +49,7 @@ def assert_same_run(a: RunData, b: RunData) -> None:
         assert left.sort(order).equals(right.sort(order)), name
     coverage = lambda run: sorted((s.path, s.lines, s.unparsed_lines) for s in run.sources)  # noqa: E731
     assert coverage(a) == coverage(b)
+    assert a.facts == b.facts  # (where the run saved its checkpoints, its names)
 
 
 def test_second_load_is_served_from_the_cache(tmp_path: Path) -> None:
@@ -487,6 +488,27 @@ def test_a_relaunch_is_spliced_by_each_readers_own_rule(tmp_path: Path, reader: 
     assert outcomes[1:] == (["grown", "grown", "parsed", "parsed", "grown"] if reader == "verl" else ["parsed"] * 3 + ["grown"] * 2), outcomes
 
 
+def test_a_relaunchs_config_naming_another_save_folder_is_spliced_as_a_fresh_parse_keeps_it(tmp_path: Path) -> None:
+    """A verl relaunch appending to the log prints its own config, saving elsewhere; read after that
+    and before its first step (loading its checkpoint), the grown log keeps the first config's
+    facts, as a fresh parse does (verl's reader keeps the first printed)."""
+    from verl_builder import zero_score_run
+
+    log = zero_score_run(tmp_path / "run", steps=40, file_logger=False, restart=(30, 20)).train_log
+    lines = log.read_bytes().splitlines(keepends=True)
+    config = next(i for i, line in enumerate(lines) if b"'default_local_dir'" in line)
+    relaunch = next(i for i, line in enumerate(lines) if b"Load from checkpoint" in line)
+    elsewhere = re.sub(rb"('default_local_dir': ')([^']+)'", rb"\1\2_v2'", lines[config])
+    assert elsewhere != lines[config]
+    lines[relaunch:relaunch] = [lines[0], elsewhere]
+    cache = ParseCache(tmp_path / "cache")
+    for end in (relaunch - 5, relaunch + 2):  # (before the relaunch; then just after its config)
+        log.write_bytes(b"".join(lines[:end]))
+        spliced, fresh = load(tmp_path / "run", cache), load(tmp_path / "run", None)
+        assert_same_run(spliced, fresh)
+    assert cache.outcomes[str(log)] == "grown" and "_v2" not in fresh.facts["default_local_dir"]
+
+
 def test_a_warning_a_worker_logs_each_step_is_spliced_as_a_fresh_parse_reads_it(tmp_path: Path) -> None:
     """verl's workers warn ``grad_norm is not finite`` in each of steps 8–12: each is its own event
     (not the first one retold), so a console cached at step 9 and grown reads as a fresh parse does."""
@@ -800,6 +822,61 @@ def test_a_remembered_analysis_is_stale_once_a_checkpoint_folder_a_log_named_cha
     shutil.rmtree(first["checkpoint"])
     again, fresh = _recommended(logs, *cache), _recommended(logs, "--no-cache")
     assert again["recommendation"] == fresh["recommendation"] and again["recommendation"]["checkpoint"] != first["checkpoint"]
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_a_remembered_analysis_is_stale_once_the_save_folder_a_log_named_appears(tmp_path: Path, fleet: bool) -> None:
+    """The same console, analyzed before its absolute ``default_local_dir`` is there (the share not
+    mounted yet, the checkpoints still syncing): no checkpoint, rightly. Once the folder is there,
+    the remembered answer is stale — the run's alone, or its outcome in a fleet."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "train", VerlRunSpec(steps=40, file_logger=False, score=lambda s: 0.0 if s >= 25 else healthy_score(s)))
+    logs = tmp_path / "logs_copy"
+    logs.mkdir()
+    shutil.copy2(paths.train_log, logs / "train.log")
+    given = [str(logs)] + ([str(write_run(tmp_path / "other" / "outputs", RunSpec(last_step=20)).fileroot)] if fleet else [])
+    away = paths.ckpt_root.with_name("not_mounted_yet")
+    paths.ckpt_root.rename(away)
+
+    def answer(*options: str) -> list:
+        import json
+
+        out = tmp_path / "a.json"
+        result = CliRunner().invoke(app, ["analyze", *given, "--json", str(out), "--no-html", *options])
+        assert result.exit_code == 0, result.output
+        return [run["recommendation"]["checkpoint"] for run in json.loads(out.read_text())["runs"]]
+
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    assert answer(*cache)[0] is None
+    away.rename(paths.ckpt_root)
+    again, fresh = answer(*cache), answer("--no-cache")
+    assert again == fresh and fresh[0] is not None and str(paths.ckpt_root) in fresh[0]
+
+
+def test_a_checkpoint_folders_own_time_changed_makes_a_remembered_analysis_stale(tmp_path: Path) -> None:
+    """A checkpoint's time is its folder's own (an editor's swap file made and removed in it, a
+    ``touch -d`` setting a copy's date back, leave every file as it was): a remembered analysis
+    that read the old time is stale."""
+    paths = write_run(tmp_path / "run" / "outputs", RunSpec(last_step=50, save_freq_steps=10))
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    _recommended(paths.fileroot, *cache)
+    [default] = paths.fileroot.rglob("default")
+    saved = default / "epoch0epochstep29globalstep29"
+    os.utime(saved, (saved.stat().st_atime, saved.stat().st_mtime + 3600))
+    again, fresh = _recommended(paths.fileroot, *cache), _recommended(paths.fileroot, "--no-cache")
+    assert again == fresh
+
+
+def test_a_file_name_that_is_not_utf8_in_a_checkpoint_folder_is_no_error(tmp_path: Path) -> None:
+    """A stray file with a Latin-1 name beside the checkpoints (copied from an old box): the run is
+    analyzed with the cache as without it."""
+    paths = write_run(tmp_path / "run" / "outputs", RunSpec(last_step=30, save_freq_steps=10))
+    [default] = paths.fileroot.rglob("default")
+    with open(os.path.join(os.fsencode(default), b"notes-\xe9t\xe9.txt"), "wb") as stray:
+        stray.write(b"x")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    assert _recommended(paths.fileroot, *cache) == _recommended(paths.fileroot, "--no-cache")
 
 
 def test_a_new_empty_checkpoint_folder_makes_a_remembered_analysis_stale(tmp_path: Path) -> None:
