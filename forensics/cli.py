@@ -274,7 +274,12 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     """Many runs at once: in parallel, a report per run and the index in ``--out``, a table in the terminal."""
     from reports import render_fleet_summary
 
-    result = analyze_fleet(paths, _report_dir(out, paths), workers=workers, use_ray=ray, ray_address=ray_address,
+    folder = _report_dir(out, paths)
+    # (each run's report goes in runs/<its name>: a runs/ folder of the runs analyzed is no place for them)
+    if holds := next((tree for tree in _trees(paths) if within(tree, folder / "runs")), None):
+        raise UnusableInput(f"--out {folder}: the runs' reports would go in {folder / 'runs'}, which holds the analyzed "
+                            f"path {holds}; nothing is written there (give --out another folder)")
+    result = analyze_fleet(paths, folder, workers=workers, use_ray=ray, ray_address=ray_address,
                            custom_format=log_format, wandb_runs=wandb, cache=cache, html=html,
                            markdown=markdown is not None, progress=_show_progress)
     console = _Console(stderr="-" in (json_out, markdown))

@@ -542,7 +542,7 @@ def _connect(ray: Any, address: str | None) -> bool:
     """Join (or start) Ray unless the caller already did; True when this call did, so it shuts down too."""
     if ray.is_initialized():
         return False
-    _check_reachable(address)
+    _check_reachable(address) if address else _check_reachable(os.environ.get("RAY_ADDRESS"), " (RAY_ADDRESS)")
     options: dict[str, Any] = {} if address and address.startswith("ray://") else {
         "include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     try:
@@ -590,15 +590,16 @@ def _on_ray(ray: Any, tasks: list[_Task], split: dict[str, list[LogSource]]) -> 
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_reachable(address: str | None) -> None:
-    """Fail fast on a wrong ``HOST:PORT``: Ray itself retries an unreachable head for many minutes."""
+def _check_reachable(address: str | None, named_by: str = "") -> None:
+    """Fail fast on a wrong ``HOST:PORT`` (given, or ``named_by`` the environment: one left from a
+    cluster torn down): Ray itself retries an unreachable head for many minutes."""
     match = re.fullmatch(r"(?:ray://)?\[?([^\]]+?)\]?:(\d+)", address or "")
     if not match:
         return  # None, "auto", "local": Ray resolves these itself
     try:
         socket.create_connection((match.group(1), int(match.group(2))), timeout=10).close()
     except OSError as exc:
-        raise UnusableInput(f"no Ray cluster at {address}: {exc.strerror or exc}") from None
+        raise UnusableInput(f"no Ray cluster at {address}{named_by}: {exc.strerror or exc}") from None
 
 
 def _slugs(names: Sequence[str]) -> list[str]:

@@ -349,6 +349,29 @@ def test_unreachable_ray_address_fails_fast(fixture_run, tmp_path: Path) -> None
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
+def test_an_unreachable_ray_address_left_in_the_environment_fails_fast(fixture_run, tmp_path: Path, monkeypatch) -> None:
+    """``--ray`` with RAY_ADDRESS left from a cluster torn down: said at once, as for ``--ray-address``."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    started = time.monotonic()
+    result = runner.invoke(app, ["analyze", str(fixture_run("areal_healthy_sparse")), "--ray", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and time.monotonic() - started < 30
+    assert "no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS)" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_out_whose_runs_folder_holds_the_analyzed_runs_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """``analyze runs/* --out .`` from the folder holding ``runs/``: each run's report would go in
+    ``runs/<its name>/`` — inside the run just read. Refused before any work; nothing written."""
+    for name in ("exp1", "exp2"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        shutil.copy(FIXTURES / "seed003" / "train.log", tmp_path / "runs" / name)
+    before = tree_state(tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["analyze", "runs/exp1", "runs/exp2", "--out", ".", "--no-cache"])
+    assert result.exit_code == 2 and "which holds the analyzed path" in result.stderr, result.output
+    assert tree_state(tmp_path / "runs") == before and not (tmp_path / "index.html").exists()
+
+
 def test_out_inside_an_analyzed_tree_is_refused(fixture_run, tmp_path: Path) -> None:
     from forensics.errors import UnusableInput
     from forensics.fleet import analyze_fleet
