@@ -4,6 +4,7 @@ command, alert W&B, write the report. Each action reports what it did in one lin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -92,10 +93,12 @@ def write_report(run: RunData, out_dir: Path, alarm: Alarm | None = None) -> tup
 
 
 def report_folder(alarm: Alarm) -> str:
-    """``<run id>.<kind>.step<onset>``, file-safe: one folder an alarm, the same after a restart."""
+    """``<run id>.<kind>.step<onset>.<run>``, file-safe: one folder an alarm, the same after a
+    restart; ``<run>`` (six hex digits of :attr:`Alarm.instance`) tells runs of one id apart."""
     step = alarm.onset_step if alarm.onset_step is not None else alarm.step
     name = f"{alarm.run_id}.{alarm.kind}.step{'' if step is None else step}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:120] or "alarm"
+    which = hashlib.sha256(alarm.instance.encode(errors="surrogateescape")).hexdigest()[:6]
+    return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', name).strip('-.')[:120] or 'alarm'}.{which}"
 
 
 def post_wandb_alert(alarm: Alarm, run: RunData) -> str:

@@ -558,7 +558,7 @@ def watch(
 
         def handle(alarm: Any) -> bool:
             fired.append(alarm)
-            run = watcher.run(alarm.run_id)
+            run = watcher.run(alarm)
             report, said = act.write_report(run, report_dir, alarm) if report_dir is not None and run is not None else (None, None)
             if as_json:
                 sys.stdout.write(json.dumps({**alarm.to_dict(), "report": str(report) if report else None}) + "\n")

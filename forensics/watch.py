@@ -115,9 +115,17 @@ class WatchSettings:
         return {**out, **self.thresholds.to_dict()}
 
 
-def alarm_key(run_id: str, kind: str, onset_step: int | None) -> str:
-    """What makes an alarm the same one after a restart of ``watch``."""
-    return f"{run_id}|{kind}|{onset_step}"
+def alarm_key(run_id: str, kind: str, onset_step: int | None, instance: str = "") -> str:
+    """What makes an alarm the same one after a restart of ``watch`` (see :func:`run_instance`)."""
+    return f"{run_id}|{kind}|{onset_step}" + (f"|{instance}" if instance else "")
+
+
+def run_instance(run: RunData) -> str:
+    """Which run of its id ``run`` is: its folder and when it logged its first step. Two runs of one
+    config in two folders, or a run launched anew where an earlier one's logs were deleted, fail
+    at the same step each: each is alarmed."""
+    first = run.steps["time"].min() if not run.steps.is_empty() else None
+    return f"{run.location.root}|{iso(first) if first is not None else ''}"  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -135,11 +143,13 @@ class Alarm:
     summary: str
     evidence: tuple[Evidence, ...] = ()
     confidence: float | None = None
+    instance: str = ""
+    """Which run of its id (:func:`run_instance`)."""
 
     @property
     def key(self) -> str:
         """What makes an alarm the same one after a restart of ``watch``."""
-        return alarm_key(self.run_id, self.kind, self.onset_step)
+        return alarm_key(self.run_id, self.kind, self.onset_step, self.instance)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,11 +265,12 @@ class Watcher:
         raised: list[Alarm] = []
         for location in locations:
             run = load_run(location, custom_format=self._custom_format, cache=self._cache, keys=ANALYSIS_KEYS)
-            self._runs[location.run_id] = run
-            follower = self._followers.get(location.run_id)
+            instance = run_instance(run)
+            self._runs[instance] = run
+            follower = self._followers.get(instance)
             catching_up = follower is None
             if follower is None:
-                follower = self._followers[location.run_id] = _Follower(location.run_id, self.settings)
+                follower = self._followers[instance] = _Follower(location.run_id, self.settings)
             triggers = follower.feed(run, live_now=self._clock())
             current = triggers
             if catching_up:  # of the history, only the incidents still going on: the last of each kind, if open
@@ -269,7 +280,7 @@ class Watcher:
             for trigger in triggers:
                 if not any(trigger is t for t in current):
                     # (history a watch before this one raised: what it told folds what follows, as it did then)
-                    if self._state.has(alarm_key(location.run_id, trigger.kind, trigger.onset_step)):
+                    if self._state.has(alarm_key(location.run_id, trigger.kind, trigger.onset_step, instance)):
                         follower.new_news(trigger, _alarm(run, trigger, as_of_trigger=False, attributed=attributed))
                     continue
                 alarm = _alarm(run, trigger, as_of_trigger=False, attributed=attributed)
@@ -285,9 +296,9 @@ class Watcher:
             self._said.add(said)
             self.notices.append(said)
 
-    def run(self, run_id: str) -> RunData | None:
-        """The run's frames as of the last poll (for a report written at alarm time)."""
-        return self._runs.get(run_id)
+    def run(self, alarm: Alarm) -> RunData | None:
+        """The frames of ``alarm``'s run as of the last poll (for a report written at alarm time)."""
+        return self._runs.get(alarm.instance)
 
     def follow(self, on_alarm: Callable[[Alarm], bool], *, interval: float = 30.0, timeout: float | None = None,
                on_notice: Callable[[str], None] | None = None) -> int:
@@ -1092,7 +1103,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     finding_kind = trigger.kind if trigger.kind in ("stall", "crash", "nan_inf", "dead_loss", "reward_drop") else "reward_collapse"
     if onset is None:
         return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, onset, "unknown", trigger.summary,
-                     trigger.evidence)
+                     trigger.evidence, instance=run_instance(run))
     # The copy of the onset step logged last before the alarm (a relaunch logs it again later).
     copies = run.step_copies.filter(pl.col("step") == onset)
     if trigger.time is not None:
@@ -1118,7 +1129,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     evidence = (trigger.evidence + extra)[:12]
     summary = trigger.summary if not verdict.explanation else f"{trigger.summary}. {verdict.explanation}"
     return Alarm(run.location.run_id, trigger.kind, trigger.step, trigger.time, trigger.onset_step, cause, summary,
-                 evidence, verdict.confidence)
+                 evidence, verdict.confidence, run_instance(run))
 
 
 def _up_to(frame: pl.DataFrame, trigger: _Trigger) -> pl.DataFrame:

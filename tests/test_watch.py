@@ -380,13 +380,48 @@ def test_a_growing_run_alarms_within_the_configured_steps_and_a_restart_does_not
     assert Watcher(tmp_path / "outputs", state_dir=state).poll() == []
 
 
+def test_two_runs_of_one_config_in_two_folders_are_each_alarmed_with_their_own_report(tmp_path: Path) -> None:
+    """One AReaL config launched in two folders (the same experiment and trial names): both collapse
+    at step 30. Each raises its alarm, citing its own log, and the frames an alarm's report is
+    written from are its own run's."""
+    from areal_builder import RunSpec, write_run
+
+    collapse = lambda s: 0.0 if s >= 30 else 0.5 + 0.01 * (s % 5)  # noqa: E731
+    for folder, seed in (("lr-1e-6", 0), ("lr-3e-6", 3)):
+        write_run(tmp_path / "jobs" / folder / "outputs", RunSpec(last_step=60, save_freq_steps=10, reward=collapse, seed=seed))
+    watcher = Watcher(tmp_path / "jobs", state_dir=tmp_path / "state")
+    alarms = [a for a in watcher.poll() if a.kind == "reward_collapse"]
+    assert sorted(a.onset_step for a in alarms) == [30, 30] and len({a.key for a in alarms}) == 2
+    for alarm in alarms:
+        [folder] = {Path(e.file).relative_to(tmp_path / "jobs").parts[0] for e in alarm.evidence}
+        run = watcher.run(alarm)
+        assert run is not None and run.location.root.is_relative_to(tmp_path / "jobs" / folder)
+
+
+def test_a_run_launched_anew_where_an_earlier_ones_logs_were_deleted_is_alarmed_again(tmp_path: Path) -> None:
+    """A run collapsed at step 30 and was alarmed; its logs deleted, the same config launched again
+    days later in the same folder collapses at step 30 too: a watch with the same state raises it."""
+    import shutil
+
+    from areal_builder import RunSpec, write_run
+
+    collapse = lambda s: 0.0 if s >= 30 else 0.5 + 0.01 * (s % 5)  # noqa: E731
+    outputs = tmp_path / "outputs"
+    write_run(outputs, RunSpec(last_step=40, reward=collapse, start=datetime(2025, 11, 10, 9, 0)))
+    [first] = [a for a in Watcher(outputs, state_dir=tmp_path / "state").poll() if a.kind == "reward_collapse"]
+    shutil.rmtree(outputs)
+    write_run(outputs, RunSpec(last_step=40, reward=collapse, start=datetime(2025, 11, 14, 9, 0)))
+    [again] = [a for a in Watcher(outputs, state_dir=tmp_path / "state").poll() if a.kind == "reward_collapse"]
+    assert (again.run_id, again.onset_step) == (first.run_id, first.onset_step) and again.key != first.key
+
+
 def test_a_healthy_run_followed_to_its_end_never_alarms(tmp_path: Path) -> None:
     writer = Writer(trial_dir("areal_healthy_sparse"), tmp_path / "outputs" / "logs" / "root" / "c" / "trial1", chunk=300, pause=0.03)
     watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state")
     assert follow_until_alarm(watcher, writer) == []
     assert watcher.poll() == []  # the last step, held back while its table might be arriving
-    run = watcher.run("c/trial1")
-    assert run is not None and int(run.steps["step"].max()) == 300
+    [run] = watcher._runs.values()
+    assert run.location.run_id == "c/trial1" and int(run.steps["step"].max()) == 300
 
 
 def test_rotation_neither_replays_old_lines_nor_loses_the_alarm(tmp_path: Path) -> None:
@@ -534,7 +569,9 @@ def test_cli_runs_the_alarm_command_writes_the_report_and_exits_5_when_asked(tmp
     alarm = json.loads((tmp_path / "alarm.json").read_text())
     assert (alarm["kind"], alarm["onset_step"], alarm["cause"]) == ("reward_collapse", 120, "reward_pipeline")
     assert (tmp_path / "env.txt").read_text().split() == ["reward_collapse", str(alarm["step"])]
-    assert Path(alarm["report"]) == tmp_path / "report" / "gsm8k-grpo-rewardbug-trial0.reward_collapse.step120" / "report.html"
+    report = Path(alarm["report"])
+    assert report.parent.parent == tmp_path / "report" and report.name == "report.html"
+    assert re.fullmatch(r"gsm8k-grpo-rewardbug-trial0\.reward_collapse\.step120\.[0-9a-f]{6}", report.parent.name)
     assert Path(alarm["report"]).is_file()
     assert "no online W&B run folder" in done.stdout + done.stderr
     assert tree_state(outputs) == before
