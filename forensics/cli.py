@@ -32,8 +32,16 @@ from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate, read_log_format
 from forensics.cache import CACHE_ENV, ParseCache, default_cache_dir, folders_beyond
-from forensics.discover import RunLocation, analyzed_tree, why_no_run, within, without_runs
-from forensics.errors import ForensicsError, NoCacheDir, NoCheckpointBeforeIncident, NoCheckpointSaved, UnusableInput
+from forensics.discover import RunLocation, analyzed_tree, find_runs, why_no_run, within, without_runs
+from forensics.errors import (
+    ForensicsError,
+    NoCacheDir,
+    NoCheckpointBeforeIncident,
+    NoCheckpointSaved,
+    NoRunsFound,
+    PathNotFound,
+    UnusableInput,
+)
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
@@ -540,6 +548,11 @@ def watch(
         _usable_numbers(interval=interval, timeout=timeout, zero_steps=zero_steps, warmup_steps=warmup_steps,
                         server_down_minutes=server_down_minutes)
         fmt = read_log_format(log_format)
+        try:  # (the checkpoints beside the logs are read too: nothing is written among them either)
+            saved = [run.checkpoint_dir for run in find_runs([path], custom_format=fmt) if run.checkpoint_dir]
+        except (NoRunsFound, PathNotFound):  # (no run there yet: a watch waits for one)
+            saved = []
+        _refuse_inside(saved, report_dir=report_dir, state_dir=state_dir)
         if replay:
             _need_stdout("the replay")  # (live, an --on-alarm command or the exit code may be all a wrapper wants)
             results = replay_run([path], settings=settings, custom_format=fmt)

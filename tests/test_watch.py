@@ -415,6 +415,20 @@ def test_a_run_launched_anew_where_an_earlier_ones_logs_were_deleted_is_alarmed_
     assert (again.run_id, again.onset_step) == (first.run_id, first.onset_step) and again.key != first.key
 
 
+@pytest.mark.parametrize("option", ["--report-dir", "--state-dir"])
+def test_a_report_or_state_folder_among_the_runs_checkpoints_is_refused(tmp_path: Path, option: str) -> None:
+    """The run watched by its log folder: its checkpoints, read from beside it, are what the user
+    will resume from — a report or the watch's state there is refused (exit 2), nothing written."""
+    from areal_builder import RunSpec, write_run
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=30, save_freq_steps=10))
+    [trial] = (paths.fileroot / "checkpoints").rglob("trial0")
+    before = tree_state(trial)
+    result = CliRunner().invoke(app, ["watch", str(paths.log_dir), option, str(trial / "alarms"), "--timeout", "1", "--interval", "0.2"])
+    assert result.exit_code == 2 and "nothing is written there" in result.stderr, result.output
+    assert tree_state(trial) == before
+
+
 def test_a_healthy_run_followed_to_its_end_never_alarms(tmp_path: Path) -> None:
     writer = Writer(trial_dir("areal_healthy_sparse"), tmp_path / "outputs" / "logs" / "root" / "c" / "trial1", chunk=300, pause=0.03)
     watcher = Watcher(tmp_path / "outputs", state_dir=tmp_path / "state")
