@@ -590,6 +590,7 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         wasted = run.superseded_steps.filter(pl.col("step").is_between(finding.onset_step + 1, end - 1) & ours)["step"].n_unique()
     until = finding.until or _last_time(run.steps.filter(pl.col("step") <= (finding.end_step or last)))
     hours = (until - onset_time).total_seconds() / 3600 if until and onset_time and until >= onset_time else None
+    onset_evidence = _onset_evidence(finding, run)
     return Incident(
         id=f"incident-{number}",
         kind=finding.kind,  # type: ignore[arg-type]
@@ -600,12 +601,13 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
         recovered=finding.end_step is not None,
         cause=verdict.cause,
         confidence=verdict.confidence,
-        evidence=(*verdict.evidence, *_went_on(finding)),
+        # (a cause with no failure logged, the reward pipeline's: the onset's own line is its evidence)
+        evidence=(*verdict.evidence, *_went_on(finding)) or tuple(e for e in (onset_evidence,) if e is not None),
         wasted_steps=wasted,
         wasted_hours=hours,
         summary=" ".join(p for p in (f"{finding.summary}.", _what_it_raised(finding, events), _brief_returns(finding, run, events, t.min_run),
                                      _relaunches(finding, events), _step_in_progress(finding, run, events), verdict.explanation) if p),
-        onset_evidence=_onset_evidence(finding, run),
+        onset_evidence=onset_evidence,
         suggestions=suggest(verdict.cause, run.config, verdict.seen, framework_of(run), finding.kind),
         redone=finding.redone is not None,
         began_after=finding.began_after,

@@ -163,7 +163,7 @@ def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> li
     span = f"healthy again until the {kind_words(following.kind)} at step {following.onset_step}" if following else "healthy since"
     return [f"The {kind_words(ended.kind)} at step {ended.onset_step} ended at step {ended.end_step} and the run was "
             f"{span}: step {chosen.step} ({chosen.path}), saved after it, is newer — it holds what the incident's "
-            f"{ended.end_step - ended.onset_step} steps did to the weights; resume from it only if they did no harm."]
+            f"steps ({ended.onset_step}–{ended.end_step - 1}) did to the weights; resume from it only if they did no harm."]
 
 
 def _no_command(chosen: Checkpoint, command: str | None) -> list[str]:

@@ -219,6 +219,7 @@ def analyze(
     Example: grpo-forensics analyze outputs/ --json analysis.json
     """
     from reports import render_markdown, render_summary, write_html
+    from reports.page import write_page
 
     def work() -> Analysis | FleetResult:
         _need_stdout("the summary")
@@ -258,7 +259,7 @@ def analyze(
             if kept is not None:
                 folder.mkdir(parents=True, exist_ok=True)
                 report = folder / "report.html"
-                report.write_bytes(kept["report.html"])
+                write_page(report, kept["report.html"])
             else:
                 report = write_html(result, folder)
             console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)  # (a sweep's folder: ``run[lr=3e-6]``)

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import io
 import json
 import logging
 import multiprocessing
@@ -59,6 +60,7 @@ from parsers._walk import files_under
 from parsers.custom import CustomFormat
 from reports import render_html, render_markdown
 from reports.index_html import write_index_html
+from reports.page import write_page
 
 #: What one worker may take at its peak: cold ``analyze`` of the benchmark's 3 GB run peaks at ~0.6 GB
 #: (its logs' table and stats values beyond the analysis keys are not kept), leaving room for more.
@@ -235,8 +237,10 @@ def analyze_fleet(
              for slug, path in zip(slugs[len(tasks):], barren)]
     runs_frame, incidents_frame = index_frames(runs)
     index, incidents = out_dir / "index.parquet", out_dir / "incidents.parquet"
-    runs_frame.write_parquet(index)
-    incidents_frame.write_parquet(incidents)
+    for frame, path in ((runs_frame, index), (incidents_frame, incidents)):  # (put in place whole, as the pages)
+        buffer = io.BytesIO()
+        frame.write_parquet(buffer)
+        write_page(path, buffer.getvalue())
     page = write_index_html(runs_frame, incidents_frame, out_dir) if html else None
     return FleetResult(out_dir, runs, index, incidents, page, runs_frame, incidents_frame,
                        time.perf_counter() - started, backend)
@@ -446,7 +450,7 @@ def _store(outcome: dict[str, Any], out_dir: Path) -> FleetRun:
     if outcome.get("html") is not None:
         folder = out_dir / "runs" / outcome["slug"]
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.html").write_text(outcome["html"], encoding="utf-8")
+        write_page(folder / "report.html", outcome["html"])
         report = f"runs/{outcome['slug']}/report.html"
     return FleetRun(
         slug=outcome["slug"], run_id=outcome["run_id"], root=outcome["root"], run=outcome["run"], report=report,

@@ -14,7 +14,7 @@ import polars as pl
 
 from forensics.compare import Comparison, RunStats
 from forensics.model import RunAnalysis
-from reports.page import e, figure_block, fmt_time, render_page
+from reports.page import e, figure_block, fmt_time, render_page, write_page
 from reports.timeline import Lane, Timeline, per_step
 
 COLORS = {"A": "#1f77b4", "B": "#2ca02c"}
@@ -113,5 +113,4 @@ def write_compare_html(ca: Comparison, out_dir: Path, *, name: str = "compare.ht
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / name
-    path.write_text(render_compare_html(ca), encoding="utf-8")
-    return path
+    return write_page(path, render_compare_html(ca))

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from forensics.model import SCHEMA, Analysis, Incident, RunAnalysis, iso, kind_words
-from reports.page import e, figure_block, fmt_time, render_page, short
+from reports.page import e, figure_block, fmt_time, render_page, short, write_page
 from reports.timeline import timeline
 
 TOP_EVIDENCE = 3
@@ -61,8 +61,7 @@ def write_html(analysis: Analysis, out_dir: Path, *, name: str = "report.html") 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / name
-    path.write_text(render_html(analysis), encoding="utf-8")
-    return path
+    return write_page(path, render_html(analysis))
 
 
 # --------------------------------------------------------------------------- verdict
@@ -126,8 +125,7 @@ def _incident_card(run: RunAnalysis, inc: Incident, prefix: str) -> str:
     more = (f' · <a href="#{prefix}evidence">all {len(inc.evidence)} lines</a>'
             if len(inc.evidence) > TOP_EVIDENCE else "")
     onset = ""
-    if inc.onset_evidence is not None:
-        ev = inc.onset_evidence
+    if (ev := inc.onset_evidence) is not None and (ev.file, ev.line) not in {(x.file, x.line) for x in inc.evidence}:
         onset = (f'<p class="onset">Onset line: <code class="loc">{e(short(ev.file, run.root))}:{ev.line}</code>'
                  f"{e(ev.text[:300])}</p>")
     advice = "".join(f"<li>{e(s)}</li>" for s in inc.suggestions)

@@ -15,7 +15,7 @@ import polars as pl
 
 from forensics.model import SCHEMA, TOOL_VERSION, iso
 from reports.labels import run_labels
-from reports.page import e, render_page
+from reports.page import e, render_page, write_page
 
 # Click a column header to sort by it (numbers as numbers); click again to reverse.
 _SORT_JS = """<script>
@@ -91,8 +91,7 @@ def write_index_html(runs: pl.DataFrame, incidents: pl.DataFrame, out_dir: Path)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
-    path.write_text(render_index_html(runs, incidents), encoding="utf-8")
-    return path
+    return write_page(path, render_index_html(runs, incidents))
 
 
 def _causes(incidents: pl.DataFrame) -> str:

@@ -49,11 +49,12 @@ def block(value: str, lang: str = "") -> str:
 def _incident(run: RunAnalysis, inc: Incident) -> list[str]:
     end = (f"recovered at step {inc.end_step}" if inc.recovered and inc.end_step is not None
            else f"ended at step {inc.end_step}" if inc.end_step is not None else "**not recovered**")
+    end += " (in an attempt a relaunch abandoned)" if inc.redone else ""
     lines = [
         f"- **{text(inc.id)} · {text(inc.kind)}** from step {inc.onset_step} ({iso(inc.onset_time) or 'time unknown'}),"
         f" {end}; wasted {inc.wasted}. Cause: {code(inc.cause)} (confidence {inc.confidence:.2f})."
     ]
-    if (ev := inc.onset_evidence) is not None:  # (the onset's own line: a cause with no failure logged has no other)
+    if (ev := inc.onset_evidence) is not None and (ev.file, ev.line) not in {(x.file, x.line) for x in inc.evidence}:
         lines.append(f"  - onset: {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")
     for ev in inc.evidence[:TOP_EVIDENCE]:
         lines.append(f"  - {code(f'{short(ev.file, run.root)}:{ev.line}')} {code(ev.text[:300])}")

@@ -157,9 +157,12 @@ class Timeline:
         return out
 
     def durations(self) -> pl.DataFrame:
-        """(step, seconds since the previous logged step)."""
+        """(step, seconds a step took since the previous logged step: a log written every k steps
+        spreads the time between its rows over the k steps)."""
+        steps = pl.col("step").diff()
+        seconds = pl.col("time").diff().dt.total_milliseconds() / 1000
         return (
-            self.clock.with_columns((pl.col("time").diff().dt.total_milliseconds() / 1000).alias("value"))
+            self.clock.with_columns(pl.when(steps > 0).then(seconds / steps).alias("value"))
             .filter(pl.col("value").is_not_null()).select("step", "value")
         )
 

@@ -942,3 +942,24 @@ def test_steps_no_log_holds_are_no_baseline_for_the_cause(tmp_path: Path) -> Non
     assert incident.cause == "inference_server_unresponsive"
     assert "steps before" not in incident.summary and "p=" not in incident.summary
     assert "request_timeout in steps 1200–1202" in incident.summary
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_a_link_already_in_the_out_folder_is_replaced_not_written_through(tmp_path: Path, fleet: bool) -> None:
+    """``--out OUT`` where ``OUT/report.html`` (or a fleet's ``index.html``) is a link into the
+    analyzed run (a "latest report" folder made by hand): the page replaces the link; the run's
+    file it pointed at is left as it was."""
+    from areal_builder import RunSpec, write_run
+
+    paths = write_run(tmp_path / "run" / "outputs", RunSpec(last_step=30, save_freq_steps=10))
+    given = [str(paths.fileroot)] + ([str(write_run(tmp_path / "other" / "outputs", RunSpec(last_step=20)).fileroot)] if fleet else [])
+    [config] = paths.fileroot.rglob("config.yaml")
+    before = tree_state(tmp_path / "run")
+    out = tmp_path / "out"
+    out.mkdir()
+    page = out / ("index.html" if fleet else "report.html")
+    page.symlink_to(config)
+    result = runner.invoke(app, ["analyze", *given, "--out", str(out), "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert tree_state(tmp_path / "run") == before
+    assert not page.is_symlink() and page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")

@@ -577,6 +577,7 @@ def test_a_collapse_in_an_abandoned_attempt_is_drawn_on_that_attempts_values(tmp
     assert min(dict(zip(traces[run.primary_metric]["x"], traces[run.primary_metric]["y"]))[s] for s in range(110, 151)) > 0
     assert traces["incident onset"]["y"] == [0.0]
     assert "recovered at step 151 (in an attempt a relaunch abandoned)" in render_html(analysis)
+    assert "recovered at step 151 (in an attempt a relaunch abandoned)" in render_markdown(analysis)  # (the ticket too)
 
 
 def test_the_recommendations_reason_and_warnings_keep_their_paths_whole_when_piped() -> None:
@@ -613,3 +614,15 @@ def test_markdown_cites_the_onset_line_where_no_failure_was_logged() -> None:
     with (gzip.open if ev.file.endswith(".gz") else open)(ev.file, "rt", encoding="utf-8") as fh:
         line = next(text for n, text in enumerate(fh, 1) if n == ev.line)
     assert "task_reward/avg" in line
+
+
+def test_the_step_duration_lane_is_seconds_a_step_for_a_log_written_every_tenth_step() -> None:
+    """A loop logging every 10th step at 30 s a step: the lane says 30 s, not the 300 s between rows."""
+    from types import SimpleNamespace
+
+    from reports.timeline import Timeline
+
+    start = datetime(2025, 11, 10, 9, 0)
+    steps = pl.DataFrame({"step": list(range(10, 101, 10)), "time": [start + timedelta(seconds=30 * s) for s in range(10, 101, 10)]})
+    durations = Timeline(SimpleNamespace(steps=steps)).durations()  # type: ignore[arg-type]
+    assert durations["step"].to_list() == list(range(20, 101, 10)) and set(durations["value"].to_list()) == {30.0}

@@ -711,3 +711,21 @@ def test_a_single_controller_runs_merged_log_carries_its_servers_own_lines(tmp_p
     incident = first_incident(tmp_path / "outputs", tmp_path)
     assert (incident["onset_step"], incident["cause"]) == (40, "inference_server_oom")
     assert {"cuda_oom", "child_crash"} <= {e["kind"] for e in incident["evidence"]}
+
+
+def test_a_collapse_with_no_failure_logged_cites_its_onset_line_as_evidence(tmp_path: Path) -> None:
+    """The reward pipeline's collapse: nothing failed, so the onset's own table row is the evidence
+    (in ``evidence``, where the contract's readers look), said once in the ticket."""
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+    from reports import render_markdown
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10, reward=lambda s: 0.0 if s >= 30 else 0.5 + 0.01 * (s % 5)))
+    result = analyze(paths.fileroot)
+    [incident] = result.runs[0].incidents
+    assert (incident.onset_step, incident.cause) == (30, "reward_pipeline")
+    [cited] = incident.evidence
+    assert cited == incident.onset_evidence and cited.step == 30
+    assert "task_reward/avg" in read_line(Path(cited.file), cited.line)
+    assert render_markdown(result).count(f":{cited.line}`") == 1
