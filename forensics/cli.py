@@ -350,7 +350,7 @@ def best_checkpoint(
         if rec.checkpoint is None and rec.unlisted:  # (what they hold was not seen: neither 3 nor 4 is known)
             raise UnusableInput(f"{run.run_id}: {rec.reason}")
         if rec.checkpoint is None:
-            if run.incidents:
+            if any(not i.redone for i in run.incidents):  # (one a relaunch re-ran is not in the run's history)
                 raise NoCheckpointBeforeIncident(rec.reason)
             raise NoCheckpointSaved(rec.reason)
 

@@ -185,6 +185,10 @@ def _realhf_recover_info_problem(trial_dir: Path) -> str | None:
     return check_file(path)
 
 
+#: A step past any run's, where a file records one (a damaged file).
+_MAX_STEP = 10**12
+
+
 def _recover_step(trial_dir: Path) -> tuple[int | None, list[str]]:
     """Log step of the AReaL-lite recover checkpoint: step_info.json's 0-based global_step + 1."""
     path = trial_dir / "recover_info" / "step_info.json"
@@ -198,6 +202,8 @@ def _recover_step(trial_dir: Path) -> tuple[int | None, list[str]]:
         return None, ["step_info.json has no integer global_step"]
     if global_step < 0:
         return None, [f"step_info.json records no finished step (global_step {global_step})"]
+    if global_step >= _MAX_STEP:  # (a damaged file: no run takes that many steps, and a frame's integers end)
+        return None, [f"step_info.json records an impossible global_step ({str(global_step)[:40]})"]
     return global_step + 1, []
 
 

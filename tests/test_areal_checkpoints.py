@@ -185,6 +185,7 @@ def test_recover_checkpoint_step_comes_from_step_info(trial: Path) -> None:
         ('{"epoch": 1, "global_', "step_info.json does not parse: "),
         ('{"epoch": 1}', "step_info.json has no integer global_step"),
         (None, "recover_info/step_info.json missing"),
+        ('{"epoch": 1, "global_step": 18446744073709551616}', "step_info.json records an impossible global_step"),
     ],
 )
 def test_broken_step_info_leaves_step_unknown(trial: Path, text: str | None, problem: str) -> None:
@@ -614,3 +615,21 @@ def test_a_recover_checkpoint_an_interrupted_save_overwrote_in_part_is_not_chose
     else:
         assert rec.checkpoint is not None and rec.checkpoint.endswith("globalstep59")
         assert any("__0_0.distcp written after its .metadata by 10 min" in w for w in rec.warnings), rec.warnings
+
+
+def test_a_run_whose_only_collapse_a_relaunch_re_ran_and_no_checkpoint_exits_as_healthy(tmp_path: Path) -> None:
+    """The only collapse was in an attempt a relaunch abandoned (re-run healthy from step 40), and
+    the run's one checkpoint, its recover save, was cut short: no incident in the run's history and
+    no checkpoint — exit 3, as the reason says, not 4."""
+    from areal_builder import Relaunch, RunSpec, write_run
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=90, recover_mode="auto", recover_freq_steps=40,
+                                                    relaunch=Relaunch(stop_after=70, resume_from=40, first_reward=lambda s: 0.0 if s >= 45 else 0.5),
+                                                    reward=lambda s: 0.5 + (s % 4) / 40))
+    (paths.recover_checkpoint / ".metadata").unlink()
+    result = CliRunner().invoke(app, ["best-checkpoint", str(paths.fileroot), "--json", "--no-cache"])
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["reason"].startswith("No incident in the run's final history")
