@@ -4,13 +4,15 @@ incident, with what a user needs to know before resuming from it.
 
 from __future__ import annotations
 
+import itertools
+import os
 import shlex
 from pathlib import Path
 
 import polars as pl
 
 from forensics.model import Checkpoint, Incident, Recommendation, kind_words
-from parsers.areal_config import read_areal_config
+from parsers.areal_config import read_areal_config, read_areal_version
 from parsers.verl_checkpoints import resume_args
 from parsers.verl_checkpoints import resume_command as verl_resume_command
 
@@ -88,7 +90,7 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
                                               f"one is step {best.step} ({best.path}).", None, tuple(warnings))
         reason = f"{found}; step {best.step} is the newest complete checkpoint."
         command = _resume_command(best, facts, log_dir)
-        return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command) + _kind_warnings(best)))
+        return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command, log_dir) + _kind_warnings(best)))
 
     first = min(incidents, key=lambda i: i.onset_step)
     before = [c for c in complete if c.step < first.onset_step]
@@ -137,7 +139,7 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
                   f"those steps: see the incident); resuming from it redoes {lost} step{'s' if lost != 1 else ''} known healthy.")
     warnings += _after_recovery(complete, incidents)
     command = _resume_command(best, facts, log_dir)
-    return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command) + _kind_warnings(best)))
+    return Recommendation(best.path, best.step, reason, command, tuple(warnings + _no_command(best, command, log_dir) + _kind_warnings(best)))
 
 
 def _during(step: int, incidents: list[Incident]) -> Incident | None:
@@ -166,7 +168,7 @@ def _after_recovery(complete: list[Checkpoint], incidents: list[Incident]) -> li
             f"steps ({ended.onset_step}–{ended.end_step - 1}) did to the weights; resume from it only if they did no harm."]
 
 
-def _no_command(chosen: Checkpoint, command: str | None) -> list[str]:
+def _no_command(chosen: Checkpoint, command: str | None, log_dir: Path) -> list[str]:
     """Why no resume command is given, and what to relaunch with."""
     if command is not None:
         return []
@@ -174,8 +176,17 @@ def _no_command(chosen: Checkpoint, command: str | None) -> list[str]:
         return [f"No resume command: the logs hold neither the run's launch line nor its overrides (Hydra prints them only "
                 f"when the job raises); relaunch it as it was launched, adding {shlex.join(resume_args(Path(chosen.path)))}."]
     if chosen.kind in ("hf_export", "recover"):
-        return [_NO_LAUNCH_LINE.format(how="recover.mode=resume" if chosen.kind == "recover" else f"actor.path={chosen.path}")]
+        return [_NO_LAUNCH_LINE.format(how=_launcher(log_dir)[1] if chosen.kind == "recover" else f"actor.path={chosen.path}")]
     return []
+
+
+def _launcher(log_dir: Path) -> tuple[str, str]:
+    """AReaL's local launcher module and the override that resumes from the recover checkpoint, as
+    of the release the run's ``version.json`` names: v1.0 moved the launcher under ``areal.infra``
+    and took ``resume`` out of ``recover.mode`` (``on`` recovers)."""
+    if (read_areal_version(log_dir / "version.json") or (0,)) >= (1,):
+        return "areal.infra.launcher.local", "recover.mode=on"
+    return "areal.launcher.local", "recover.mode=resume"
 
 
 _NO_LAUNCH_LINE = ("No resume command: the trainer log has no launcher line (AReaL's 'Starting local process with "
@@ -215,20 +226,33 @@ def _resume_command(chosen: Checkpoint, facts: dict[str, str], log_dir: Path) ->
         return None
     experiment = facts.get("experiment_name")
     trial = facts.get("trial_name")
-    args = ["python3", "-m", "areal.launcher.local", script[0], "--config", config_arg]
+    launcher, resume = _launcher(log_dir)
+    args = ["python3", "-m", launcher, script[0], "--config", config_arg]
     if experiment:
         args.append(f"experiment_name={experiment}")
     settings = read_areal_config(config) if config.is_file() else {}
     if chosen.kind == "recover":
         if trial:
             args.append(f"trial_name={trial}")
-        args.append("recover.mode=resume")
+        args.append(resume)
     else:
-        new_trial = f"{trial or 'trial'}-from-step{chosen.step}"
+        new_trial = _unused_trial(f"{trial or 'trial'}-from-step{chosen.step}", chosen, trial, log_dir)
         args += [f"trial_name={new_trial}", f"actor.path={chosen.path}"]
         args += _fresh_start(chosen, settings, trial, new_trial)
     args += _moved_fileroot(chosen, settings)
     return shlex.join(args)
+
+
+def _unused_trial(name: str, chosen: Checkpoint, trial: str | None, log_dir: Path) -> str:
+    """``name``, or ``name-2``, ``-3``… where a trial of that name is already on disk (this
+    command run once before): launched into it, AReaL would find that trial's recover checkpoint
+    and resume its state, and write over its logs and saves."""
+    trials = [log_dir.parent] + [p.parent for p in Path(chosen.path).parents if trial and p.name == trial][:1]
+    for n in itertools.count(1):
+        candidate = name if n == 1 else f"{name}-{n}"
+        if not any(os.path.lexists(folder / candidate) for folder in trials):
+            return candidate
+    raise AssertionError("unreachable")
 
 
 def _fresh_start(chosen: Checkpoint, config: dict[str, object], trial: str | None, new_trial: str) -> list[str]:

@@ -236,6 +236,22 @@ def _check_recover(names: dict[str, Path]) -> list[str]:
     return problems
 
 
+#: A DCP .metadata is a pickle whose storage entries name their shard files (``relative_path``);
+#: read as bytes, never unpickled. One larger than this is not searched.
+_METADATA_READ = 256 * 2**20
+_SHARD_NAMED = re.compile(rb"__\d+_\d+\.distcp")
+
+
+def _shards_named(metadata: Path) -> set[str]:
+    """The shard files a DCP ``.metadata`` names (none where it cannot be read, or names none)."""
+    try:
+        with metadata.open("rb") as file:
+            data = file.read(_METADATA_READ + 1)
+    except OSError:
+        return set()
+    return set() if len(data) > _METADATA_READ else {name.decode() for name in _SHARD_NAMED.findall(data)}
+
+
 def _check_dcp(names: dict[str, Path]) -> list[str]:
     # DCP writes .metadata last, after every rank's shards: without it the save did not finish.
     problems: list[str] = []
@@ -246,9 +262,14 @@ def _check_dcp(names: dict[str, Path]) -> list[str]:
     shards = sorted(path for name, path in names.items() if name.endswith(".distcp"))
     if not shards:
         problems.append("no *.distcp shard files")
-    # (every rank writes its own ``__<rank>_0.distcp``: a gap in their numbers is a rank's lost shard)
+    # (every rank writes its own ``__<rank>_0.distcp``: a gap in their numbers is a rank's lost shard;
+    # the .metadata, written last, names every shard file, the last ranks' too)
     ranks = {int(m[1]) for path in shards if (m := _DCP_SHARD.fullmatch(path.name))}
-    if ranks and (gaps := set(range(max(ranks) + 1)) - ranks):
+    named = _shards_named(names[".metadata"]) if ".metadata" in names else set()
+    if lost := sorted(named - {path.name for path in shards}):
+        problems.append(f"{len(lost)} of the {len(named)} shard files its .metadata names missing ({', '.join(lost[:4])}"
+                        f"{', …' if len(lost) > 4 else ''}): a rank's save did not arrive")
+    elif ranks and (gaps := set(range(max(ranks) + 1)) - ranks):
         problems.append(f"shards missing for ranks {ranges(sorted(gaps))} of at least {max(ranks) + 1}")
     # (recover_checkpoint is overwritten in place: a save the process died in leaves new shards
     # beside the earlier save's .metadata, which is written last)

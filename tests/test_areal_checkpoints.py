@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import struct
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -243,6 +245,27 @@ def test_a_recover_checkpoint_missing_a_ranks_shard_is_incomplete(trial: Path) -
         (folder / f"optim_world_size_4_rank_{rank}.pt").write_bytes(b"x")
     row = only(read_areal_checkpoints(trial))
     assert (row["complete"], row["resumable"], row["problems"]) == (False, False, ["optimizer shards missing for ranks 3 of 4"])
+
+
+def test_a_recover_checkpoint_missing_its_last_ranks_shards_is_incomplete(trial: Path) -> None:
+    """Eight trainer ranks (``d8p1t1``); an interrupted ``rsync -a`` brought ``.metadata`` (it sorts
+    first) and ranks 0–5's shards, and left rank 6's half-copied under rsync's temporary name. No
+    gap below the highest rank present tells it: the ``.metadata``, which names every shard file
+    (its storage entries' ``relative_path``), does."""
+    folder = trial / "default" / "recover_checkpoint"
+    folder.mkdir(parents=True)
+    storage = {("actor.weight", rank): {"relative_path": f"__{rank}_0.distcp", "offset": 0, "length": 12} for rank in range(8)}
+    (folder / ".metadata").write_bytes(pickle.dumps({"state_dict_metadata": {}, "storage_data": storage}, protocol=4))
+    for rank in range(6):
+        (folder / f"__{rank}_0.distcp").write_bytes(b"tensor bytes")
+    (folder / ".__6_0.distcp.Xa93kQ").write_bytes(b"tensor")
+    step_info(trial, '{"global_step": 59}')
+    row = only(read_areal_checkpoints(trial))
+    assert (row["complete"], row["resumable"]) == (False, False)
+    assert row["problems"] == ["2 of the 8 shard files its .metadata names missing (__6_0.distcp, __7_0.distcp): a rank's save did not arrive"]
+    for rank in (6, 7):
+        (folder / f"__{rank}_0.distcp").write_bytes(b"tensor bytes")
+    assert only(read_areal_checkpoints(trial))["problems"] == []
 
 
 def test_missing_shard(trial: Path) -> None:
@@ -562,6 +585,48 @@ def test_the_resume_command_points_the_server_at_the_export_however_the_config_s
     paths.config.write_text("\n".join(out) + "\n")
     rec = analyze([paths.fileroot]).runs[0].recommendation
     assert rec.checkpoint and f"sglang.model_path={rec.checkpoint}" in (rec.resume_command or "").split()
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "1.0.0"])
+def test_the_resume_command_is_the_one_the_runs_areal_release_takes(tmp_path: Path, version: str) -> None:
+    """AReaL v1.0 moved its launcher to ``areal.infra.launcher.local`` and took ``resume`` out of
+    ``recover.mode`` (``on`` recovers): the release the run's ``version.json`` names decides both,
+    in the command and in the advice given without a launcher line."""
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    paths = write_run(tmp_path / "outputs", RunSpec(era="v0.5", last_step=60, save_freq_steps=10, recover_mode="auto",
+                                                    recover_freq_steps=35, reward=lambda s: 0.0 if s >= 40 else 0.5))
+    stamp = paths.log_dir / "version.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "version": version}))
+    rec = analyze([paths.fileroot]).runs[0].recommendation
+    assert rec.checkpoint == str(paths.recover_checkpoint)
+    words = (rec.resume_command or "").split()
+    launcher, resume = (("areal.infra.launcher.local", "recover.mode=on") if version == "1.0.0"
+                        else ("areal.launcher.local", "recover.mode=resume"))
+    assert words[:3] == ["python3", "-m", launcher] and resume in words
+
+
+def test_the_resume_command_from_an_export_names_a_trial_not_already_on_disk(tmp_path: Path) -> None:
+    """The command from an export launches a new trial; run once, that trial is on disk (and broke
+    too, its recover checkpoint saved after its own collapse). Asked again, the command names
+    another, so AReaL cannot resume that trial's state nor write over its logs."""
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    spec = RunSpec(last_step=60, save_freq_steps=10, reward=lambda s: 0.0 if s >= 35 else 0.5)
+    paths = write_run(tmp_path / "outputs", spec)
+
+    def trial_named() -> str:
+        command = analyze([paths.fileroot]).runs[0].recommendation.resume_command or ""
+        [name] = [w.split("=", 1)[1] for w in command.split() if w.startswith("trial_name=")]
+        return name
+
+    assert trial_named() == "trial0-from-step30"
+    write_run(tmp_path / "outputs", replace(spec, trial="trial0-from-step30", reward=lambda s: 0.0 if s >= 20 else 0.5))
+    assert trial_named() == "trial0-from-step30-2"
 
 
 @pytest.mark.parametrize("healthy", [False, True])
