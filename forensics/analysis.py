@@ -68,7 +68,7 @@ from forensics.model import (
 from forensics.observations import slow_start
 from forensics.readers import COPY_SOURCES
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
-from forensics.texts import table_row
+from forensics.texts import table_row, with_messages
 from parsers._formats import FormatDefinitionError
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
@@ -159,9 +159,28 @@ def read_log_format(path: PathArg | None) -> CustomFormat | None:
         raise UnusableInput(f"{path}: {exc.strerror or exc}") from exc
 
 
-def _caveat(run: RunData, primary: str | None, unread: str | None) -> str | None:
-    """Why no incident would not make ``run`` healthy: nothing judged, or part of its logs unread."""
-    return unjudged(run.steps.is_empty(), primary) or (LOGS_UNREAD if data_lost(run.sources) or unread else None)
+def _caveat(run: RunData, primary: str | None, unread: str | None, stopped: str | None) -> str | None:
+    """Why no incident would not make ``run`` healthy: nothing judged, part of its logs unread, or
+    it stopped short with a worker's failure logged (``stopped``: :func:`_stopped_short`)."""
+    return unjudged(run.steps.is_empty(), primary) or stopped or (LOGS_UNREAD if data_lost(run.sources) or unread else None)
+
+
+def _stopped_short(run: RunData, events: pl.DataFrame) -> str | None:
+    """A run that logged fewer steps than it planned, with a worker's death logged where no time
+    places it (a Ray worker's ``.err`` traceback): it may be what stopped the run — no step of
+    it is judged, and no incident is found, yet the run is not healthy. Said, with the line."""
+    if run.steps.is_empty():
+        return None
+    last = int(run.steps["step"].max())
+    planned = planned_steps(run.facts, last)
+    undated = events.filter(pl.col("time").is_null() & pl.col("step").is_null() & pl.col("kind").is_in(list(CRASH_KINDS)))
+    if planned is None or last >= planned or undated.is_empty():
+        return None
+    first = with_messages(undated.sort("file", "line").head(1)).row(0, named=True)
+    n = undated.height
+    return (f"it logged {last} of its {planned} planned steps, and {n} worker failure{'s were' if n > 1 else ' was'} "
+            f"logged with no time of its own ({first['kind']}, {Path(first['file']).name}:{first['line']}: "
+            f"{first['message'][-160:]}): one may be what stopped it")
 
 
 def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
@@ -179,11 +198,12 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
     told = _saves_before_relaunches(run, checkpoints)
     checkpoints, abandoned = _abandoned_checkpoints(checkpoints, run, told)
     checkpoints, foreign = _earlier_runs(checkpoints, run)
-    recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary, unread),
+    stopped = None if incidents else _stopped_short(run, events)
+    recommendation = recommend(checkpoints, incidents, run.facts, run.location.root, caveat=_caveat(run, primary, unread, stopped),
                                judged=unjudged(run.steps.is_empty(), primary) is None, abandoned=abandoned, foreign=foreign,
                                read_to=_judged_to(run, values) if unread else None,
                                read_from=int(run.steps["step"].min()) if not run.steps.is_empty() else None)
-    notes = [f"primary metric: {why_primary}", *run.notes]
+    notes = [f"primary metric: {why_primary}", *run.notes, *([f"not healthy: {stopped}"] if stopped else [])]
     # (said where it lasted to the end: a coarse reward sits at 1.0 for a few steps now and then)
     notes += [f"{primary} held at its best value, {value:.4g}, in steps {first}–{last}: saturated (every batch scored "
               "alike, nothing left to learn from), not a collapse; dead batches there are no incident"
@@ -216,6 +236,7 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         # (the primary metric's only: what an abandoned attempt's incident is drawn on)
         superseded=run.superseded.filter(pl.col("key") == primary) if primary else run.superseded.clear(),
         save_folder_named=str(run.save_folder_named) if run.save_folder_named else None,
+        stopped_short=stopped,
     )
 
 
@@ -574,7 +595,8 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
                   else finding.failed_at or finding.last_step_time or _first_failure(finding, events))
     has_server_log = any(s.kind in ("areal_server", "sglang_server") for s in run.location.logs)
     verdict = explain(finding, events, run.metrics, onset_time, has_server_log=has_server_log,
-                      unseen=unseen_at_onset(run, finding, onset_time, events), clock=attribution.clock, attributed=attribution.frame)
+                      unseen=unseen_at_onset(run, finding, onset_time, events), not_due=timeouts_not_due(run, finding, onset_time, events),
+                      clock=attribution.clock, attributed=attribution.frame)
     last = int(run.steps["step"].max()) if not run.steps.is_empty() else finding.onset_step
     end = finding.end_step if finding.end_step is not None else last + 1
     # The steps run after the onset while it lasted, logged or not (a copy may hold every tenth: the
@@ -641,7 +663,47 @@ def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None,
             "Fetch the trainer's and the inference server's logs of those steps to tell the cause.")
 
 
-#: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it
+def timeouts_not_due(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame,
+                     as_of: datetime | None = None) -> str | None:
+    """Why a hung server's failures could not show yet, when they could not: a request is logged
+    as failed only when its ``rollout.request_timeout`` runs out, and the text logs end (as of
+    ``as_of``, an alarm's time) before one sent when the reward fell would have — and the steps
+    since slowed or stopped, as they do while rollouts wait on a server (steps going on at their
+    pace were fed rollouts that completed: the server answered)."""
+    timeout = run.config.get("rollout.request_timeout")
+    if (finding.kind not in ("reward_collapse", "reward_drop", "zero_variance") or onset_time is None
+            or not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0):
+        return None
+    # (the client logs its failed calls: the logs that log the steps, not the server's own)
+    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
+    steps = run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
+    clients = steps["file"].cast(pl.String).unique().to_list()
+    logged = [events.filter(pl.col("file").cast(pl.String).is_in(clients))["time"], steps["time"]]
+    seen = [t for t in (column.filter(column <= as_of).max() if as_of else column.max() for column in logged) if t is not None]
+    # (sent as the window began: its steps are where a failure would count)
+    began = steps.filter(pl.col("step") >= finding.onset_step - 3)["time"].min() or onset_time
+    due = min(began, onset_time) + timedelta(seconds=float(timeout))  # type: ignore[type-var]
+    if not seen or max(seen) >= due or _kept_pace(run.steps, finding.onset_step, as_of):  # type: ignore[type-var]
+        return None
+    return (f"No failure was logged around the onset, but none could have been yet if the server hung: a request sent "
+            f"then fails only when rollout.request_timeout ({timeout:g} s) runs out, at about {iso(due)}, and the logs "
+            f"end at {iso(max(seen))}. Look again after that, or at the server itself.")  # type: ignore[type-var]
+
+
+#: Steps after the onset at most this many times as long as before it kept their pace.
+_PACE_KEPT = 2.0
+
+
+def _kept_pace(steps: pl.DataFrame, onset: int, as_of: datetime | None) -> bool:
+    """Whether three steps or more were logged after ``onset`` (by ``as_of``) at the pace of the 20 before it."""
+    timed = steps.filter(pl.col("time").is_not_null() & ((pl.col("time") <= as_of) if as_of else pl.lit(True)))
+    durations = step_durations(timed)
+    before = durations.filter(pl.col("step").is_between(onset - 20, onset - 1))["seconds"].median()
+    after = durations.filter(pl.col("step") > onset)["seconds"]
+    return before is not None and after.len() >= 3 and float(after.median()) <= _PACE_KEPT * float(before)  # type: ignore[arg-type]
+
+
+#: The step a resume line names the checkpoint of, in log units#: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it
 #: goes on with (``Recovering from {last_step_info.next()}``), the checkpoint's in log units;
 #: verl the ``global_step_N`` folder it loads.
 _RESUMED_FROM = re.compile(r"global_step[=_](\d+)")

@@ -99,6 +99,7 @@ def explain(
     *,
     has_server_log: bool = True,
     unseen: str | None = None,
+    not_due: str | None = None,
     clock: pl.DataFrame | None = None,
     attributed: pl.DataFrame | None = None,
     window_before: int = 3,
@@ -106,7 +107,9 @@ def explain(
     baseline: int = 50,
 ) -> Verdict:
     """Name the cause of ``finding`` from ``events`` and the server's metrics (steps assigned).
-    ``unseen`` says why no log could show a failure at the onset: then finding none is no finding.
+    ``unseen`` says why no log could show a failure at the onset: then finding none is no finding;
+    ``not_due``, why a hung server's could not show yet: then neither, unless the server's own log
+    shows it answering.
     With the run's step ``clock`` (``time, step``), a timeout logged when it ran out counts at every
     step its request was waiting in: one sent at the onset and logged an hour later is the onset's.
     ``attributed``: :func:`attribute` of ``events`` and ``clock``, made once for a run's incidents."""
@@ -155,8 +158,8 @@ def explain(
     deciding = in_window.filter(pl.col("cause").is_not_null() & (pl.col("kind").is_in(standing_out["kind"].implode()) | roots))
     if deciding.is_empty():  # none stands out: a rare failure still decides, the run's usual ones do not
         deciding = in_window.filter(pl.col("cause").is_not_null() & ~pl.col("kind").is_in(usual["kind"].implode()))
-    if deciding.is_empty() and unseen is not None:
-        return Verdict("unknown", 0.2, server.evidence, " ".join([unseen, *server.sentences]), seen)
+    if deciding.is_empty() and (unseen or (not_due if server.answering is not True else None)):
+        return Verdict("unknown", 0.2, server.evidence, " ".join([unseen or not_due or "", *server.sentences]), seen)
     if deciding.is_empty():
         return _no_fault(finding, in_window, spans, seen, server, scores, _undated(events))
 

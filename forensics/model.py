@@ -269,6 +269,9 @@ class RunAnalysis:
     save_folder_named: str | None = None
     """Where a log said the run saves its checkpoints, outside the folders found beside it (looked
     in, whether or not it held any)."""
+    stopped_short: str | None = None
+    """With no incident: the run logged fewer steps than planned, with a worker's death logged
+    undated (why it is not healthy all the same)."""
 
     def __repr__(self) -> str:  # the dataclass's would print every source, incident and piece of evidence
         rng = self.step_range()
@@ -287,7 +290,7 @@ class RunAnalysis:
                 kinds = ", ".join(f"{kind} ×{n}" for kind, n in failed.head(4).iter_rows())
                 n = failed["count"].sum()
                 why += f"; yet {n} {'failure was' if n == 1 else 'failures were'} logged ({kinds}): see the events"
-        return why
+        return why or (self.stopped_short if not self.incidents else None)
 
     def caveat(self) -> str | None:
         """Why no incident would not make this run healthy: nothing judged, or logs left unread."""

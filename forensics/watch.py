@@ -46,7 +46,7 @@ from typing import Any
 
 import polars as pl
 
-from forensics.analysis import analyze_run, planned_steps, unseen_at_onset
+from forensics.analysis import analyze_run, planned_steps, timeouts_not_due, unseen_at_onset
 from forensics.cache import ParseCache, default_cache_dir
 from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, Attribution, explain
 from forensics.detect import (
@@ -1118,6 +1118,7 @@ def _alarm(run: RunData, trigger: _Trigger, *, as_of_trigger: bool, attributed: 
     # (as offline: where no log could have shown a failure at the onset, finding none is no finding)
     verdict = explain(finding, events, metrics, onset_time, has_server_log=has_server_log,
                       unseen=unseen_at_onset(run, finding, onset_time, events),
+                      not_due=timeouts_not_due(run, finding, onset_time, events, trigger.time if as_of_trigger else None),
                       attributed=attributed.frame if kept is None else attributed.rows(kept))
     cause = verdict.cause
     if trigger.kind in ("server_errors", "server_down", "crash") and cause in ("unknown", "reward_pipeline"):

@@ -729,3 +729,28 @@ def test_a_collapse_with_no_failure_logged_cites_its_onset_line_as_evidence(tmp_
     assert cited == incident.onset_evidence and cited.step == 30
     assert "task_reward/avg" in read_line(Path(cited.file), cited.line)
     assert render_markdown(result).count(f":{cited.line}`") == 1
+
+
+@pytest.mark.parametrize(("timeout", "cause"), [(3600, "unknown"), (600, "reward_pipeline")])
+def test_a_collapse_as_steps_slow_before_a_hung_servers_timeouts_could_be_logged_is_not_blamed_on_rewards(
+        tmp_path: Path, timeout: int, cause: str) -> None:
+    """The reward falls to 0 at step 30 and the steps slow from about a minute to ten (rollouts
+    waiting on a server), with no failure logged: with ``rollout.request_timeout: 3600`` none could
+    be yet (the log ends 50 minutes on), so finding none is no finding, and the summary says when
+    one would show. With 600 s, timeouts would have been logged by then: the rewards themselves
+    went constant. Steps going on at their pace would say the server answered (see above)."""
+    from datetime import timedelta
+
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    from forensics import analyze
+
+    start = datetime(2025, 11, 10, 9, 0)
+    slowed = start + timedelta(seconds=28 * 65)
+    spec = RunSpec(last_step=34, request_timeout=timeout, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s),
+                   anchors={1: start, 29: slowed, 34: slowed + timedelta(minutes=50)})
+    [run] = analyze([write_run(tmp_path / "outputs", spec).fileroot]).runs
+    [collapse] = [i for i in run.incidents if i.kind == "reward_collapse"]
+    assert (collapse.onset_step, collapse.cause) == (30, cause)
+    said = "none could have been yet if the server hung: a request sent then fails only when rollout.request_timeout (3600 s) runs out"
+    assert (said in collapse.summary) == (timeout == 3600)

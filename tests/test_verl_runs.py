@@ -735,3 +735,23 @@ def test_another_experiments_tensorboard_folder_is_no_copy_of_this_run(tmp_path:
     assert run.step_range()["last"] == 60
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 40)]
     assert all("qwen2_7b_lr_fix" not in s.path for s in run.sources)
+
+
+def test_a_run_stopped_short_with_a_workers_undated_fatal_error_is_not_called_healthy(tmp_path: Path) -> None:
+    """Planned for 60 steps, the console logged 3 and nothing more; a worker's ``.err`` in the Ray
+    session ends in a CUDA illegal-memory-access traceback, which no time places in a step. No
+    incident can be drawn, but the run is not healthy either: the verdict says so, with the line."""
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "outputs" / "grpo", VerlRunSpec(steps=3, save_freq=20, ray_session=True))
+    paths.train_log.write_text(paths.train_log.read_text().replace("'total_training_steps': 3", "'total_training_steps': 60"))
+    [err] = sorted(p for p in (tmp_path / "outputs" / "grpo").rglob("worker-*.err"))[:1]
+    with err.open("a") as out:
+        out.write('Traceback (most recent call last):\n  File "/verl/verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py", '
+                  'line 312, in generate_sequences\n    output = self.inference_engine.generate(prompts=vllm_inputs)\n'
+                  "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    run = only(tmp_path / "outputs" / "grpo")
+    assert run.incidents == []
+    why = run.unjudged()
+    assert why is not None and why.startswith("it logged 3 of its 60 planned steps, and 1 worker failure was logged with no time")
+    assert f"illegal_memory_access, {err.name}:" in why and run.recommendation.reason.startswith("No incident found, but it logged 3")
