@@ -19,6 +19,7 @@ import polars as pl
 
 from forensics.detect import Thresholds
 from forensics.model import TOOL_VERSION, Incident, RunAnalysis, unjudged
+from forensics.observations import step_seconds
 
 SCHEMA = "grpo-forensics/compare/v1"
 #: The primary metric's "final" value is its mean over this many last logged steps.
@@ -112,6 +113,9 @@ def run_stats(run: RunAnalysis) -> RunStats:
     seconds = (clock["time"].diff().dt.total_milliseconds() / 1000 / clock["step"].diff()).drop_nulls()
     span_h = (clock["time"].max() - clock["time"].min()).total_seconds() / 3600 if clock.height > 1 else 0
     stepped = clock["step"].max() - clock["step"].min() if clock.height > 1 else 0
+    if seconds.is_empty():  # (a console with no times — verl's, its Ray session not given — logs each step's duration)
+        seconds = step_seconds(run.metrics, run.steps)["seconds"].drop_nulls()
+        span_h, stepped = (float(seconds.sum()) / 3600, len(seconds)) if len(seconds) else (0, 0)
     # The device memory the run logged: AReaL's and the server's, else verl's reserved peak per step.
     used = next((found for key in ("mem/device_used_gb", "perf/max_memory_reserved_gb")
                  if len(found := _finite(run.metrics.filter(pl.col("key") == key)))), pl.Series([], dtype=pl.Float64))

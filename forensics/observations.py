@@ -16,7 +16,7 @@ _PHASE_PREFIXES = ("phase/", "timing_s/", "timeperf/")
 
 def slow_start(metrics: pl.DataFrame, steps: pl.DataFrame, *, factor: float = 1.5, early: int = 5) -> list[str]:
     """Early steps that took ``factor`` times longer than the first one, with the phase behind it."""
-    durations = _durations(metrics, steps)
+    durations = step_seconds(metrics, steps)
     if durations.height < 2:
         return []
     first = durations.row(0, named=True)
@@ -35,7 +35,9 @@ def slow_start(metrics: pl.DataFrame, steps: pl.DataFrame, *, factor: float = 1.
     return [f"{text}; {phase}" if phase else text]
 
 
-def _durations(metrics: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def step_seconds(metrics: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``(step, seconds)``: each step's duration as the run logged it (``timing_s/step``, ``time_ms``),
+    else from its steps' times."""
     for key, scale in _DURATION_KEYS.items():
         rows = metrics.lazy().filter((pl.col("key") == key) & pl.col("step").is_not_null()).select("step", "value").collect()
         if rows.height:

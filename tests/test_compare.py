@@ -274,3 +274,18 @@ def test_step_time_and_throughput_are_per_step_for_a_run_logged_every_tenth_step
     stats = run_stats(analyze([tmp_path / "runs"]).runs[0])
     assert (stats.first_step, stats.last_step) == (10, 1200)
     assert stats.median_step_seconds == pytest.approx(6.0) and stats.steps_per_hour == pytest.approx(600.0)
+
+
+def test_verl_runs_without_their_ray_sessions_compare_the_step_time_they_logged(tmp_path: Path) -> None:
+    """verl's console prints no time of day, but each step line logs ``timing_s/step``: without the
+    Ray session (kept under /tmp, not given) the comparison's step time and throughput are those."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    for name in ("control", "fix"):
+        write_verl_run(tmp_path / name, VerlRunSpec(steps=30, score=healthy_score))
+    result = runner.invoke(app, ["compare", str(tmp_path / "control"), str(tmp_path / "fix"), "--no-html", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    for side in ("a", "b"):
+        seconds, per_hour = doc[side]["median_step_seconds"], doc[side]["steps_per_hour"]
+        assert seconds is not None and per_hour is not None and 0.5 < per_hour * seconds / 3600 < 2, doc[side]
