@@ -99,8 +99,8 @@ def recommend(checkpoints: list[Checkpoint], incidents: list[Incident], facts: d
         during = _during(c.step, incidents) if c.kind == "recover" else None
         if during is not None:
             warnings.append(
-                f"The recover checkpoint {c.path} was overwritten at step {c.step}, after the onset at step "
-                f"{during.onset_step}: an automatic resume (recover.mode) would continue from the broken state."
+                f"The recover checkpoint {c.path} was overwritten at step {c.step}, during the {kind_words(during.kind)} "
+                f"from step {during.onset_step}: an automatic resume (recover.mode) would continue from the broken state."
             )
     if not before:
         reason = f"No complete checkpoint was saved before the first incident's onset at step {first.onset_step}."
