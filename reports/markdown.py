@@ -30,9 +30,14 @@ def text(value: object) -> str:
     return _SPECIAL.sub(r"\\\1", flat)
 
 
+#: What ends a line, in Python's reading and Markdown's.
+_LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+
+
 def code(value: object) -> str:
-    """Untrusted text as an inline code span that nothing inside can close."""
-    flat = " ".join(str(value).split())
+    """Untrusted text as an inline code span that nothing inside can close, on one line; its spaces
+    and tabs kept (a span keeps them: a path with two spaces in it is still that path)."""
+    flat = _LINE_BREAKS.sub(" ", str(value))
     longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""

@@ -626,3 +626,13 @@ def test_the_step_duration_lane_is_seconds_a_step_for_a_log_written_every_tenth_
     steps = pl.DataFrame({"step": list(range(10, 101, 10)), "time": [start + timedelta(seconds=30 * s) for s in range(10, 101, 10)]})
     durations = Timeline(SimpleNamespace(steps=steps)).durations()  # type: ignore[arg-type]
     assert durations["step"].to_list() == list(range(20, 101, 10)) and set(durations["value"].to_list()) == {30.0}
+
+
+def test_a_code_span_keeps_a_paths_spaces_and_tabs_and_stays_on_one_line() -> None:
+    """A sweep folder named with two spaces (or a tab) is that path still in the ticket; a line
+    break in a log line does not break the ticket's line."""
+    from reports.markdown import code
+
+    assert code("/runs/sweep  lr 1e-6/ckpt") == "`/runs/sweep  lr 1e-6/ckpt`"
+    assert code("a\tb") == "`a\tb`"
+    assert code("first\nsecond\r\nthird") == "`first second third`"
