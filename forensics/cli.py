@@ -282,6 +282,8 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
            workers: int | None, debug: bool) -> FleetResult:
     """Many runs at once: in parallel, a report per run and the index in ``--out``, a table in the terminal."""
     from reports import render_fleet_summary
+    from reports.labels import run_labels
+    from reports.markdown import labelled
 
     folder = _report_dir(out, paths)
     # (each run's report goes in runs/<its name>: a runs/ folder of the runs analyzed is no place for them)
@@ -301,7 +303,9 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     if json_out is not None:
         _write_json(result.to_document(), json_out)
     if markdown is not None:
-        _write_text("\n".join(r.markdown for r in result.runs if r.markdown) or "grpo-forensics: no runs analyzed.\n", markdown)
+        labels = run_labels([r.run_id for r in result.runs], [r.root for r in result.runs])
+        _write_text("\n".join(labelled(r.markdown, r.run_id, label) for r, label in zip(result.runs, labels, strict=True) if r.markdown)
+                    or "grpo-forensics: no runs analyzed.\n", markdown)
     console.print(f"index: {result.page or result.index}", markup=False, highlight=False)
     _warn_lost(result.runs)
     for r in result.failed:

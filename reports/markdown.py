@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from forensics.model import Analysis, Incident, RunAnalysis, iso
+from reports.labels import run_labels
 from reports.page import short
 from reports.visible import visible
 
@@ -68,14 +69,20 @@ def _incident(run: RunAnalysis, inc: Incident) -> list[str]:
     return lines
 
 
-def _run(run: RunAnalysis) -> list[str]:
+def labelled(markdown: str, run_id: str, label: str) -> str:
+    """One run's summary (:func:`render_markdown`) headed by ``label`` instead of its id: a fleet's
+    runs of one id, told apart by their folders as the index tells them."""
+    return markdown.replace(f"#### grpo-forensics: {text(run_id)} —", f"#### grpo-forensics: {text(label)} —", 1)
+
+
+def _run(run: RunAnalysis, label: str) -> list[str]:
     rng = run.step_range()
     steps = f"steps {rng['first']}–{rng['last']}" if rng["count"] else "no steps logged"
     n = len(run.incidents)
     lost, why = run.data_lost(), run.unjudged()
     head = (f"{n} incident{'s' if n != 1 else ''}" if n else "no incident, nothing judged" if why
             else "no incident in what could be read" if lost else "healthy, no incident")
-    out = [f"#### grpo-forensics: {text(run.run_id)} — {head}", "",
+    out = [f"#### grpo-forensics: {text(label)} — {head}", "",
            f"{text(run.framework)}, {steps}, primary metric {code(run.primary_metric or 'none')}", ""]
     if not n and why:
         out += [f"No incident found, but {text(why)}.", ""]
@@ -101,8 +108,9 @@ def _run(run: RunAnalysis) -> list[str]:
 def render_markdown(analysis: Analysis) -> str:
     """The Markdown summary of every run in ``analysis``."""
     parts: list[str] = []
-    for run in analysis.runs:
-        parts += _run(run) + [""]
+    labels = run_labels([run.run_id for run in analysis.runs], [run.root for run in analysis.runs])
+    for run, label in zip(analysis.runs, labels, strict=True):
+        parts += _run(run, label) + [""]
     if not analysis.runs:
         parts.append("grpo-forensics: no runs found.")
     return visible("\n".join(parts).rstrip() + "\n")  # (pasted or printed: a log's escape codes must not act)

@@ -636,3 +636,16 @@ def test_a_code_span_keeps_a_paths_spaces_and_tabs_and_stays_on_one_line() -> No
     assert code("/runs/sweep  lr 1e-6/ckpt") == "`/runs/sweep  lr 1e-6/ckpt`"
     assert code("a\tb") == "`a\tb`"
     assert code("first\nsecond\r\nthird") == "`first second third`"
+
+
+def test_the_tickets_of_runs_sharing_an_id_are_headed_by_what_sets_their_folders_apart() -> None:
+    """Two folders of one config (a sweep): the ticket heads each run as the index and the terminal
+    label it, and a fleet's per-run summaries are relabelled so."""
+    from reports.markdown import labelled
+
+    first = replace(_run(), root="/runs/lr-1e-6/outputs/logs/root/exp/trial0")
+    second = replace(_run(), root="/runs/lr-3e-6/outputs/logs/root/exp/trial0")
+    heads = [line for line in render_markdown(Analysis(runs=[first, second])).splitlines() if line.startswith("####")]
+    assert [h.split(" — ")[0] for h in heads] == [f"#### grpo-forensics: {first.run_id} (lr-1e-6)", f"#### grpo-forensics: {first.run_id} (lr-3e-6)"]
+    alone = render_markdown(Analysis(runs=[first]))
+    assert labelled(alone, first.run_id, f"{first.run_id} (lr-1e-6)").splitlines()[0].startswith(heads[0].split(" — ")[0])
