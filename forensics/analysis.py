@@ -31,6 +31,7 @@ from forensics.detect import (
     Finding,
     Thresholds,
     abandoned_collapses,
+    abandoned_dead_batches,
     ceilings,
     choose_primary,
     collapse_before_stop,
@@ -285,6 +286,11 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     # A step past the step log's last is one the log ended in (a copy's steps past it are the run's: see load_run).
     found += [d for d in dead_learning(run.metrics, t, last if run.steps.height else None)
               if not any(a <= d.onset_step < b for a, b in spans + (solved if d.kind == "zero_variance" else []))]
+    # (an attempt a relaunch abandoned, its rows no longer the run's: its dead batches are told as its
+    # collapses are — where no incident tells of those steps already)
+    told = [(f.onset_step, f.end_step or last + 1) for f in found]
+    found += [d for d in abandoned_dead_batches(run.metrics, run.superseded, run.step_copies, t)
+              if not any(a <= d.onset_step < b for a, b in told)]
     # A reward alone non-finite where an incident already tells of the reward (a dead server's batches
     # with no reward to average) is that incident.
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]

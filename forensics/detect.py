@@ -13,7 +13,7 @@ import itertools
 import math
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -495,26 +495,8 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
     rows = earlier.filter((pl.col("key") == key) & pl.col("step").is_not_null())
     if rows.is_empty():
         return []
-    # An attempt runs while its steps go up; a relaunch going back starts the next.
-    attempts = (
-        copies.sort("time", "line", nulls_last=True)
-        .with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
-        .select(pl.col("file").cast(pl.String), "line", "attempt", "step")
-    )
-    restarts = attempts.group_by("attempt").agg(pl.col("step").first().alias("resumed")).sort("attempt")
-    rows = rows.with_columns(pl.col("file").cast(pl.String))
-    by_line = rows.join(attempts.drop("step"), on=["file", "line"], how="inner")
-    # A copy's values are records of their own (TensorBoard's, one a scalar): found by file and
-    # step instead, where the file holds one copy of the step.
-    single = attempts.filter(pl.len().over("file", "step") == 1).select("file", "step", "attempt")
-    by_step = rows.join(attempts.select("file", "line"), on=["file", "line"], how="anti").join(single, on=["file", "step"], how="inner")
-    rows = pl.concat([by_line, by_step]).sort("attempt", "step")
     findings = []
-    for (number,), attempt in rows.group_by("attempt", maintain_order=True):
-        attempt = attempt.sort("step")
-        first, last = int(attempt["step"][0]), int(attempt["step"][-1])
-        after = restarts.filter(pl.col("attempt") > number)["resumed"]
-        relaunch = int(after[0]) - 1 if len(after) else first - 1
+    for attempt, first, last, relaunch in _attempts(rows, copies):
         judged = pl.concat([values.filter(pl.col("step") < first).select("step", "value"), attempt.select("step", "value")])
         # (the attempt's last steps are not the log's end: the relaunch went on from them)
         collapses = reward_collapses(judged, key, replace(t, end_run=t.min_run))
@@ -531,6 +513,52 @@ def abandoned_collapses(values: pl.DataFrame, earlier: pl.DataFrame, copies: pl.
             until = attempt.filter(pl.col("step") == ended - 1)["time"]
             findings.append(replace(found, end_step=ended, summary=summary, redone=(first, last), onset_row=row,
                                     until=until[0] if len(until) else None))
+    return findings
+
+
+def _attempts(rows: pl.DataFrame, copies: pl.DataFrame) -> Iterator[tuple[pl.DataFrame, int, int, int]]:
+    """``rows`` (an abandoned attempt's metric rows) by the attempt that logged them, in order, each
+    with its first and last step and the step the relaunch after it resumed after."""
+    # An attempt runs while its steps go up; a relaunch going back starts the next.
+    attempts = (
+        copies.sort("time", "line", nulls_last=True)
+        .with_columns(relaunches(pl.col("step")).cum_sum().alias("attempt"))
+        .select(pl.col("file").cast(pl.String), "line", "attempt", "step")
+    )
+    restarts = attempts.group_by("attempt").agg(pl.col("step").first().alias("resumed")).sort("attempt")
+    rows = rows.with_columns(pl.col("file").cast(pl.String))
+    by_line = rows.join(attempts.drop("step"), on=["file", "line"], how="inner")
+    # A copy's values are records of their own (TensorBoard's, one a scalar): found by file and
+    # step instead, where the file holds one copy of the step.
+    single = attempts.filter(pl.len().over("file", "step") == 1).select("file", "step", "attempt")
+    by_step = rows.join(attempts.select("file", "line"), on=["file", "line"], how="anti").join(single, on=["file", "step"], how="inner")
+    for (number,), attempt in pl.concat([by_line, by_step]).sort("attempt", "step").group_by("attempt", maintain_order=True):
+        attempt = attempt.sort("step")
+        first, last = int(attempt["step"][0]), int(attempt["step"][-1])
+        after = restarts.filter(pl.col("attempt") > number)["resumed"]
+        yield attempt, first, last, int(after[0]) - 1 if len(after) else first - 1
+
+
+def abandoned_dead_batches(metrics: pl.DataFrame, earlier: pl.DataFrame, copies: pl.DataFrame, t: Thresholds) -> list[Finding]:
+    """Dead batches and a dead loss (:func:`dead_learning`) in attempts the run abandoned (see
+    :func:`abandoned_collapses`): each attempt judged on the run's rows before its first step, then its own."""
+    rows = earlier.filter(pl.col("step").is_not_null())
+    if rows.is_empty():
+        return []
+    findings = []
+    for attempt, first, last, relaunch in _attempts(rows, copies):
+        judged = pl.concat([metrics.filter(pl.col("step") < first).select(earlier.columns),
+                            attempt.select(earlier.columns).with_columns(pl.col("file").cast(earlier.schema["file"]))])
+        taken = (f"a relaunch from step {relaunch} took the run on from step {relaunch + 1}" if relaunch > 0
+                 else "the run was started again from its first step")
+        for found in dead_learning(judged, t, last_step=last):
+            if found.onset_step < first:
+                continue
+            ended = found.end_step if found.end_step is not None and found.end_step <= last else last + 1
+            at = attempt.filter(pl.col("step") == found.onset_step).sort(pl.col("key") != found.metric)
+            row = at.row(0, named=True) if at.height else None
+            findings.append(replace(found, end_step=ended, redone=(first, last), onset_row=row,
+                                    summary=f"{found.summary}, in an attempt the run abandoned at step {last}: {taken}"))
     return findings
 
 

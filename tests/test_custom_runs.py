@@ -332,3 +332,16 @@ def test_a_loops_save_line_is_said_where_no_checkpoint_is_read(tmp_path: Path) -
     assert result.exit_code == 2, result.output
     [warning] = json.loads(result.stdout)["warnings"]
     assert f"train.log:{first + 2}: saving checkpoint to out-grpo" in warning
+
+
+def test_dead_batches_in_an_attempt_a_rerun_appended_to_the_log_abandoned_are_an_incident(tmp_path: Path) -> None:
+    """Seed 003's quick test: its log (dead batches from iteration 1, then Ctrl-C), then a rerun
+    from iteration 0 appended to the same log (``tee -a``), healthy. The first attempt's dead
+    batches are its values no longer, but they happened: an incident, in the attempt abandoned."""
+    rerun = [line for n in range(10) for line in _loop_iteration(n)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text((FIXTURES / "seed003" / "train.log").read_text() + "\n".join(rerun) + "\n")
+    [run] = analyze([tmp_path / "run"]).runs
+    [dead] = [i for i in run.incidents if i.kind == "zero_variance"]
+    assert (dead.onset_step, dead.redone) == (1, True)
+    assert "in an attempt the run abandoned at step 2: the run was started again from its first step" in dead.summary
