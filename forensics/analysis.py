@@ -427,11 +427,11 @@ def _earlier_runs(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Che
         return checkpoints, frozenset()
     first = timed.sort("time", "step").row(0, named=True)
     earlier = [c for c in checkpoints if c.time is not None and c.step > first["step"] and c.time < first["time"] - _BEFORE_THE_RUN]
-    said = (f"dated {{}}, before the run logged its first step ({first['step']}, at {first['time']:%Y-%m-%d %H:%M:%S}, "
+    said = (f"before the run logged its first step ({first['step']}, at {first['time']:%Y-%m-%d %H:%M:%S}, "
             f"{Path(first['file']).name}:{first['line']}), yet of a later step: an earlier run's save left in the folder (its "
             "experiment and trial names reused), not this run's")
     paths = frozenset(c.path for c in earlier)
-    return [replace(c, problems=(*c.problems, said.format(f"{c.time:%Y-%m-%d %H:%M:%S}"))) if c.path in paths else c
+    return [replace(c, problems=(*c.problems, f"dated {c.time:%Y-%m-%d %H:%M:%S}, {said}")) if c.path in paths else c
             for c in checkpoints], paths
 
 
@@ -709,7 +709,7 @@ def _kept_pace(steps: pl.DataFrame, onset: int, as_of: datetime | None) -> bool:
     return before is not None and after.len() >= 3 and float(after.median()) <= _PACE_KEPT * float(before)  # type: ignore[arg-type]
 
 
-#: The step a resume line names the checkpoint of, in log units#: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it
+#: The step a resume line names the checkpoint of, in log units: AReaL logs the 0-based step it
 #: goes on with (``Recovering from {last_step_info.next()}``), the checkpoint's in log units;
 #: verl the ``global_step_N`` folder it loads.
 _RESUMED_FROM = re.compile(r"global_step[=_](\d+)")
