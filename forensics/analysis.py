@@ -458,12 +458,34 @@ def _saved_elsewhere(recommendation: Recommendation, run: RunData) -> Recommenda
     if saves.is_empty():
         return recommendation
     last = saves.row(-1, named=True)
-    said = (f"checkpoints not found: the logs say {saves.height} {'was' if saves.height == 1 else 'were'} saved (the last "
-            f"at step {last['step']}, {Path(last['file']).name}:{last['line']}: {last['message'][-160:]}), and none is where "
-            "the tool looks (beside the logs); find them where the run's working folder was")
+    logged = (f"the logs say {saves.height} {'was' if saves.height == 1 else 'were'} saved (the last at step {last['step']}, "
+              f"{Path(last['file']).name}:{last['line']}: {last['message'][-160:]})")
+    if (there := _save_folder_there(last["message"], Path(last["file"]))) is not None:
+        said = (f"checkpoints not read: {logged}, to {there}, which is there: in a form the tool does not read (it reads "
+                "AReaL's, verl's and Hugging Face Trainer's checkpoint folders); judge them by the step each was saved at")
+    else:
+        said = (f"checkpoints not found: {logged}, and none is where the tool looks (beside the logs); find them where the "
+                "run's working folder was")
     where = run.location.checkpoint_dir or run.location.root
     return replace(recommendation, reason=f"{recommendation.reason} Yet the logs say checkpoints were saved (see the warnings).",
                    warnings=(*recommendation.warnings, said), unlisted=(*recommendation.unlisted, str(where)))
+
+
+#: The folder or file a save line ends by naming (``saving checkpoint to out-grpo``).
+_SAVED_TO = re.compile(r"\b(?:to|into|in|at)\s+['\"]?([^\s'\"]+?)['\"]?\s*$")
+
+
+def _save_folder_there(message: str, log: Path) -> Path | None:
+    """What a save line says it saved to, where that is beside the log (its working folder
+    there, or above it); else ``None``."""
+    named = _SAVED_TO.search(message or "")
+    if named is None:
+        return None
+    path = Path(named[1])
+    for base in ((Path("/"),) if path.is_absolute() else (log.parent, log.parent.parent)):
+        if (base / path).exists():
+            return base / path
+    return None
 
 
 def _unlisted(recommendation: Recommendation, frame: pl.DataFrame) -> Recommendation:

@@ -332,6 +332,9 @@ def test_a_loops_save_line_is_said_where_no_checkpoint_is_read(tmp_path: Path) -
     assert result.exit_code == 2, result.output
     [warning] = json.loads(result.stdout)["warnings"]
     assert f"train.log:{first + 2}: saving checkpoint to out-grpo" in warning
+    # (the folder it names is there, beside the log: not to be looked for elsewhere)
+    assert f"to {run / 'out-grpo'}, which is there: in a form the tool does not read" in warning
+    assert "find them where the run's working folder was" not in warning
 
 
 def test_dead_batches_in_an_attempt_a_rerun_appended_to_the_log_abandoned_are_an_incident(tmp_path: Path) -> None:
