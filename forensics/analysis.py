@@ -69,7 +69,7 @@ from forensics.model import (
 from forensics.observations import slow_start
 from forensics.readers import COPY_SOURCES
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
-from forensics.texts import table_row, with_messages
+from forensics.texts import cited_row, with_messages
 from parsers._formats import FormatDefinitionError
 from parsers.areal import NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
@@ -887,9 +887,11 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     if finding.onset_row is None and hit.is_empty():
         return None
     row = finding.onset_row or hit.row(0, named=True)
-    # What the line logged, said as such: not a quote of it (AReaL's table cell, a loop's line, a copy's record).
-    text = f"step {row['step']}: {row['key']} = {row['value']:.4g}"
-    return Evidence("metric", row["time"], row["step"], row["file"], table_row(row["file"], row["line"], row["key"]), text)
+    # The line itself, as evidence quotes lines (AReaL's table row, a loop's line); what it logged,
+    # said, where there is no line (a copy's record).
+    line, quoted = cited_row(row["file"], row["line"], row["key"])
+    text = quoted.strip()[:300] if quoted else f"step {row['step']}: {row['key']} = {row['value']:.4g}"
+    return Evidence("metric", row["time"], row["step"], row["file"], line, text)
 
 
 def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:

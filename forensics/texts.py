@@ -97,9 +97,17 @@ def table_row(file: str, line: int, key: str, within: int = 400) -> int:
     table's values at its step header): the first of the ``within`` lines from ``line`` with a
     ``│ key │`` cell. ``line`` itself when none has (a value logged on its own line), or when
     ``file`` is none or a copy's binary records (W&B, TensorBoard: their "lines" are records)."""
+    return cited_row(file, line, key, within)[0]
+
+
+def cited_row(file: str, line: int, key: str, within: int = 400) -> tuple[int, str | None]:
+    """:func:`table_row`, and that line's text as the readers read it (``None`` for a copy's
+    records, which have no text, or a line the file no longer has)."""
     if not file or line is None or file.endswith(".wandb") or "tfevents" in Path(file).name:
-        return line
+        return line, None
     cell = rf"(?:^|│)\s*{re.escape(key)}\s*│"
-    near = lines_at(file, pl.int_range(line, line + within, eager=True))
-    found = near.filter(pl.col("text").str.contains(cell))["line"]
-    return int(found[0]) if len(found) else line
+    near = lines_at(file, pl.int_range(line, line + within, eager=True)).with_columns(cleaned(pl.col("text")).alias("text"))
+    found = near.filter(pl.col("text").str.contains(cell))
+    at = int(found["line"][0]) if found.height else line
+    text = near.filter(pl.col("line") == at)["text"]
+    return at, (text[0] if len(text) else None)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+from conftest import read_line
 from typer.testing import CliRunner
 
 from forensics import analyze
@@ -27,8 +28,10 @@ def test_seed003_dead_batches_with_reward_std_evidence_and_slow_second_iteration
     assert run.step_range()["last"] == 2 and incident.wasted_steps == 1
     assert not any("AReaL" in s for s in incident.suggestions)  # a hand-rolled loop gets no AReaL setting
     assert any(e.kind == "zero_advantages" and "rewards_grouped=[[0.0" in e.text for e in incident.evidence)
-    # The onset's own value, said as a value: not dressed as a line AReaL would print.
-    assert incident.onset_evidence is not None and incident.onset_evidence.text == "step 1: reward/std = 0"
+    # The onset's own line, quoted as it is (the loop's, not dressed as a line AReaL would print).
+    onset = incident.onset_evidence
+    assert onset is not None and onset.text == read_line(Path(onset.file), onset.line).strip()
+    assert onset.text.startswith("[Micro 0] 3. Samples scored:") and "rewards=0.0000±0.0000" in onset.text
     std = run.metrics.filter((pl.col("key") == "reward/std") & (pl.col("step") >= 1))["value"]
     assert (std == 0).all()
     [slow] = run.observations
