@@ -226,7 +226,8 @@ def analyze_run(run: RunData, t: Thresholds) -> RunAnalysis:
         primary_metric=primary,
         incidents=incidents,
         checkpoints=checkpoints,
-        recommendation=_saved_elsewhere(_unlisted(_maybe_abandoned(recommendation, checkpoints, run, told), run.checkpoints), run),
+        recommendation=_saves_gone(_saved_elsewhere(_unlisted(_maybe_abandoned(recommendation, checkpoints, run, told), run.checkpoints), run),
+                                   run, incidents),
         metrics=run.metrics,
         events=events,
         steps=run.steps,
@@ -469,6 +470,32 @@ def _saved_elsewhere(recommendation: Recommendation, run: RunData) -> Recommenda
     where = run.location.checkpoint_dir or run.location.root
     return replace(recommendation, reason=f"{recommendation.reason} Yet the logs say checkpoints were saved (see the warnings).",
                    warnings=(*recommendation.warnings, said), unlisted=(*recommendation.unlisted, str(where)))
+
+
+def _saves_gone(recommendation: Recommendation, run: RunData, incidents: list[Incident]) -> Recommendation:
+    """No checkpoint before the first incident is on disk, yet the logs say some were saved before
+    it, to folders that are gone (a rotation, ``max_actor_ckpt_to_keep``, deleted them; they were
+    moved): said, with the last save line — a copy elsewhere (a backup) of that one is the one to
+    resume from."""
+    onsets = [i.onset_step for i in incidents if not i.redone]
+    if recommendation.checkpoint is not None or not onsets or run.checkpoints.is_empty():
+        return recommendation
+    saves = run.events.filter((pl.col("kind") == "checkpoint_saved") & (pl.col("step") < min(onsets))).sort("step", "line")
+    kept = {Path(p).name for p in run.checkpoints["path"].to_list()}
+    gone = [row for row in saves.iter_rows(named=True)
+            if (named := _SAVED_TO.search(row["message"] or "") or re.search(r"(\S*global_step_\d+)\s*$", row["message"] or ""))
+            and Path(named[1]).name not in kept]
+    if not gone:
+        return recommendation
+    last = gone[-1]
+    said = (f"the logs say {len(gone)} checkpoint{'s were' if len(gone) > 1 else ' was'} saved before the onset at step "
+            f"{min(onsets)} that {'are' if len(gone) > 1 else 'is'} no longer on disk (the last at step {last['step']}, "
+            f"{Path(last['file']).name}:{last['line']}: {last['message'][-160:]}): a rotation deleted them or they were "
+            "moved — a copy kept elsewhere (a backup, HDFS) of the last is the one to resume from")
+    rest = recommendation.reason.split(". ", 1)[1] if ". " in recommendation.reason else ""
+    reason = (f"No checkpoint saved before the first incident's onset at step {min(onsets)} is on disk: the logs say "
+              f"{len(gone)} {'were' if len(gone) > 1 else 'was'}, the last at step {last['step']} (see the warnings). {rest}")
+    return replace(recommendation, reason=reason.strip(), warnings=(*recommendation.warnings, said))
 
 
 #: The folder or file a save line ends by naming (``saving checkpoint to out-grpo``).

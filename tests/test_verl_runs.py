@@ -755,3 +755,24 @@ def test_a_run_stopped_short_with_a_workers_undated_fatal_error_is_not_called_he
     why = run.unjudged()
     assert why is not None and why.startswith("it logged 3 of its 60 planned steps, and 1 worker failure was logged with no time")
     assert f"illegal_memory_access, {err.name}:" in why and run.recommendation.reason.startswith("No incident found, but it logged 3")
+
+
+def test_saves_a_rotation_deleted_before_the_onset_are_told_with_their_lines(tmp_path: Path) -> None:
+    """``max_actor_ckpt_to_keep=2``: the saves of steps 10–60 are gone, 70 and 80 kept; the score
+    is 0 from step 50. None on disk precedes the onset, but the console says four were saved
+    before it: the reason says so (not that none was saved), and the last one's line is cited."""
+    import shutil
+
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    paths = write_verl_run(tmp_path / "exp", VerlRunSpec(steps=80, save_freq=10, score=lambda s: 0.0 if s >= 50 else 0.5 + (s % 3) / 100))
+    for step in range(10, 61, 10):
+        shutil.rmtree(paths.ckpt_root / f"global_step_{step}")
+    result = runner.invoke(app, ["best-checkpoint", str(tmp_path / "exp"), "--json", "--no-cache"])
+    assert result.exit_code == 4, result.output
+    rec = json.loads(result.stdout)
+    assert rec["reason"].startswith("No checkpoint saved before the first incident's onset at step 50 is on disk: the logs say 4 were, "
+                                    "the last at step 40")
+    [said] = [w for w in rec["warnings"] if "no longer on disk" in w]
+    line = int(said.split("train.log:")[1].split(":")[0])
+    assert read_line(paths.train_log, line).rstrip().endswith("global_step_40")
