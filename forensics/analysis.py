@@ -917,8 +917,19 @@ def _onset_evidence(finding: Finding, run: RunData) -> Evidence | None:
     # The line itself, as evidence quotes lines (AReaL's table row, a loop's line); what it logged,
     # said, where there is no line (a copy's record).
     line, quoted = cited_row(row["file"], row["line"], row["key"])
-    text = quoted.strip()[:300] if quoted else f"step {row['step']}: {row['key']} = {row['value']:.4g}"
+    text = _quoted_around(quoted.strip(), row["key"]) if quoted else f"step {row['step']}: {row['key']} = {row['value']:.4g}"
     return Evidence("metric", row["time"], row["step"], row["file"], line, text)
+
+
+def _quoted_around(line: str, key: str, width: int = 300) -> str:
+    """The first ``width`` characters of ``line``, or, where the cell of ``key`` and the value after
+    it lie past them (AReaL prints several key-value pairs a row), the part of the line from that cell."""
+    at = line.find(key)
+    end = line.find("│", line.find("│", at + len(key)) + 1) if at >= 0 else -1
+    if at < 0 or (end if end >= 0 else len(line)) < width:
+        return line[:width]
+    start = line.rfind("│", 0, at)
+    return "…" + line[max(start, 0):][:width - 2] + ("…" if len(line) - max(start, 0) > width - 2 else "")
 
 
 def _with_metric_events(events: pl.DataFrame, metrics: pl.DataFrame, primary: str | None) -> pl.DataFrame:

@@ -754,3 +754,14 @@ def test_a_collapse_as_steps_slow_before_a_hung_servers_timeouts_could_be_logged
     assert (collapse.onset_step, collapse.cause) == (30, cause)
     said = "none could have been yet if the server hung: a request sent then fails only when rollout.request_timeout (3600 s) runs out"
     assert (said in collapse.summary) == (timeout == 3600)
+
+
+def test_the_onset_line_is_quoted_where_its_cell_is_in_a_wide_table_row(fixture_run) -> None:
+    """AReaL prints several key-value pairs a table row: the onset's quote is the part of its row
+    from the reward's cell, its value with it, not the row's first 300 characters."""
+    from forensics import analyze
+
+    [incident] = analyze([fixture_run("sglang_healthy_collapse")]).runs[0].incidents
+    quoted = incident.onset_evidence
+    assert quoted is not None and "│ grpo_actor/task_reward/avg" in quoted.text and "│ 0.0000e+00 │" in quoted.text
+    assert quoted.text.strip("…") in read_line(Path(quoted.file), quoted.line)
