@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -449,28 +450,32 @@ def test_a_trainers_wandb_run_finds_the_checkpoints_of_the_output_dir_beside_it(
     assert (run.framework, run.recommendation.step, Path(run.recommendation.checkpoint).name) == ("trl", 20, "checkpoint-20")
 
 
-def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: Path) -> None:
-    """Only ``output_dir/checkpoint-N/`` is left (``report_to="none"``, or the W&B folder not kept).
-    Each checkpoint's ``trainer_state.json`` holds the Trainer's log history to its save (written as
-    transformers writes it: ``json.dumps(asdict(state), indent=2, sort_keys=True)``); the newest is
-    read: the collapse at step 120 is found and cited at its entry's line, checkpoint-100 chosen."""
-    import json as json_
-
+def _trainer_checkpoints(out: Path, steps: Iterable[int], history: list[dict], *, max_steps: int, **state: object) -> None:
+    """``out/checkpoint-N/`` as a Trainer saves it at each of ``steps``: weights, optimizer and
+    scheduler, and ``trainer_state.json`` holding the log history to that step (written as
+    transformers writes it: ``json.dumps(asdict(state), indent=2, sort_keys=True)``)."""
     from test_areal_checkpoints import safetensors_bytes
 
-    out = tmp_path / "out"
-    history = [{"step": s, "epoch": s / 200, "loss": 0.01 + s % 7 / 1000, "grad_norm": 0.5 + s % 3 / 10, "learning_rate": 1e-6,
-                "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40, "reward_std": 0.0 if s >= 120 else 0.25} for s in range(10, 201, 10)]
-    for step in (50, 100, 150, 200):
+    for step in steps:
         folder = out / f"checkpoint-{step}"
         folder.mkdir(parents=True)
         (folder / "config.json").write_text("{}")
         (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
         (folder / "optimizer.pt").write_bytes(b"x")
         (folder / "scheduler.pt").write_bytes(b"x")
-        state = {"global_step": step, "epoch": step / 200, "log_history": [h for h in history if h["step"] <= step],
-                 "best_metric": None, "max_steps": 200, "logging_steps": 10}
-        (folder / "trainer_state.json").write_text(json_.dumps(state, indent=2, sort_keys=True) + "\n")
+        saved = {"global_step": step, "epoch": step / max_steps, "log_history": [h for h in history if h["step"] <= step],
+                 "max_steps": max_steps, "logging_steps": 10, **state}
+        (folder / "trainer_state.json").write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+
+def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: Path) -> None:
+    """Only ``output_dir/checkpoint-N/`` is left (``report_to="none"``, or the W&B folder not kept).
+    Each checkpoint's ``trainer_state.json`` holds the Trainer's log history to its save (written as
+    transformers writes it: ``json.dumps(asdict(state), indent=2, sort_keys=True)``); the newest is
+    read: the collapse at step 120 is found and cited at its entry's line, checkpoint-100 chosen."""
+    out = tmp_path / "out"
+    history = [{"step": s, "epoch": s / 200, "loss": 0.01 + s % 7 / 1000, "grad_norm": 0.5 + s % 3 / 10, "learning_rate": 1e-6,
+                "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40, "reward_std": 0.0 if s >= 120 else 0.25} for s in range(10, 201, 10)]
+    _trainer_checkpoints(out, (50, 100, 150, 200), history, max_steps=200, best_metric=None)
     [run] = analyze([out]).runs
     assert run.framework == "trl" and [(s.kind, Path(s.path).name) for s in run.sources] == [("trl_state", "trainer_state.json")]
     assert "checkpoint-200" in run.sources[0].path
@@ -486,24 +491,11 @@ def test_a_trainers_windowed_mean_already_down_before_the_zeros_bounds_the_colla
     from 163 on scored 0, so step 170's mean is already a fraction of the level before it, and
     180's is 0: the collapse began in steps 161–170, and checkpoint-170 (saved after it began) is
     passed over for checkpoint-160."""
-    import json as json_
-
-    from test_areal_checkpoints import safetensors_bytes
-
     per_step = {s: 0.0 if s >= 163 else 0.45 + s % 7 / 50 for s in range(1, 251)}
     history = [{"step": s, "epoch": s / 250, "loss": 0.01, "grad_norm": 0.5, "learning_rate": 1e-6,
                 "reward": round(sum(per_step[k] for k in range(s - 9, s + 1)) / 10, 4)} for s in range(10, 251, 10)]
     out = tmp_path / "out"
-    for step in range(50, 251, 10):
-        folder = out / f"checkpoint-{step}"
-        folder.mkdir(parents=True)
-        (folder / "config.json").write_text("{}")
-        (folder / "model.safetensors").write_bytes(safetensors_bytes(2))
-        (folder / "optimizer.pt").write_bytes(b"x")
-        (folder / "scheduler.pt").write_bytes(b"x")
-        state = {"global_step": step, "epoch": step / 250, "log_history": [h for h in history if h["step"] <= step],
-                 "max_steps": 250, "logging_steps": 10, "save_steps": 10}
-        (folder / "trainer_state.json").write_text(json_.dumps(state, indent=2, sort_keys=True) + "\n")
+    _trainer_checkpoints(out, range(50, 251, 10), history, max_steps=250, save_steps=10)
     [run] = analyze([out]).runs
     [incident] = run.incidents
     assert (incident.onset_step, incident.began_after) == (180, 160)
