@@ -691,13 +691,18 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
     )
 
 
+def _text_steps(run: RunData) -> tuple[list[str], pl.DataFrame]:
+    """The run's text logs (not its numbers' copies: W&B, TensorBoard, verl's JSONL) and the step
+    copies they logged: where a failure could have been written."""
+    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
+    return texts, run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
+
 def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
     """Why no log could have shown a failure at the onset, when none could: the text logs ended
     before it (the steps after are known only from a W&B or TensorBoard copy), or there are none."""
     if finding.kind not in ("reward_collapse", "reward_drop", "zero_variance"):
         return None
-    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
-    steps = run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
+    texts, steps = _text_steps(run)
     first = max(finding.onset_step - 3, 0)
     if steps.height and int(steps["step"].max()) >= first:
         return None
@@ -730,8 +735,7 @@ def timeouts_not_due(run: RunData, finding: Finding, onset_time: datetime | None
             or not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0):
         return None
     # (the client logs its failed calls: the logs that log the steps, not the server's own)
-    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
-    steps = run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
+    _, steps = _text_steps(run)
     clients = steps["file"].cast(pl.String).unique().to_list()
     logged = [events.filter(pl.col("file").cast(pl.String).is_in(clients))["time"], steps["time"]]
     seen = [t for t in (column.filter(column <= as_of).max() if as_of else column.max() for column in logged) if t is not None]
