@@ -46,7 +46,7 @@ from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso
-from forensics.run import RunData
+from forensics.run import RunData, save_folders_named
 from forensics.texts import iter_with_messages
 
 
@@ -232,7 +232,7 @@ def analyze(
         # (the runs' checkpoint folders are read too, wherever their logs were given from)
         checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
         _refuse_inside(checkpoint_dirs, json=json_out, markdown=markdown, out=out)
-        cache = _cache(cache_dir, no_cache, paths or [], log_format, checkpoint_dirs=checkpoint_dirs)
+        cache = _cache(cache_dir, no_cache, paths or [], log_format)
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
@@ -437,7 +437,7 @@ def metrics(
                 re.compile(keys)
             except re.error as exc:
                 raise UnusableInput(f"--keys is not a regular expression: {exc}") from None
-        cache = _cache(cache_dir, no_cache, paths or [], log_format, checkpoint_dirs=checkpoint_dirs)
+        cache = _cache(cache_dir, no_cache, paths or [], log_format)
         to_file = output is not None and str(output) != "-"  # (``-`` is stdout, as for --json and --markdown)
         made: list[Path] = []
 
@@ -495,7 +495,7 @@ def compare(
         checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
         _refuse_inside(checkpoint_dirs, json=json_out, out=out)
         folder = _report_dir(out, [run_a, run_b], found) if html else None  # (refused before the analysis, not after)
-        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format, checkpoint_dirs=checkpoint_dirs)
+        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format)
         a, b = _single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format)
         _refuse_inside(folders_beyond((c.path for run in (a, b) for c in run.checkpoints), checkpoint_dirs,
                                       (a.save_folder_named, b.save_folder_named)), json=json_out, out=out)
@@ -646,11 +646,9 @@ def _digest(path: Path | None) -> str:
         return "unreadable"
 
 
-def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None, *,
-           checkpoint_dirs: list[Path] | None = None) -> ParseCache | None:
+def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None) -> ParseCache | None:
     """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one
-    dropped), nor in a checkpoint folder the runs found there are read from (``checkpoint_dirs``, where
-    the caller has them; else found for an explicit one)."""
+    dropped), nor in a checkpoint folder the runs found there are read from."""
     if no_cache:
         return None
     try:
@@ -658,12 +656,15 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format
     except NoCacheDir:  # (no home folder: parsed afresh each time, as with --no-cache)
         return None
     read = _trees(paths)
-    # (the usual default is never in a run's checkpoint folder; one set for the environment may be)
+    # (the usual default is never in a run's checkpoint folder; one set for the environment may be,
+    # or in the one a verl console names: written in the parse, so found before it)
     if cache_dir is not None or os.environ.get(CACHE_ENV):
-        read += checkpoint_dirs if checkpoint_dirs is not None else _checkpoint_dirs(paths, log_format)
-    if any(within(chosen, given) for given in read):
+        found = locate(paths, custom_format=log_format)
+        read += [r.checkpoint_dir for r in found if r.checkpoint_dir]
+        read += [folder for location in found for folder in save_folders_named(location)]
+    if inside := next((given for given in read if within(chosen, given)), None):
         if cache_dir is not None:
-            raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path; nothing is written there")
+            raise UnusableInput(f"--cache-dir {cache_dir} is inside the analyzed path {inside}; nothing is written there")
         return None
     return ParseCache(chosen)
 

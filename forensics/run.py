@@ -30,6 +30,7 @@ from forensics.fingerprint import fingerprint
 from forensics.merge import StepUnits, areal_copy_units, merge_sources, per_log_step, step_units
 from forensics.model import SourceReport
 from forensics.parsed import Parsed
+from forensics.parts import OpenTable, open_table, tables_across_parts
 from forensics.readers import COPY_SOURCES, LINEAGE, READERS, SOURCE_READERS, read
 from parsers._formats import load_format
 from parsers.areal_checkpoints import read_areal_checkpoints
@@ -51,6 +52,7 @@ from parsers.schema import (
 )
 from parsers.sglang import MTIME_DATED
 from parsers.trl_checkpoints import is_trl_checkpoint_root, read_trl_checkpoints
+from parsers.verl import first_fact
 from parsers.verl_checkpoints import is_verl_checkpoint_root, read_verl_checkpoints
 from parsers.wandb_run import WandbUnavailable, read_wandb_online
 
@@ -110,6 +112,7 @@ def load_run(
     abandoned: dict[str, list[pl.DataFrame]] = {}  # per parser, the rows of attempts a relaunch abandoned
     facts: dict[str, str] = {}
     sessions: dict[int, datetime | None] = {}  # each Ray session's events (their index) and its start, as read
+    open_tables: dict[int, OpenTable] = {}  # a part's last table, which a rotation may have cut
     for rank, source in enumerate(location.logs):
         try:
             parsed = parse_source(source, custom_format=custom_format, cache=cache, keys=keys)
@@ -126,6 +129,8 @@ def load_run(
             if p.superseded.height:
                 abandoned.setdefault(p.source, []).append(with_keys(p.superseded, keys))
             facts.update(p.facts)
+            if p.source == "areal" and (table := open_table(p.steps, p.notes, p.source)) is not None:
+                open_tables[rank] = table
             if p.source == "ray":
                 started = p.facts.get("ray_session_started")
                 sessions[len(events)] = datetime.fromisoformat(started) if started else None
@@ -138,6 +143,7 @@ def load_run(
         sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a compressed copy of {twin.stem} beside it: read once, from {twin.stem}",)))
     hand_back_heap()
 
+    sources = tables_across_parts(location.logs, open_tables, metrics, sources, keys)
     latest = {}
     for name in list(metrics):  # each parser's frames are let go as soon as they are merged
         latest[name], older = _latest_copy(metrics.pop(name), lineage=name in LINEAGE)
@@ -236,6 +242,16 @@ def _save_folder_named(location: RunLocation, facts: dict[str, str]) -> Path | N
     if location.framework != "verl" or not named or not Path(named).is_absolute():
         return None
     return Path(named)
+
+
+def save_folders_named(location: RunLocation) -> list[Path]:
+    """The folders ``location``'s verl consoles name as their ``default_local_dir`` (see
+    :func:`_save_folder_named`), from the first config each printed, before the run is parsed:
+    a folder the analysis will read, so no place for what it writes (a parse cache set there)."""
+    if location.checkpoint_dir is not None:
+        return []
+    values = (first_fact(s.path, "default_local_dir") for s in location.logs if s.kind == "verl_log")
+    return [named for value in values if value and (named := _save_folder_named(location, {"default_local_dir": value}))]
 
 
 def _one_event_a_line(frames: list[pl.DataFrame]) -> pl.DataFrame:

@@ -40,7 +40,7 @@ from parsers.schema import (
     with_keys,
 )
 
-__all__ = ["AReaLLog", "read_areal_log", "looks_like_areal"]
+__all__ = ["AReaLLog", "cut_table_step", "looks_like_areal", "read_areal_log", "read_leading_rows"]
 
 _SKIPPED = ["│", "├", "╞"]
 _HEAD_CHARS = 320
@@ -132,6 +132,47 @@ def read_areal_log(path: Path, *, keys: str | None = None, held: int | None = No
     sort_in_place(log.events, "line")
     return replace(log, metrics=with_keys(log.metrics, keys), superseded=with_keys(log.superseded, keys),
                    reading=f"prefixes={prefixes} pairs={pairs}")
+
+
+#: The note of a log whose last line is inside a stats table.
+ENDS_INSIDE_A_TABLE = "the log ends inside a table, cut off while it was written: its rows so far are read"
+#: The notes of a log that ends before a step's table is whole: the step is said (a rotation's next
+#: part may open with the rest, see :func:`read_leading_rows`).
+_STEP_TABLE_CUT = "the log ends inside step {step}'s table, cut off while it was written: its rows so far are read"
+_STEP_TABLE_ANNOUNCED = "the log ends after step {step}'s header, cut off before its table"
+_TABLE_CUT_AT = re.compile(r"the log ends (?:inside|after) step (\d+)'s (?:table|header)")
+
+
+def cut_table_step(notes: tuple[str, ...] | list[str]) -> int | None:
+    """The step whose table a log's ``notes`` say it ends inside or before, if any."""
+    return next((int(found[1]) for note in notes if (found := _TABLE_CUT_AT.match(note))), None)
+
+
+def read_leading_rows(path: Path, n_bytes: int = 1 << 20) -> pl.DataFrame:
+    """The whole table rows ``path`` opens with, before any other line but those announcing them
+    (``Stats (1/N):``): (``line``, ``key``, ``value``), empty where it opens otherwise. A rotation
+    (logrotate's ``copytruncate``) may cut a step's stats table, or fall between its header and its
+    table: the rest opens the next part, the header is in the part before, and :func:`read_areal_log`
+    reads each alone. Their step is the run loader's to give."""
+    fmt = load_format("areal")
+    head = re.sub(ANSI, "", sniff(path, n_bytes)).splitlines()
+    prefixes = _prefixes_in(head[:5000], fmt)
+    announcing = re.compile(fmt.fields["time"] + r".+? INFO:(?: Stats \(\d+/\d+\):)?\s*$")
+    leading: list[str] = []
+    for text in head[:-1]:  # (the last may be cut by the read)
+        for regex in prefixes:
+            text = re.sub(regex, "", text, count=1)
+        if text.startswith(_INSIDE_A_TABLE):
+            leading.append(text)
+        elif any(leading) or len(leading) > 2 or not announcing.match(text):
+            break  # (before the rows, only the lines announcing them: the part before ended at the step's header)
+        else:
+            leading.append("")
+    if not any(leading):
+        return pl.DataFrame(schema={"line": pl.Int64, "key": pl.String, "value": pl.Float64})
+    lines = pl.LazyFrame({"line": range(1, len(leading) + 1), "text": leading}, schema={"line": pl.Int64, "text": pl.String})
+    cells = _extract(lines, fmt, [], _pairs_per_row(head[:5000], prefixes))["cells"]
+    return cells.select("line", pl.col("key").cast(pl.String), "value").collect()
 
 
 def _prefixes_in(head: list[str], fmt: LogFormat) -> list[str]:
@@ -275,7 +316,8 @@ def _extract(lines: pl.LazyFrame, fmt: LogFormat, prefixes: list[str], pairs: in
         # (every line, blank lines and rules too: the cache finds a line's place by counting them)
         lines.select(pl.col("line").max().alias("last")),
         # (the last line with text: a table's row or inner rule there is a table the log ends inside)
-        lines.filter(pl.col("text").str.strip_chars() != "").select(pl.col("text").str.head(1).last().alias("ends_in")),
+        lines.filter(pl.col("text").str.strip_chars() != "").select(pl.col("text").str.head(1).last().alias("ends_in"),
+                                                                      pl.col("line").last().alias("ends_at")),
         flags.select(
             (untimed & ~pl.col("start") & ~pl.col("exc") & ~pl.col("bare") & ~text.str.contains(_TRACEBACK_CONTEXT)).sum().alias("unexplained"),
             (logged & pl.col("time").is_null()).sum().alias("undated"),
@@ -353,9 +395,7 @@ def _assemble(
     events = pl.concat([_events(path, untimed, logged, fmt), _non_finite_rows(path, parts["odd"], logged, fmt)])  # (sorted by the caller)
 
     broken = int(row_counts["rows"].sum()) - int(row_counts["whole"].sum())
-    ends_in = counts["ends_in"].drop_nulls()
-    notes = ["the log ends inside a table, cut off while it was written: its rows so far are read"] if (
-        ends_in.len() and ends_in[-1] in _INSIDE_A_TABLE) else []
+    notes = _ends_in_a_table(headers, marks, tops, counts["ends_in"].drop_nulls(), counts["ends_at"].max())
     notes += [
         f"{count} {what}"
         for count, what in (
@@ -389,6 +429,24 @@ def _assemble(
         superseded=superseded,
         restart_lines=_restart_lines(logged, headers, marks, tops, untimed),
     )
+
+
+def _ends_in_a_table(headers: pl.DataFrame, marks: pl.DataFrame, tops: pl.DataFrame, ends_in: pl.Series, ends_at: int | None) -> list[str]:
+    """A note where the log ends inside a table (``ends_in``: its last text line's first character,
+    ``ends_at`` that line), naming the step where it is the last header's (AReaL-lite prints a
+    step's tables after its header); also where it ends after the last header, its table at most
+    announced (``Stats (1/N):`` and the logger line the table is the message of)."""
+    inside = bool(ends_in.len()) and ends_in[-1] in _INSIDE_A_TABLE
+    last = headers.row(-1, named=True) if headers.height else None
+    if last is None or last["era"] != "lite" or last["step"] == _DAMAGED:
+        return [ENDS_INSIDE_A_TABLE] if inside else []
+    table = tops["top"].max()
+    if inside:
+        return [_STEP_TABLE_CUT.format(step=last["step"]) if table is not None and table > last["line"] else ENDS_INSIDE_A_TABLE]
+    announced = marks.filter(pl.col("part").is_not_null() & (pl.col("line") > last["line"]))["line"].max()
+    if (table is None or table < last["line"]) and ends_at is not None and ends_at <= (announced or last["line"]) + 1:
+        return [_STEP_TABLE_ANNOUNCED.format(step=last["step"])]
+    return []
 
 
 def _restart_lines(logged: pl.DataFrame, headers: pl.DataFrame, marks: pl.DataFrame, tops: pl.DataFrame,

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from parsers._formats import LogFormat, load_format
-from parsers._lines import ANSI, collect_lines, ends_mid_line, sniff, stream_damage
+from parsers._lines import ANSI, collect_lines, ends_mid_line, open_log, sniff, stream_damage
 from parsers.ray import RAY_EVENT_SCHEMA, assemble_events, has_prefixes, scan_parts, stitch_parts
 from parsers.schema import (
     MAX_STEP,
@@ -50,7 +50,7 @@ from parsers.schema import (
     with_keys,
 )
 
-__all__ = ["VerlLog", "looks_like_ray_console", "looks_like_verl_log", "read_verl_log"]
+__all__ = ["VerlLog", "first_fact", "looks_like_ray_console", "looks_like_verl_log", "read_verl_log"]
 
 
 @dataclass(frozen=True)
@@ -490,6 +490,33 @@ def _facts(rows: pl.DataFrame) -> dict[str, str]:
 
 #: Hydra's line when the job raised: the command line's overrides, as a Python list.
 _OVERRIDES = "Error executing job with overrides: "
+
+
+def first_fact(path: Path, name: str, chunk_bytes: int = 8 << 20) -> str | None:
+    """The first value of the config fact ``name`` (``default_local_dir``) the console at ``path``
+    printed, as :func:`read_verl_log` keeps it, found by a byte search instead of a parse (what a
+    caller must know before the log is parsed); ``None`` where none is, or the file cannot be read."""
+    wanted, regex = f"'{name}': ".encode(), re.compile(_config()["facts"])
+    try:
+        with open_log(path) as fh:
+            carry = b""
+            while chunk := fh.read(chunk_bytes):
+                data, at = carry + chunk, 0
+                while (at := data.find(wanted, at)) >= 0:
+                    start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+                    if end < 0:  # (the line goes on in the next chunk)
+                        break
+                    line = data[start:end].decode("utf-8", errors="replace")
+                    if value := next((v.strip("'") for k, v in regex.findall(line) if k == name), None):
+                        return value
+                    at = end
+                carry = data[data.rfind(b"\n") + 1:]
+                if len(carry) > chunk_bytes:  # (one line longer than a chunk: no config line)
+                    carry = b""
+            line = carry.decode("utf-8", errors="replace")
+            return next((v.strip("'") for k, v in regex.findall(line) if k == name), None)
+    except OSError:
+        return None
 
 
 def _listed(text: str) -> list[str] | None:

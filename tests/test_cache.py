@@ -925,6 +925,44 @@ def test_a_cache_set_for_the_environment_is_not_written_into_the_checkpoint_fold
     assert tree_state(trial) == before
 
 
+def test_a_cache_set_in_the_checkpoint_folder_a_log_named_is_refused_or_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder a verl console names is known only from the parse the cache keeps: it is read
+    from the console's first config before, so a cache set there is refused (``--cache-dir``, exit 2)
+    or dropped (the environment's), and nothing is written there."""
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "train", VerlRunSpec(steps=20, file_logger=False, score=healthy_score))
+    logs = tmp_path / "logs_copy"
+    logs.mkdir()
+    shutil.copy2(paths.train_log, logs / "train.log")
+    before = tree_state(paths.ckpt_root)
+    result = CliRunner().invoke(app, ["analyze", str(logs), "--no-html", "--cache-dir", str(paths.ckpt_root / ".cache")])
+    assert result.exit_code == 2 and f"inside the analyzed path {paths.ckpt_root};" in result.stderr, result.output
+    monkeypatch.setenv(forensics.cache.CACHE_ENV, str(paths.ckpt_root / ".cache"))
+    result = CliRunner().invoke(app, ["analyze", str(logs), "--no-html"])
+    assert result.exit_code == 0 and "global_step_20" in result.stdout, result.output
+    assert tree_state(paths.ckpt_root) == before
+
+
+def test_the_save_folder_a_console_names_is_found_without_a_parse(tmp_path: Path) -> None:
+    """``first_fact`` keeps the first printed config's value, as the parse does, across its chunks
+    and in a gzipped console; a console naming none has none."""
+    from parsers.verl import first_fact, read_verl_log
+
+    config = "(TaskRunner pid=7) {'trainer': {'default_local_dir': '/ckpt/%s',\n"
+    body = "".join(f"(TaskRunner pid=7) step:{i} - critic/score/mean:0.5\n" for i in range(1, 400))
+    log = tmp_path / "train.log"
+    log.write_text("x" * 5000 + "\n" + config % "first" + body + config % "second")
+    assert first_fact(log, "default_local_dir", chunk_bytes=64) == "/ckpt/first"
+    assert read_verl_log(log).facts["default_local_dir"] == "/ckpt/first"
+    zipped = tmp_path / "train.log.1.gz"
+    zipped.write_bytes(gzip.compress(log.read_bytes()))
+    assert first_fact(zipped, "default_local_dir", chunk_bytes=100) == "/ckpt/first"
+    log.write_text(body)
+    assert first_fact(log, "default_local_dir") is None
+    assert first_fact(tmp_path / "gone.log", "default_local_dir") is None
+
+
 def test_an_output_inside_the_checkpoint_folder_a_log_named_is_refused(tmp_path: Path) -> None:
     """The checkpoints a verl console names where it saved them are read: an output there is
     refused (exit 2), nothing written, as one in a checkpoint folder found beside the logs is."""

@@ -892,7 +892,7 @@ def test_a_log_cut_inside_a_table_is_said_and_no_run_is_called_healthy(tmp_path:
     [run] = analyze([tmp_path / "run" / "outputs"]).runs
     assert run.step_range()["last"] == 162 and not run.incidents
     lost = run.data_lost()
-    assert "trainer.log: the log ends inside a table, cut off while it was written: its rows so far are read" in lost
+    assert "trainer.log: the log ends inside step 162's table, cut off while it was written: its rows so far are read" in lost
     assert any(line.startswith("steps after step 162 could not be read (checkpoints were saved up to step 400)") for line in lost)
     assert run.caveat() == "part of the logs could not be read"
     shown = invoke("analyze", str(tmp_path / "run" / "outputs"), "--no-html")

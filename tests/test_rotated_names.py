@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import polars as pl
 import pytest
 from areal_builder import RunSpec, healthy_reward, write_run
 from typer.testing import CliRunner
@@ -129,3 +130,36 @@ def test_a_document_quoting_a_log_given_by_name_is_no_run(tmp_path: Path) -> Non
     readme.write_text("# What happened\n\n" + paths.trainer_log.read_text())
     result = runner.invoke(app, ["events", str(readme), "--no-cache"])
     assert result.exit_code == 2 and "no training run found" in result.output
+
+
+@pytest.mark.parametrize(("cut", "what"), [
+    (1, "after step 30's header, cut off before its table"),  # (the header alone)
+    (3, "after step 30's header, cut off before its table"),  # (its table announced, not begun)
+    (7, "inside step 30's table"),  # (before the reward's row)
+    (18, "inside step 30's table"),  # (after it)
+])
+def test_a_table_a_rotation_cut_is_read_as_one(tmp_path: Path, cut: int, what: str) -> None:
+    """logrotate's ``copytruncate`` cuts the log within a step's header and table: the rest opens
+    the next part. The step keeps all its values, so the collapse starts at its step, cited at
+    the reward's own row; neither part is said to be cut off or to hold rows of no step."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=40, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    lines = paths.trainer_log.read_text().splitlines(keepends=True)
+    header = next(i for i, line in enumerate(lines) if "Train step 30/" in line)
+    reward = next(i for i in range(header, len(lines)) if "task_reward/avg" in lines[i])
+    (paths.log_dir / "trainer.log.1.gz").write_bytes(gzip.compress("".join(lines[: header + cut]).encode()))
+    paths.trainer_log.write_text("".join(lines[header + cut :]))
+    [run] = analyze([paths.fileroot]).runs
+    [incident] = run.incidents
+    assert incident.onset_step == 30 and run.recommendation.step == 20
+    where = incident.onset_evidence
+    cited = ("trainer.log.1.gz", reward + 1) if header + cut > reward else ("trainer.log", reward - header - cut + 1)
+    assert (Path(where.file).name, where.line) == cited and "task_reward/avg" in where.text
+    notes = {Path(s.path).name: s.notes for s in run.sources}
+    assert notes["trainer.log.1.gz"] == ("the log's last table (step 30) goes on at the head of trainer.log (a rotation cut it): read as one",)
+    assert len(notes["trainer.log"]) == 1 and notes["trainer.log"][0].endswith("are the rest of step 30's table in trainer.log.1.gz: read as that step's")
+    whole = analyze([write_run(tmp_path / "whole", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s))).fileroot]).runs[0]
+    assert run.metrics.filter(pl.col("step") == 30).height == whole.metrics.filter(pl.col("step") == 30).height
+    # the part alone says where it ends
+    from parsers.areal import read_areal_log
+    assert f"the log ends {what}" in " ".join(read_areal_log(paths.log_dir / "trainer.log.1.gz").notes)
