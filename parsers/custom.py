@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,65 @@ def read_custom_log(path: Path, fmt: CustomFormat | None = None) -> CustomLog:
     """Parse one log (plain or gzipped) with ``fmt`` (default: the bundled custom-loop format)."""
     fmt = fmt or custom_loop_format()
     parts = collect_lines(Path(path), lambda lines: _extract(lines, fmt))
-    return _assemble(str(path), parts, fmt)
+    return _on_the_calendar(_assemble(str(path), parts, fmt), fmt, Path(path))
+
+
+#: strftime directives that give a year (``%D`` is ``%m/%d/%y``, ``%F`` ``%Y-%m-%d``), and a day.
+_YEAR = ("%Y", "%y", "%G", "%D", "%F", "%c", "%s", "%+")
+_DAY = (*_YEAR, "%d", "%e", "%j", "%b", "%B", "%h", "%m")
+#: How far a clock may go back before it is read as the next day (or year): threads' lines interleave.
+_ROLLOVER = timedelta(hours=1)
+
+
+def _on_the_calendar(log: CustomLog, fmt: CustomFormat, path: Path) -> CustomLog:
+    """``log`` with times its format gives no year or no date of (``[23:55:00] iter 12 …``; a
+    syslog-style ``Jun 01 23:55:00``), parsed in year 1, put on the calendar: the last timed line
+    in the file's modification year or on its day, a year or a day added wherever the clock goes back."""
+    formats = {p.time_format for p in fmt.patterns if p.time_format}
+    if not formats or all(any(d in f for d in _YEAR) for f in formats):
+        return log
+    dated = any(d in f for f in formats for d in _DAY)
+    timed = pl.concat([frame.select("line", "time") for frame in (log.steps, log.events)]).drop_nulls().unique("line").sort("line")
+    try:
+        modified = datetime.fromtimestamp(path.stat().st_mtime)
+    except OSError:
+        return log
+    if timed.is_empty():
+        return log
+    turns = timed.select("line", (pl.col("time") < pl.col("time").shift(1) - _ROLLOVER).fill_null(False).cast(pl.Int64).cum_sum().alias("turns"))
+    last, after = timed["time"][-1], int(turns["turns"][-1])
+    if dated:
+        year = modified.year
+        if _valid_in(last, year) and last.replace(year=year) > modified + timedelta(days=1):
+            year -= 1  # (December's lines, the file last written in January)
+        moved = pl.col("time").dt.offset_by(pl.format("{}y", pl.lit(year - 1 - after) + pl.col("turns")))
+        how = f"no year: the file's modification year ({year}) is its last line's"
+    else:
+        # (a last line later in the day than the file's time, by more than clocks differ: the day before's)
+        later = datetime.combine(modified.date(), last.time()) > modified + _ROLLOVER
+        last_day = modified.date() - timedelta(days=int(later))
+        first_day = last_day - timedelta(days=after)
+        moved = pl.col("time") + pl.lit(first_day - date(1, 1, 1)) + pl.duration(days=pl.col("turns"))
+        how = f"no date: the file's modification time puts its last line on {last_day.isoformat()}"
+
+    def on_it(frame: pl.DataFrame) -> pl.DataFrame:
+        if frame.is_empty():
+            return frame
+        at = frame.with_row_index("_row").sort("line").join_asof(turns, on="line", strategy="backward")
+        at = at.with_columns(pl.col("turns").fill_null(0)).sort("_row")
+        return frame.with_columns(at.select(moved.alias("time"))["time"])
+
+    note = f"times carry {how}, a {'year' if dated else 'day'} added wherever the clock goes back"
+    return replace(log, steps=on_it(log.steps), metrics=on_it(log.metrics), superseded=on_it(log.superseded),
+                   events=on_it(log.events), detail=on_it(log.detail), notes=(*log.notes, note))
+
+
+def _valid_in(moment: datetime, year: int) -> bool:
+    try:
+        moment.replace(year=year)
+    except ValueError:  # (29 February)
+        return False
+    return True
 
 
 def _extract(lines: pl.LazyFrame, fmt: CustomFormat) -> dict[str, pl.LazyFrame]:

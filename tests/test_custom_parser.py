@@ -187,3 +187,59 @@ def test_a_steps_mean_does_not_depend_on_how_long_the_log_is(tmp_path: Path) -> 
     columns, done = ["step", "key", "value", "line"], pl.col("step") < short["step"].max()  # (the last step goes on)
     assert short.filter(done).height and short.filter(done).select(columns).sort(columns).equals(
         whole.filter(done & (pl.col("line") <= short["line"].max())).select(columns).sort(columns))
+
+
+_CLOCK_ONLY = r'''name = "clock-loop"
+regex = '^\[(?P<time>[^\]]+)\] iter (?P<step>\d+) reward=(?P<reward>\S+)'
+time_format = "%s"
+samples = ["[%s] iter 12 reward=0.5000"]
+[[events]]
+kind = "request_timeout"
+severity = "error"
+regex = 'ReadTimeout'
+samples = ["[%s] ERROR judge request failed: httpx.ReadTimeout"]
+'''
+
+
+@pytest.mark.parametrize(("time_format", "first", "modified", "days"), [
+    # a time of day only, across midnight; the file written an hour after its last line
+    ("%H:%M:%S", datetime(2025, 6, 1, 20, 0), datetime(2025, 6, 2, 17, 0), 0),
+    # the file's time the next morning, earlier in the day than its last line: the day before's
+    ("%H:%M:%S", datetime(2025, 6, 1, 20, 0), datetime(2025, 6, 3, 9, 0), 0),
+    # copied a day later: the copy's day is the last line's (all the tool can know)
+    ("%H:%M:%S", datetime(2025, 6, 1, 20, 0), datetime(2025, 6, 3, 17, 0), 1),
+    # syslog's month and day, no year, across New Year
+    ("%b %d %H:%M:%S", datetime(2025, 12, 31, 20, 0), datetime(2026, 1, 1, 17, 0), 0),
+])
+def test_times_with_no_date_or_no_year_are_put_on_the_calendar(tmp_path: Path, time_format: str, first: datetime,
+                                                               modified: datetime, days: int) -> None:
+    """``[23:55:00] iter 12 …`` (or ``Jun 01 23:55:00``) parse in year 1: they are dated from the
+    file's modification time, a day (a year) added where the clock goes back, each as it was written."""
+    import os
+    from datetime import timedelta
+
+    stamp = datetime(2025, 6, 1, 23, 55).strftime(time_format)
+    fmt_file = tmp_path / "fmt.toml"
+    fmt_file.write_text(_CLOCK_ONLY % (time_format, stamp, stamp))
+    fmt = load_custom_format(fmt_file)
+    written, lines = [], []
+    for step in range(1, 201):
+        at = first + timedelta(minutes=6 * step)
+        if step == 150:
+            lines.append(f"[{at:{time_format}}] ERROR judge request failed: httpx.ReadTimeout")
+        lines.append(f"[{at:{time_format}}] iter {step} reward=0.5")
+        written.append(at)
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    os.utime(log, (modified.timestamp(), modified.timestamp()))
+    parsed = read_custom_log(log, fmt)
+    shift = timedelta(days=days)
+    assert parsed.steps["time"].to_list() == [at + shift for at in written]
+    assert parsed.events["time"].to_list() == [written[149] + shift]
+    assert parsed.metrics.sort("step")["time"].to_list() == [at + shift for at in written]
+    assert any("a day added" in n or "a year added" in n for n in parsed.notes)
+    from typer.testing import CliRunner
+
+    from forensics.cli import app
+    done = CliRunner().invoke(app, ["analyze", str(log), "--log-format", str(fmt_file), "--no-html", "--no-cache"])
+    assert done.exit_code in (0, 1) and "internal error" not in done.output, done.output
