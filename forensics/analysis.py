@@ -27,6 +27,7 @@ from forensics.checkpoints import recommend, to_checkpoints
 from forensics.detect import (
     CRASH_KINDS,
     NUMERIC_HEALTH,
+    REWARD_PARTS,
     RUN_TRACEBACK,
     Finding,
     Thresholds,
@@ -279,6 +280,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
             # run's, which tells the attempt that collapsed first.
             i = within[0]
             found[i] = replace(found[i], summary=f"{found[i].summary}. Earlier, {earlier.summary}")
+        found += [_read_to(_after_gap(f, part), last, unread) for f, part in _parts_collapsed(run.metrics, primary, t, found)]
         collapses = [f for f in found if f.redone is None]
         found += [_read_to(f, last, unread) for f in reward_drops(values, primary, t, collapses)]
         found += [_read_to(f, last, unread) for f in _failing_drops(run, values, primary, t, found, attribution, last)]
@@ -321,6 +323,25 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     spans = [(f.onset_step, f.end_step or last + 1) for f in found]
     found += [d for d in servers_down(events, t, run.steps, planned, lambda: attribution.servers) if not any(a - 1 <= d.onset_step < max(b, a + 1) for a, b in spans)]
     return found
+
+
+def _parts_collapsed(metrics: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding]) -> list[tuple[Finding, pl.DataFrame]]:
+    """Collapses to exactly zero of one reward function of several (TRL's ``rewards/<func>/mean``),
+    positive before, where the run's reward (their sum) only fell: a verifier or judge that broke,
+    which the sum alone may hide. Each with the part's series; none where an incident tells of its steps."""
+    spans = [(f.onset_step, f.end_step) for f in found]
+    out = []
+    for key in keys_matching(metrics, REWARD_PARTS):
+        if key == primary:
+            continue
+        part = series(metrics, key)
+        for finding in reward_collapses(part, key, t):
+            level = part.filter(pl.col("step") < finding.onset_step)["value"].median()
+            overlaps = any(a <= finding.onset_step and (b is None or finding.onset_step < b) for a, b in spans)
+            if finding.value == 0 and level is not None and level > 0 and not overlaps:  # type: ignore[operator]
+                out.append((finding, part))
+                spans.append((finding.onset_step, finding.end_step))
+    return out
 
 
 def _failing_drops(run: RunData, values: pl.DataFrame, primary: str, t: Thresholds, found: list[Finding],
@@ -692,9 +713,9 @@ def _incident(number: int, finding: Finding, run: RunData, events: pl.DataFrame,
 
 
 def _text_steps(run: RunData) -> tuple[list[str], pl.DataFrame]:
-    """The run's text logs (not its numbers' copies: W&B, TensorBoard, verl's JSONL) and the step
-    copies they logged: where a failure could have been written."""
-    texts = [str(s.path) for s in run.location.logs if s.kind not in ("wandb", "tensorboard", "verl_jsonl")]
+    """The run's text logs (not its numbers' copies: W&B, TensorBoard, verl's JSONL, a Trainer's
+    ``trainer_state.json``) and the step copies they logged: where a failure could have been written."""
+    texts = [str(s.path) for s in run.location.logs if s.kind not in COPY_SOURCES]
     return texts, run.step_copies.filter(pl.col("file").cast(pl.String).is_in(texts))
 
 def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None, events: pl.DataFrame) -> str | None:
@@ -712,7 +733,8 @@ def unseen_at_onset(run: RunData, finding: Finding, onset_time: datetime | None,
     if seen and onset_time is not None and max(seen) >= onset_time:  # type: ignore[type-var]
         return None  # (a server's or Ray's log went on past it)
     if not texts:
-        return "No text log was found, only copies of the run's numbers (W&B, TensorBoard): nothing shows what failed."
+        return ("No text log was found, only copies of the run's numbers (W&B, TensorBoard, a Trainer's trainer_state.json): "
+                "nothing shows what failed.")
     if steps.is_empty():
         return "No text log covers the onset: the cause cannot be told from what is here."
     # (another log may go on past the step log's end and still end before the onset: a server's)

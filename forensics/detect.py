@@ -32,8 +32,11 @@ PRIMARY_CANDIDATES = (
     "critic/score/mean",
     "critic/rewards/mean",
     "rollout/reward",
+    "train/reward",  # TRL's GRPOTrainer: the reward functions' weighted sum (``rewards/<func>/mean`` are its parts)
 )
 PRIMARY_SUFFIXES = ("task_reward/avg", "score/mean", "reward/avg", "reward/mean", "reward")
+#: One reward function's mean of several the run's reward sums (TRL's ``rewards/<func>/mean``).
+REWARD_PARTS = r"(?:^|/)rewards/[^/]+/mean$"
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,9 @@ def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
         if key in keys:
             return key, f"{key} is the run's task reward"
     for suffix in PRIMARY_SUFFIXES:
-        found = sorted(k for k in keys if k.endswith(suffix) and not k.startswith("eval"))
+        # (``reward/mean`` before ``format_reward/mean``: a whole name's end before a word's, then the shortest)
+        found = sorted((k for k in keys if k.endswith(suffix) and not k.startswith("eval")),
+                       key=lambda k: (k != suffix and not k.endswith("/" + suffix), len(k), k))
         if found:
             return found[0], f"no standard task reward key; {found[0]} is the closest reward series"
     return None, "no reward metric in the logs"

@@ -537,25 +537,42 @@ def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None
     if links is not None:
         inside = os.path.realpath(top)
         links += [link for link in linked if not _under(os.path.realpath(link), inside, True)]
-    return _newest_trainer_state(sources + found), problems + more
+    kept, torn = _newest_trainer_state(sources + found)
+    return kept, problems + more + torn
 
 
-def _newest_trainer_state(sources: list[LogSource]) -> list[LogSource]:
+def _newest_trainer_state(sources: list[LogSource]) -> tuple[list[LogSource], list[str]]:
     """A Trainer's checkpoints each hold its whole log history to their save: the newest one's
     ``trainer_state.json`` is read, and only when nothing else of the run is there (a W&B or
-    TensorBoard copy, a log) — it is what is left when those were not kept."""
+    TensorBoard copy, a log) — it is what is left when those were not kept. A newer one cut
+    short (the job killed, the disk full as it was written) is passed over, and said."""
     states = [s for s in sources if s.kind == "trl_state"]
     rest = [s for s in sources if s.kind != "trl_state"]
     if not states or rest:
-        return rest
+        return rest, []
     def step(state: LogSource) -> int:  # (its ``checkpoint-N`` folder's N)
         return int(state.path.parent.name.split("-")[1])
 
-    newest: dict[Path, LogSource] = {}
-    for state in states:
-        output_dir = state.path.parent.parent
-        newest[output_dir] = max(state, newest.get(output_dir, state), key=step)
-    return list(newest.values())
+    by_output: dict[Path, list[LogSource]] = {}
+    for state in sorted(states, key=step, reverse=True):
+        by_output.setdefault(state.path.parent.parent, []).append(state)
+    kept, torn = [], []
+    for newest_first in by_output.values():
+        whole = next((s for s in newest_first if _ends_whole(s.path)), newest_first[0])
+        kept.append(whole)
+        torn += [f"{s.path}: cut off (no whole JSON document): {whole.path.parent.name}'s is read"
+                 for s in newest_first[:newest_first.index(whole)]]
+    return kept, torn
+
+
+def _ends_whole(state: Path) -> bool:
+    """Whether a ``trainer_state.json`` ends as a JSON object does (its last bytes read, not all of it)."""
+    try:
+        with open(state, "rb") as fh:
+            fh.seek(max(fh.seek(0, os.SEEK_END) - 64, 0))
+            return fh.read().rstrip().endswith(b"}")
+    except OSError:
+        return False
 
 
 def _names(folder: str) -> list[str]:
@@ -951,6 +968,13 @@ def _verl_checkpoint_dir(root: Path, members: list[LogSource]) -> Path | None:
         return None
     found = find_verl_checkpoint_roots(root)
     if copies_only:
+        # verl's TensorBoard logger writes <cwd>/tensorboard_log/<project>/<experiment>, its
+        # checkpoints <cwd>/checkpoints/<project>/<experiment>: beside, not under it.
+        for events in (s.path for s in members if s.kind == "tensorboard" and not found):
+            folder = events if events.is_dir() else events.parent
+            if folder.parent.parent.name == "tensorboard_log":
+                beside = folder.parent.parent.parent / "checkpoints" / folder.parent.name / folder.name
+                found = find_verl_checkpoint_roots(beside) if beside.is_dir() else []
         return found[0] if len(found) == 1 else None
     # The file logger writes <cwd>/<project>/<experiment>.jsonl, the checkpoints go to
     # <cwd>/checkpoints/<project>/<experiment>: beside the JSONL's folder, not under it.

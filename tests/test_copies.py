@@ -486,6 +486,57 @@ def test_a_trainers_checkpoints_alone_are_read_for_their_log_history(tmp_path: P
     assert (run.recommendation.step, Path(run.recommendation.checkpoint).name) == (100, "checkpoint-100")
 
 
+def test_a_trainers_checkpoints_alone_say_no_text_log_could_show_the_cause(tmp_path: Path) -> None:
+    """``trainer_state.json`` is a copy of the numbers: with no text log beside it, no failure
+    could have been logged, so the cause is unknown, not the reward pipeline's."""
+    out = tmp_path / "out"
+    history = [{"step": s, "loss": 0.01, "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40} for s in range(10, 201, 10)]
+    _trainer_checkpoints(out, (50, 100, 150, 200), history, max_steps=200)
+    [incident] = analyze([out]).runs[0].incidents
+    assert incident.cause == "unknown" and "No text log was found" in incident.summary
+
+
+def test_grpo_trainers_total_reward_is_judged_not_its_first_reward_function(tmp_path: Path) -> None:
+    """``reward_funcs=[format_reward, math_reward]``: TRL logs each function's mean and their sum
+    as ``reward``. The math reward went to exactly zero at step 120, the format reward stayed near
+    1: the run is judged by the sum, not by the function named first, and the part that collapsed
+    (which the sum only shows as a fall) is the incident."""
+    out = tmp_path / "out"
+    history = [{"step": s, "loss": 0.01, "rewards/format_reward/mean": 0.95 + s % 3 / 100,
+                "rewards/math_reward/mean": 0.0 if s >= 120 else 0.4 + s % 9 / 40} for s in range(10, 201, 10)]
+    for entry in history:
+        entry["reward"] = entry["rewards/format_reward/mean"] + entry["rewards/math_reward/mean"]
+    _trainer_checkpoints(out, (50, 100, 150, 200), history, max_steps=200)
+    [run] = analyze([out]).runs
+    assert run.primary_metric == "train/reward"
+    assert [(i.metric, i.onset_step) for i in run.incidents] == [("train/rewards/math_reward/mean", 120)]
+    assert run.recommendation.step == 100
+
+
+def test_a_custom_loops_reward_is_judged_before_a_reward_named_after_a_word(tmp_path: Path) -> None:
+    """Of ``reward/mean`` and ``format_reward/mean``, the run's reward is the first."""
+    from forensics.detect import choose_primary
+
+    metrics = pl.DataFrame({"key": ["format_reward/mean", "reward/mean", "rewards/a_reward/mean"], "step": [1, 1, 1],
+                            "value": [1.0, 0.5, 0.2]}).with_columns(pl.col("key").cast(pl.Categorical))
+    assert choose_primary(metrics)[0] == "reward/mean"
+
+
+def test_a_trainers_newest_state_cut_short_is_passed_over_for_the_one_before(tmp_path: Path) -> None:
+    """The job was killed as ``checkpoint-200/trainer_state.json`` was written: half of it is on
+    disk. ``checkpoint-150``'s is read instead (the collapse at 120 found, checkpoint-100 chosen),
+    and the cut one is said."""
+    out = tmp_path / "out"
+    history = [{"step": s, "loss": 0.01, "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40} for s in range(10, 201, 10)]
+    _trainer_checkpoints(out, (50, 100, 150, 200), history, max_steps=200)
+    newest = out / "checkpoint-200" / "trainer_state.json"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    [run] = analyze([out]).runs
+    assert [i.onset_step for i in run.incidents] == [120] and run.recommendation.step == 100
+    assert any(line.startswith("trainer_state.json: cut off (no whole JSON document): checkpoint-150's is read")
+               for line in run.data_lost())
+
+
 def test_a_trainers_windowed_mean_already_down_before_the_zeros_bounds_the_collapse_before_it(tmp_path: Path) -> None:
     """``logging_steps=10``: each logged reward is the mean of the ten steps up to it. Every step
     from 163 on scored 0, so step 170's mean is already a fraction of the level before it, and

@@ -682,6 +682,38 @@ def test_the_rollout_servers_oom_in_a_verl_console_is_the_servers_not_a_folders_
     assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 40, "training_worker_crash")]
 
 
+def test_refused_connections_in_a_verl_console_are_the_servers_failure(tmp_path: Path) -> None:
+    """The agent loop's rollout server (or a remote reward judge) died at step 35: vLLM's engine
+    said so, and every step after logs refused connections in the contract's words. Those are
+    events, and the cause is the server's crash, not "no failure was logged"."""
+    import random
+
+    rng = random.Random(7)
+    runner_ = "\x1b[36m(TaskRunner pid=32604)\x1b[0m "
+    loop = "\x1b[36m(AgentLoopWorker pid=4101)\x1b[0m "
+    out = []
+    for s in range(1, 61):
+        if s == 35:
+            out.append("\x1b[36m(vLLMHttpServer pid=3999)\x1b[0m ERROR 11-22 03:45:10 [core_client.py:564] "
+                       "Engine core proc EngineCore_0 died unexpectedly, shutting down client.")
+        if s >= 35:
+            out += [loop + "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host 10.0.0.2:41235 ssl:default "
+                           "[Connect call failed ('10.0.0.2', 41235)] [repeated 63x across cluster]",
+                    runner_ + "WARNING:verl.utils.reward_score:reward request failed: HTTPConnectionPool(host='10.0.0.2', port=8080): "
+                              "Max retries exceeded with url: /score (Caused by NewConnectionError('<urllib3.connection.HTTPConnection "
+                              "object at 0x7f2c>: Failed to establish a new connection: [Errno 111] Connection refused'))"]
+        score = 0.0 if s >= 35 else 0.5 + 0.2 * rng.random()
+        out.append(runner_ + f"step:{s} - actor/pg_loss:{rng.uniform(-.1, .1)!r} - critic/score/mean:{score!r} - "
+                             f"timing_s/step:{60 + rng.random()!r}")
+    (tmp_path / "train.log").write_text("\n".join(out) + "\n")
+    [run] = analyze([tmp_path / "train.log"]).runs
+    assert [(i.kind, i.onset_step, i.cause) for i in run.incidents] == [("reward_collapse", 35, "inference_server_crash")]
+    kinds = run.events["kind"].cast(pl.String).value_counts().rows()
+    assert ("connection_refused", 2 * 26) in kinds and ("server_exit", 1) in kinds
+    [evidence] = [e for e in run.incidents[0].evidence if e.kind == "server_exit"][:1]
+    assert read_line(tmp_path / "train.log", evidence.line).endswith("died unexpectedly, shutting down client.")
+
+
 def test_experiments_side_by_side_in_one_working_folder_each_get_their_own_checkpoints(tmp_path: Path) -> None:
     """Two experiments launched from one folder (a console each, `checkpoints/<project>/<experiment>`
     each): the healthy one was given the other's checkpoint folder (the first found), and its
@@ -735,6 +767,28 @@ def test_another_experiments_tensorboard_folder_is_no_copy_of_this_run(tmp_path:
     assert run.step_range()["last"] == 60
     assert [(i.kind, i.onset_step) for i in run.incidents] == [("reward_collapse", 40)]
     assert all("qwen2_7b_lr_fix" not in s.path for s in run.sources)
+
+
+def test_a_tensorboard_copys_checkpoints_are_found_beside_it(tmp_path: Path) -> None:
+    """``trainer.logger=['console','tensorboard']``, the console not kept: verl wrote
+    ``tensorboard_log/<project>/<experiment>/`` and ``checkpoints/<project>/<experiment>/`` in its
+    working folder. The checkpoints are found there (as beside a JSONL copy), not "none was found"."""
+    import tensorboardX
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    spec = VerlRunSpec(steps=60, save_freq=10, score=lambda s: 0.0 if s >= 35 else healthy_score(s))
+    paths = write_verl_run(tmp_path / "verl", spec)
+    records = [json.loads(line) for line in paths.jsonl.read_text().splitlines()]
+    paths.jsonl.unlink()
+    paths.train_log.unlink()
+    board = tensorboardX.SummaryWriter(str(tmp_path / "verl" / "tensorboard_log" / spec.project / spec.experiment))
+    for record in records:
+        for key, value in record["data"].items():
+            if value is not None:
+                board.add_scalar(key, value, record["step"])
+    board.close()
+    done = CliRunner().invoke(app, ["best-checkpoint", str(tmp_path / "verl"), "--no-cache"])
+    assert done.exit_code == 0 and done.stdout.strip() == str(paths.ckpt_root / "global_step_30"), done.output
 
 
 def test_a_run_stopped_short_with_a_workers_undated_fatal_error_is_not_called_healthy(tmp_path: Path) -> None:
