@@ -31,6 +31,7 @@ from forensics.detect import (
     RUN_TRACEBACK,
     Finding,
     Thresholds,
+    abandoned_by_exception,
     abandoned_collapses,
     abandoned_dead_batches,
     ceilings,
@@ -301,6 +302,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     planned = planned_steps(run.facts, last)
     gaps = relaunch_gaps(run.step_copies)
     crashed = [died_before_relaunch(f, run.steps, gaps, events) for f in crashes(run.steps, events, planned)]
+    crashed += [f for f in abandoned_by_exception(run.steps, events, gaps) if not any(c.onset_step == f.onset_step for c in crashed)]
     found += crashed
     # A run that logged every step it was launched for has nothing left to stall on; where the
     # steps could not all be read, silence after the last is the copy's end, not the run's.

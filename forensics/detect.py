@@ -1010,6 +1010,26 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
                    raised=(first["file"], first["line"]) if beside else None)
 
 
+def abandoned_by_exception(steps: pl.DataFrame, events: pl.DataFrame, gaps: pl.DataFrame) -> list[Finding]:
+    """Attempts whose last act was the trainer's own uncaught exception, a relaunch then going back
+    to an earlier step (``gaps``: :func:`forensics.align.relaunch_gaps`): a crash in the step each
+    died in, the attempt's (as :func:`ended_by_exception` tells the run's own last)."""
+    found = []
+    for gap in gaps.iter_rows(named=True) if gaps.height else ():
+        died = int(gap["died_in"])
+        last_words = events.filter(RUN_TRACEBACK & (pl.col("step") == died)
+                                   & pl.col("time").is_between(gap["after"], gap["before"], closed="both")).sort("time", "line")
+        if last_words.is_empty() or last_words.select(CTRL_C.first()).item():
+            continue
+        first = last_words.row(0, named=True)
+        back = steps.filter(pl.col("step") == died - 1)["time"].drop_nulls()
+        crash = Finding("crash", None, died, None, uncaught_summary(died, first["message"]))
+        kind = str(first["kind"]) if first["kind"] != "traceback" else "an uncaught exception"  # (the exception is told after)
+        found.append(_abandoned_by(crash, kind, int(gap["first"]), int(gap["resumed"]),
+                                   failed_at=first["time"], last_step_time=gap["after"], until=back.max() if len(back) else None))
+    return found
+
+
 def raised(message: str | None) -> str:
     """The exception a traceback event's message names: what follows its first line (both of a
     Ctrl-C chain's, the Ctrl-C first; see :func:`parsers.schema.traceback_message`)."""

@@ -367,7 +367,13 @@ def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tup
     strategy = "forward" if fmt.step_line_at == "end" else "backward"
     events = events.join_asof(lines, left_on="line", right_on="step_line", strategy=strategy)
     if fmt.step_line_at == "end" and not steps.is_empty():
-        events = events.with_columns(pl.col("step").fill_null(_in_progress(steps)))
+        # Where the next step line goes back (a relaunch appending to the log), the event is the
+        # dying attempt's, in the step it had begun: not the relaunch's first.
+        above = lines.select(pl.col("step_line").alias("above_line"), pl.col("step").alias("above"))
+        events = (events.join_asof(above, left_on="line", right_on="above_line", strategy="backward")
+                  .with_columns(pl.when(pl.col("step") < pl.col("above")).then(pl.col("above") + 1).otherwise("step")
+                                .fill_null(_in_progress(steps)).alias("step"))
+                  .drop("above_line", "above"))
     return _dated(events, marked, steps, fmt), used
 
 

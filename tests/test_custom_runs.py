@@ -351,3 +351,35 @@ def test_dead_batches_in_an_attempt_a_rerun_appended_to_the_log_abandoned_are_an
     [dead] = [i for i in run.incidents if i.kind == "zero_variance"]
     assert (dead.onset_step, dead.redone) == (1, True)
     assert "in an attempt the run abandoned at step 2: the run was started again from its first step" in dead.summary
+
+
+def test_a_loops_crash_before_a_relaunch_into_its_log_is_the_abandoned_attempts(tmp_path: Path) -> None:
+    """A hand-rolled loop (the README's example format) died of a CUDA OOM during step 58 and was
+    relaunched by hand from its step-40 checkpoint, appending to the same log. The crash is the
+    abandoned attempt's, in the step it died in, not the relaunch's first step nor nothing."""
+    import random
+    from datetime import datetime, timedelta
+
+    rng, at, lines = random.Random(4), datetime(2025, 6, 1, 14, 0), []
+
+    def step(s: int) -> None:
+        nonlocal at
+        at += timedelta(seconds=150 + rng.uniform(-10, 10))
+        lines.append(f"{at:%Y-%m-%d %H:%M:%S} | step {s} | reward={0.3 + s / 400 + rng.uniform(-.05, .05):.4f} "
+                     f"reward_std=0.3000 loss={rng.uniform(-.02, .02):.4f} grad_norm={rng.uniform(.2, .9):.2f}")
+    for s in range(1, 58):
+        step(s)
+    at += timedelta(seconds=60)
+    lines += [f"{at:%Y-%m-%d %H:%M:%S} ERROR step failed", "Traceback (most recent call last):", '  File "train.py", line 200, in <module>',
+              "    loss.backward()", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    at += timedelta(seconds=600)
+    lines.append(f"{at:%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40")
+    for s in range(41, 121):
+        step(s)
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    [run] = analyze([tmp_path], custom_format=FORMAT).runs
+    assert run.events.filter(pl.col("kind") == "cuda_oom")["step"].to_list() == [58]
+    [crash] = run.incidents
+    assert (crash.kind, crash.onset_step, crash.cause) == ("crash", 58, "training_worker_crash")
+    assert "in an attempt the run abandoned: a relaunch from step 40 took the run on from step 41" in crash.summary
+    assert [(e.kind, e.line) for e in crash.evidence][:1] == [("cuda_oom", 59)]
