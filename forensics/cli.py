@@ -659,7 +659,7 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format
     # (the usual default is never in a run's checkpoint folder; one set for the environment may be,
     # or in the one a verl console names: written in the parse, so found before it)
     if cache_dir is not None or os.environ.get(CACHE_ENV):
-        found = locate(paths, custom_format=log_format)
+        found = locate(paths, custom_format=log_format) if paths else []
         read += [r.checkpoint_dir for r in found if r.checkpoint_dir]
         read += [folder for location in found for folder in save_folders_named(location)]
     if inside := next((given for given in read if within(chosen, given)), None):

@@ -976,7 +976,7 @@ def _abandoned_by(finding: Finding, kinds: str, first: int, resumed: int, **when
 
 
 #: How a traceback event's message starts: Python's first line, or Ray's for a task's error.
-_TRACEBACK_START = r"^(?:Traceback \(most recent call last\)|Unhandled error \(suppress with|Possible unhandled error from worker)"
+_TRACEBACK_START = r"^(?:\[rank\d+\]: )?(?:Traceback \(most recent call last\)|Unhandled error \(suppress with|Possible unhandled error from worker)"
 #: A traceback the run's own processes printed (the inference server's are its own failures),
 #: whatever it ended in: one ending in an error the readers know takes that error's kind
 #: (``cuda_oom``, ``nccl_error``, …) and keeps its first line as its message...
@@ -986,7 +986,7 @@ RUN_TRACEBACK = (
 ).fill_null(False)
 #: ...and one begun by a Ctrl-C (a message names the exceptions after ``… ``, the first first):
 #: whoever pressed it stopped the run, whatever it raised next.
-CTRL_C = pl.col("message").str.contains(r"^[^…]*… KeyboardInterrupt\b").fill_null(False)
+CTRL_C = pl.col("message").str.contains(r"^[^…]*… (?:\[rank\d+\]: )?KeyboardInterrupt\b").fill_null(False)
 
 
 def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int | None = None) -> Finding | None:
@@ -1033,7 +1033,7 @@ def abandoned_by_exception(steps: pl.DataFrame, events: pl.DataFrame, gaps: pl.D
 def raised(message: str | None) -> str:
     """The exception a traceback event's message names: what follows its first line (both of a
     Ctrl-C chain's, the Ctrl-C first; see :func:`parsers.schema.traceback_message`)."""
-    return (message or "").split("… ", 1)[-1].strip()
+    return re.sub(r"^\[rank\d+\]: ", "", (message or "").split("… ", 1)[-1].strip())  # (torchrun's prefix is no part of it)
 
 
 def uncaught_summary(step: int, message: str | None) -> str:

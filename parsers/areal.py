@@ -51,8 +51,9 @@ _STATS_ANCHOR = r"INFO: Stats \(\d+/\d+\):|INFO: RPC name \S+ returns"
 _STATS_PART = r"INFO: Stats \((\d+)/\d+\):"
 _TIME_TABLE_ANCHOR = r"Detailed time stats:"
 _FACT_LINES = r"Launcher|Local Scheduler|LocalScheduler"
-_CHAIN_MARKER = r"^(?:During handling of the above exception|The above exception was the direct cause)"
-_TRACEBACK_CONTEXT = r"^(?:\s|During handling of the above exception|The above exception was the direct cause)"
+# (torchrun prefixes a rank's stderr lines with ``[rank0]: ``: a crash's lines, never the head a file's prefixes are judged from)
+_CHAIN_MARKER = r"^(?:\[rank\d+\]: )?(?:During handling of the above exception|The above exception was the direct cause)"
+_TRACEBACK_CONTEXT = r"^(?:\[rank\d+\]: )?(?:\s|During handling of the above exception|The above exception was the direct cause)"
 #: Timed logger lines after the last step a log keeps, for a grown log to be read again from.
 RESTART_LINES = 30
 

@@ -145,7 +145,7 @@ def stream_of(file: pl.Expr) -> pl.Expr:
     return file.cast(pl.String).str.replace(ROTATED, "")
 
 
-_CTRL_C = r"^\s*KeyboardInterrupt\b"
+_CTRL_C = r"^\s*(?:\[rank\d+\]: )?KeyboardInterrupt\b"
 
 
 def traceback_message(start: pl.Expr, first: pl.Expr, last: pl.Expr, root: pl.Expr | None = None) -> pl.Expr:

@@ -432,6 +432,32 @@ def test_a_traceback_ending_in_a_torch_error_is_one_event_of_its_kind(tmp_path: 
     assert log.events.filter(pl.col("line").is_between(start, start + 2)).select(pl.col("kind").cast(pl.String), "line").rows() == [(kind, start)]
 
 
+def test_a_ranks_traceback_with_torchruns_prefix_is_its_crash(tmp_path: Path) -> None:
+    """torchrun prints a rank's uncaught exception with ``[rank0]: `` on every line: one event of
+    the exception's kind at the traceback's first line, and the run's crash (not "healthy"); a
+    ``[rank0]: KeyboardInterrupt`` is still a Ctrl-C, no crash."""
+    from dataclasses import replace
+
+    from forensics import analyze
+
+    spec = RunSpec(last_step=45, save_freq_steps=10)
+    lines = ['Traceback (most recent call last):', '  File "/AReaL/examples/math/gsm8k_grpo.py", line 262, in <module>',
+             '    main(sys.argv[1:])', '  File "/AReaL/areal/engine/fsdp_engine.py", line 512, in train_batch', '    loss.backward()',
+             'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB']
+    said = "\n".join("[rank0]: " + line for line in lines)
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=[LogLine(time=schedule(spec)[-1].time, message=said)]))
+    start = next(i for i, line in enumerate(paths.trainer_log.read_text().splitlines(), 1) if line.startswith("[rank0]: Traceback"))
+    log = read_areal_log(paths.trainer_log)
+    assert log.events.filter(pl.col("line") >= start).select(pl.col("kind").cast(pl.String), "line").rows() == [("cuda_oom", start)]
+    [run] = analyze([paths.fileroot]).runs
+    [crash] = run.incidents
+    assert (crash.kind, crash.onset_step, crash.cause) == ("crash", 46, "training_worker_crash")
+    assert "torch.OutOfMemoryError: CUDA out of memory" in crash.summary and "[rank0]" not in crash.summary
+    stopped = "\n".join("[rank0]: " + line for line in [*lines[:5], "KeyboardInterrupt"])
+    paths = write_run(tmp_path / "stopped", replace(spec, extra_lines=[LogLine(time=schedule(spec)[-1].time, message=stopped)]))
+    assert not analyze([paths.fileroot]).runs[0].incidents
+
+
 def test_a_logger_line_whose_time_is_no_date_keeps_its_step(tmp_path: Path) -> None:
     """A damaged digit (month 13) makes a header's time no date: the step is still read, without a
     time, and the lines so read are said."""

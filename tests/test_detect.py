@@ -321,7 +321,8 @@ def test_teardown_failures_of_a_finished_run_and_a_servers_traceback_are_no_cras
 
 def test_the_first_attempts_traceback_is_not_the_end_of_a_relaunched_run(tmp_path: Path) -> None:
     """Steps 1–20 logged, a traceback, a relaunch from step 15 that logs 16–17 and stops there: the
-    run went on after the traceback (at lower step numbers), so that traceback did not end it."""
+    run went on after the traceback (at lower step numbers), so that traceback did not end it: it
+    ended the attempt the relaunch abandoned, a crash of that attempt's."""
     spec = RunSpec(last_step=20, steps_per_epoch=10, total_epochs=3, recover_mode="auto",
                    relaunch=Relaunch(stop_after=20, resume_from=15))
     paths = write_run(tmp_path / "outputs", spec)
@@ -332,7 +333,9 @@ def test_the_first_attempts_traceback_is_not_the_end_of_a_relaunched_run(tmp_pat
     paths.trainer_log.write_text("".join(lines[:launch] + traceback + lines[launch:headers[22]]))  # ends after the relaunch's 17
     run = only_run(paths.fileroot)
     assert run.events.filter(pl.col("kind") == "traceback").height == 1
-    assert not [i for i in run.incidents if i.kind == "crash"]
+    [crash] = [i for i in run.incidents if i.kind == "crash"]
+    assert (crash.onset_step, crash.redone, crash.end_step) == (21, True, 22)
+    assert "in an attempt the run abandoned: a relaunch from step 15 took the run on from step 16" in crash.summary
 
 
 @pytest.mark.parametrize(
