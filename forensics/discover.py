@@ -23,6 +23,7 @@ from parsers._walk import walk
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
 from parsers.schema import COMPRESSED, COMPRESSIONS, ROTATED
+from parsers.tensorboard import HPARAMS_FOLDER
 from parsers.trl_checkpoints import is_trl_checkpoint_root
 from parsers.verl import looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
@@ -38,7 +39,6 @@ _LOG_NAME = re.compile(r"^(?P<base>[\w .()+,@-]+?\.(?:log|out|err|txt)|[a-z_]+-\
 #: A name a log may have beyond :data:`_LOG_NAME` (``trainer.log.bak``, ``stdout``), not a document's
 #: (``README.md`` quotes log lines; given by name, it is still no log).
 _LOGGISH = re.compile(r"\.(?:log|out|err|txt)\b|^[^.]+$")
-_HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
 _WANDB_FILE = re.compile(r"^run-[\w-]+\.wandb$")
 _RAY_SESSION = re.compile(r"^session_\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}_\d+_\d+$")
 _SERVER_LOGS = {"llm_server.log"}
@@ -850,7 +850,7 @@ def _without_hparams_records(sources: list[LogSource], problems: list[str]) -> t
     hyperparameters in ``<logdir>/<time.time()>/``: not a run of its own (an empty one, or its
     one-off values taken for the run's series), and not read; said."""
     boards = {s.path.parent for s in sources if s.kind == "tensorboard"}
-    records = [s for s in sources if s.kind == "tensorboard" and _HPARAMS_FOLDER.match(s.path.parent.name) and s.path.parent.parent in boards]
+    records = [s for s in sources if s.kind == "tensorboard" and HPARAMS_FOLDER.match(s.path.parent.name) and s.path.parent.parent in boards]
     if not records:
         return sources, problems
     said = [f"{s.path}: TensorBoard's hyperparameter record of {s.path.parent.parent.name} (add_hparams), not its numbers: not read"

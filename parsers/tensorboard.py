@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -71,8 +72,13 @@ class TensorboardRun:
     """Scalars of attempts a restart abandoned: an earlier file's from the step a later one went back to."""
 
 
+#: The folder ``add_hparams`` writes its record in: ``<logdir>/<time.time()>/``.
+HPARAMS_FOLDER = re.compile(r"^\d{9,11}\.\d+$")
+
+
 def find_event_files(root: Path | str) -> list[Path]:
-    """Every ``*tfevents*`` file under ``root`` (or ``root`` itself), symlinks not followed."""
+    """Every ``*tfevents*`` file under ``root`` (or ``root`` itself), symlinks not followed; not
+    the hyperparameter records ``add_hparams`` writes beside a run's own (one-off values, no series)."""
     root = Path(root)
     if root.is_file():
         return [root] if EVENT_FILE_MARK in root.name else []
@@ -82,7 +88,8 @@ def find_event_files(root: Path | str) -> list[Path]:
         for name in names
         if EVENT_FILE_MARK in name and not name.endswith((".tmp", ".lock"))
     ]
-    return sorted(found)
+    boards = {f.parent for f in found}
+    return sorted(f for f in found if not (HPARAMS_FOLDER.match(f.parent.name) and f.parent.parent in boards))
 
 
 def read_tensorboard(path_or_dir: Path | str, *, keys: str | None = None) -> TensorboardRun:

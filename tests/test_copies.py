@@ -582,16 +582,24 @@ def test_a_wandb_run_and_tensorboard_files_below_it_are_each_analyzed_on_their_o
         ("tensorboard", []), ("wandb", [("reward_collapse", 30)])]
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["one-events-file", "restarted-into-the-logdir"])
 @pytest.mark.parametrize("metrics", [{}, {"train/reward": 0.3}], ids=["as-transformers", "with-a-metric"])
-def test_a_trainers_hyperparameter_record_is_no_run_and_no_series(tmp_path: Path, metrics: dict) -> None:
+def test_a_trainers_hyperparameter_record_is_no_run_and_no_series(tmp_path: Path, metrics: dict, restarted: bool) -> None:
     """``add_hparams`` (transformers' TensorBoardCallback calls it with ``metric_dict={}`` as training
     starts) writes its own event file in ``runs/<date>_<host>/<time.time()>/``: not a second, empty
-    run, nor, with a metric in it, a one-off series taken for the reward; said as not read."""
+    run, nor, with a metric in it, a one-off series taken for the reward; said as not read — also
+    where a restart wrote a second events file in the logdir (the logdir is then read as one)."""
+    import time
+
     rows = [(s, {"train/reward": 0.0 if s >= 30 else 0.4 + s % 7 / 50, "train/loss": 0.01 + s % 5 / 100}) for s in range(1, 41)]
     logdir = tmp_path / "out" / "runs" / "Nov27_10-00-00_node1"
     writer = tensorboardX.SummaryWriter(str(logdir))
     writer.add_hparams({"learning_rate": 1e-6, "output_dir": "out"}, metric_dict=metrics)
     for step, row in rows:
+        if restarted and step == 21:
+            writer.close()
+            time.sleep(1.1)  # (the events file is named by the second it was opened in)
+            writer = tensorboardX.SummaryWriter(str(logdir))
         for key, value in row.items():
             writer.add_scalar(key, value, step)
     writer.close()
