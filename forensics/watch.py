@@ -963,11 +963,16 @@ class _Follower:
     def _crash(self, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
         if "crash" in self._latched:
             return []
-        if self._finished and row["step"] is not None and self._last_step is not None and row["step"] > self._last_step:
-            return []  # (after every step the run was launched for: its teardown, as offline)
+        if self._after_the_end(row):
+            return []
         self._latched["crash"] = row["step"]
         summary = f"a training process failed during step {row['step']} ({row['kind']})"
         return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]
+
+    def _after_the_end(self, row: dict[str, Any]) -> bool:
+        """Whether ``row`` comes after every step the run was launched for: its teardown (a server
+        stopped under clients still calling it), as offline."""
+        return self._finished and row["step"] is not None and self._last_step is not None and row["step"] > self._last_step
 
     def _uncaught(self, at: datetime | None) -> list[_Trigger]:
         assert self._raised is not None
@@ -977,6 +982,8 @@ class _Follower:
         return [_Trigger("crash", step, at, step, uncaught_summary(step, evidence.text), (evidence,))]
 
     def _burst(self, kind: str, when: datetime, row: dict[str, Any], evidence: Evidence) -> list[_Trigger]:
+        if self._after_the_end(row):
+            return []
         refused = kind in _REFUSALS
         window = self._refusals if refused else self._timeouts
         seconds = self.s.refusal_window_s if refused else self.s.timeout_window_s
@@ -1028,7 +1035,7 @@ class _Follower:
         if "server_errors" in self._latched and self._errors_quiet_since is not None:
             if (now - self._errors_quiet_since).total_seconds() > 2 * max(self.s.timeout_window_s, self.s.refusal_window_s):
                 del self._latched["server_errors"]
-        if self._exit is not None and self._exit.time is not None and self._called_after_exit:
+        if self._exit is not None and self._exit.time is not None and self._called_after_exit and not self._finished:
             down = (now - self._exit.time).total_seconds()
             if down >= self.s.server_down_minutes * 60 and "server_down" not in self._latched:
                 self._latched["server_down"] = True

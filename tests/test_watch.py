@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -97,6 +98,21 @@ def test_a_sparse_tasks_dead_first_steps_raise_no_alarm(tmp_path: Path) -> None:
                                                     reward=lambda s: 0.0 if s <= 3 else healthy_reward(s)))
     [result] = replay([paths.fileroot])
     assert result.alarms == [] and result.offline_onsets == []
+
+
+def test_a_finished_runs_teardown_raises_no_alarm(tmp_path: Path) -> None:
+    """The run logged every step it was launched for (60 of 60) and said ``Training completes!``;
+    the launcher then stopped the server under clients still calling it. ``analyze`` finds no
+    incident (teardown), and neither the refusals nor the server's exit are an alarm."""
+    from areal_builder import Outage, RunSpec, write_run
+
+    spec = RunSpec(last_step=60, steps_per_epoch=30, total_epochs=2, save_freq_steps=10, step_seconds=(60.0, 60.0), finished=True)
+    end = write_run(tmp_path / "first", spec).step_times[60]
+    teardown = Outage(start=end + timedelta(seconds=40), end=end + timedelta(minutes=30), kind="refused", server_exit=True)
+    paths = write_run(tmp_path / "outputs", replace(spec, outages=[teardown]))
+    assert analyze(paths.fileroot).runs[0].incidents == []
+    [result] = replay([paths.fileroot])
+    assert result.alarms == []
 
 
 def test_replay_of_a_nan_loss_names_the_divergence_as_analyze_does(tmp_path: Path) -> None:
