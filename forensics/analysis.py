@@ -73,7 +73,7 @@ from forensics.readers import COPY_SOURCES
 from forensics.run import RunData, load_online_wandb, load_run, other_logs
 from forensics.texts import cited_row, with_messages
 from parsers._formats import FormatDefinitionError
-from parsers.areal import NON_FINITE_ROW
+from parsers.areal import DATED_ABOVE, NON_FINITE_ROW
 from parsers.custom import CustomFormat, load_custom_format
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, REWRITTEN, UNLISTED, conform, relaunches
 
@@ -832,11 +832,17 @@ def _what_it_raised(finding: Finding, events: pl.DataFrame) -> str:
 
 
 def _first_failure(finding: Finding, events: pl.DataFrame) -> datetime | None:
+    first = _first_failures(finding, events)
+    return first["time"][0] if first.height else None
+
+
+def _first_failures(finding: Finding, events: pl.DataFrame) -> pl.DataFrame:
+    """The failures logged first in the step ``finding`` began in (several where they share a time)."""
     failed = events.filter((pl.col("step") == finding.onset_step) & pl.col("severity").is_in(["error", "fatal"]))
     if finding.kind == "crash" and failed["kind"].is_in(CRASH_KINDS).any():  # (not a request failing as it hung)
         failed = failed.filter(pl.col("kind").is_in(CRASH_KINDS))
-    times = failed["time"].drop_nulls()
-    return times.min() if len(times) else None  # type: ignore[return-value]
+    failed = failed.filter(pl.col("time").is_not_null())
+    return failed.filter(pl.col("time") == pl.col("time").min())
 
 
 #: How close a return of the reward must follow a server coming back (or precede it going down) to be put down to it.
@@ -884,7 +890,11 @@ def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> s
         return ("No step had finished yet: an oversized first step looks the same as a deadlock, so compare "
                 "with the first step of a healthy run before calling it one.")
     before = earlier.filter(pl.col("time").is_not_null())
-    failed_at = finding.failed_at if finding.redone else _first_failure(finding, events) or finding.until
+    first = _first_failures(finding, events) if not finding.redone else None
+    if first is not None and first.height and first.select(DATED_ABOVE.fill_null(False).all()).item():
+        return (f"How long step {finding.onset_step} had run when it failed is not known: its failure's lines carry no "
+                "time of their own (they take the time of the logger line above them).")
+    failed_at = finding.failed_at if finding.redone else (first["time"][0] if first is not None and first.height else finding.until)
     durations = step_durations(run.steps)
     if before.is_empty() or failed_at is None or durations.is_empty():
         return ""

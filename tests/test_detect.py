@@ -1027,3 +1027,20 @@ def test_a_run_resumed_across_areals_key_rename_is_judged_on_one_reward_series(t
     assert result.primary_metric == "ppo_actor/task_reward/avg"
     assert [(i.kind, i.onset_step) for i in result.incidents] == [("reward_collapse", 45)]
     assert any("AReaL renamed them in v0.4.1" in note for note in result.notes)
+
+
+def test_an_untimed_traceback_tells_no_step_duration(tmp_path: Path) -> None:
+    """The trainer's last act is a Python traceback teed from stderr, two hours after step 60's
+    header, with no time of its own (it takes the header's): how long step 61 ran is not known,
+    and is not said to be "0 s … not stuck"."""
+    from areal_builder import LogLine
+
+    spec = RunSpec(last_step=60, save_freq_steps=10)
+    end = write_run(tmp_path / "first", spec).step_times[60]
+    raised = ('Traceback (most recent call last):\n  File "/AReaL/areal/core/workflow_executor.py", line 412, in wait\n'
+              '    raise TimeoutError("Timed out waiting for 32 rollouts, only received 0.")\n'
+              "TimeoutError: Timed out waiting for 32 rollouts, only received 0.")
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10, extra_lines=[LogLine(end + timedelta(hours=2), raised)]))
+    [crash] = [i for i in only_run(paths.fileroot).incidents if i.kind == "crash"]
+    assert crash.onset_step == 61 and "How long step 61 had run when it failed is not known" in crash.summary
+    assert "not stuck" not in crash.summary
