@@ -45,7 +45,7 @@ from forensics.errors import (
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
 from forensics.keys import ANALYSIS_KEYS
-from forensics.model import Analysis, RunAnalysis, iso
+from forensics.model import Analysis, RunAnalysis, iso, nothing_read
 from forensics.run import RunData, save_folders_named
 from forensics.texts import iter_with_messages
 
@@ -266,8 +266,9 @@ def analyze(
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}), watched=named)
-        if barren:
-            raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
+        said = [why_no_run(path, read_log_format(log_format)) for path in barren] + _read_nothing(result.runs)
+        if said:
+            raise UnusableInput("; ".join(said))
         return result
 
     result = _guard(debug, work)
@@ -377,8 +378,10 @@ def events(
 
     def work() -> None:
         seen: set[str] = set()
+        empty: list[RunAnalysis] = []
         # A run at a time: each run's events are written and its frames let go before the next is read.
         for run in analyze_each(paths, keys=ANALYSIS_KEYS, custom_format=log_format, cache=_cache(cache_dir, no_cache, paths, log_format)):
+            empty += [run] if nothing_read(run.sources) else []
             frame = run.events
             seen.update(frame["kind"].unique().drop_nulls())
             if kind:
@@ -389,16 +392,27 @@ def events(
                     sys.stdout.write(json.dumps({"run_id": run.run_id, **row}) + "\n")
         if kind and not seen & set(kind):  # a typo must not look like a clean run
             typer.echo(f"grpo-forensics: no event of kind {', '.join(kind)}; found: {', '.join(sorted(seen)) or 'none'}", err=True)
-        _no_run_under(paths, log_format)
+        _no_run_under(paths, log_format, empty)
 
     _guard(debug, work)
 
 
-def _no_run_under(paths: list[Path], log_format: Path | None) -> None:
-    """A path given beside others that holds no run: said, exit 2, once the others are written (as ``analyze``)."""
+def _no_run_under(paths: list[Path], log_format: Path | None, runs: Sequence[RunAnalysis | RunData] = ()) -> None:
+    """A path given beside others that holds no run, and a run of which nothing could be read
+    (``runs``): said, exit 2, once the others are written (as ``analyze``)."""
     barren = without_runs(paths, locate(paths, custom_format=log_format)) if paths else []
-    if barren:
-        raise UnusableInput("; ".join(why_no_run(path, read_log_format(log_format)) for path in barren))
+    said = [why_no_run(path, read_log_format(log_format)) for path in barren] + _read_nothing(runs)
+    if said:
+        raise UnusableInput("; ".join(said))
+
+
+def _read_nothing(runs: Sequence[RunAnalysis | RunData]) -> list[str]:
+    """``root: why`` of each of ``runs`` that nothing could be read of."""
+    return [f"{_root(run)}: {why}" for run in runs if (why := nothing_read(list(run.sources)))]
+
+
+def _root(run: RunAnalysis | RunData) -> str:
+    return run.root if isinstance(run, RunAnalysis) else str(run.location.root)
 
 
 @app.command()
@@ -440,8 +454,10 @@ def metrics(
         cache = _cache(cache_dir, no_cache, paths or [], log_format)
         to_file = output is not None and str(output) != "-"  # (``-`` is stdout, as for --json and --markdown)
         made: list[Path] = []
+        empty: list[RunData] = []
 
         def refuse_named(run: RunData) -> None:
+            empty.extend([run] if nothing_read(run.sources) else [])
             # (checkpoints a log named where it saved them are read too: known only once the run is read)
             named = folders_beyond(run.checkpoints["path"].to_list(), checkpoint_dirs, [run.save_folder_named])
             if to_file and any(within(output, folder) for folder in named):
@@ -462,7 +478,7 @@ def metrics(
                                 output if to_file else sys.stdout.buffer)
         if keys is not None and not written:  # a typo must not look like a run that logged nothing
             typer.echo(f"grpo-forensics: no metric key matched --keys {keys!r} (without it, every key is written)", err=True)
-        _no_run_under(paths or [], log_format)
+        _no_run_under(paths or [], log_format, empty)
 
     _guard(debug, work)
 

@@ -242,6 +242,15 @@ def data_lost(sources: list[SourceReport]) -> list[str]:
     return lost
 
 
+def nothing_read(sources: list[SourceReport]) -> str | None:
+    """Why nothing of a run was read, where none of its ``sources`` gave a line or a record (a W&B
+    run killed before its first flush, an events file that is no TFRecord stream); ``None`` where one did."""
+    if any(s.lines for s in sources):
+        return None
+    said = [note if note.startswith(Path(s.path).name) else f"{Path(s.path).name}: {note}" for s in sources for note in s.notes][:3]
+    return "nothing readable in it" + (f" ({'; '.join(said)})" if said else "")
+
+
 @dataclass
 class RunAnalysis:
     """Everything found about one run: its frames and the claims made from them."""

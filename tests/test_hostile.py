@@ -963,3 +963,20 @@ def test_a_link_already_in_the_out_folder_is_replaced_not_written_through(tmp_pa
     assert result.exit_code == 0, result.output
     assert tree_state(tmp_path / "run") == before
     assert not page.is_symlink() and page.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+
+
+@pytest.mark.parametrize("command", [["analyze", "--no-html"], ["events"], ["metrics"]])
+def test_a_copy_with_nothing_readable_in_it_is_unusable_input(tmp_path: Path, command: list[str]) -> None:
+    """A W&B run killed before its first flush (an empty ``.wandb``), a TensorBoard events file that
+    is no TFRecord stream: nothing readable was found, exit 2 with the reason (as an empty
+    ``trainer.log`` is), not a "run" of no steps and exit 0."""
+    wandb_run = tmp_path / "a" / "wandb" / "offline-run-20250101_000000-abc12345"
+    wandb_run.mkdir(parents=True)
+    (wandb_run / "run-abc12345.wandb").write_bytes(b"")
+    board = tmp_path / "b" / "runs" / "Nov29_10-00-00_host"
+    board.mkdir(parents=True)
+    (board / "events.out.tfevents.1700000000.host.1.0").write_bytes(random.Random(1).randbytes(20000))
+    for folder, said in ((tmp_path / "a", "no records"), (tmp_path / "b", "not a TFRecord stream")):
+        done = invoke(*command, str(folder))
+        assert done.exit_code == 2 and "nothing readable in it" in done.stderr and said in done.stderr, done.output
+        assert "Traceback" not in done.output
