@@ -703,6 +703,10 @@ def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
     an ``--out`` folder that is a file, and a file (``--json``, ``--markdown``, ``--output``) that is
     a folder."""
     paths = _trees(paths)
+    given = {option: Path(os.path.abspath(target)) for option, target in outputs.items() if target is not None and str(target) != "-"}
+    for (one, a), (other, b) in itertools.combinations(given.items(), 2):
+        if a == b:  # (one would be written over the other, or fail as a folder after the whole analysis)
+            raise UnusableInput(f"--{one.replace('_', '-')} and --{other.replace('_', '-')} are both {outputs[one]}; give each its own")
     for option, target in outputs.items():
         if target is None or str(target) == "-":
             continue

@@ -980,3 +980,16 @@ def test_a_copy_with_nothing_readable_in_it_is_unusable_input(tmp_path: Path, co
         done = invoke(*command, str(folder))
         assert done.exit_code == 2 and "nothing readable in it" in done.stderr and said in done.stderr, done.output
         assert "Traceback" not in done.output
+
+
+def test_two_outputs_given_one_path_are_refused_before_the_analysis(tmp_path: Path) -> None:
+    """``--json R --markdown R`` would leave only the Markdown in R; ``--json R --out R`` would fail
+    as a folder after the whole analysis: both are refused up front, nothing written; a JSON file
+    inside the report folder is fine."""
+    run = FIXTURES / "areal_seed000" / "outputs"
+    for options in (["--json", "r.json", "--markdown", "r.json", "--no-html"], ["--json", "rep", "--out", "rep"]):
+        done = invoke("analyze", str(run), *[str(tmp_path / o) if not o.startswith("--") else o for o in options])
+        assert done.exit_code == 2 and "give each its own" in done.stderr, done.output
+    assert list(tmp_path.iterdir()) == []
+    done = invoke("analyze", str(run), "--json", str(tmp_path / "rep" / "a.json"), "--out", str(tmp_path / "rep"), "--no-cache")
+    assert done.exit_code == 0 and sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["a.json", "report.html"]
