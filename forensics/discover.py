@@ -114,7 +114,7 @@ def find_runs(paths: PathArg | Iterable[PathArg], *, custom_format: CustomFormat
             mine = [f for f, home in files.items() if home == files[given]]
             sources, problems = _classify(mine, custom_format, given=True)
             problems += _left_beside(mine)
-            side_by_side = _several_runs(sources)
+            side_by_side = _logs_of_runs_side_by_side(sources)  # (as in their folder)
         if side_by_side:  # (runA_trainer.log and runB_trainer.log, downloaded side by side)
             logs = _by_log([s for s in sources if s.kind not in COPY_KINDS])
             copies, strays = _copies_by_log([s for s in sources if s.kind in COPY_KINDS], logs)

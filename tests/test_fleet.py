@@ -635,3 +635,12 @@ def test_a_folder_of_runs_logs_side_by_side_is_those_runs_as_their_logs_by_name_
     (realhf / "model_worker-1").write_text(worker)
     [run] = find_runs([realhf])
     assert sorted(s.path.name for s in run.logs) == ["master_worker-0", "model_worker-0", "model_worker-1"]
+    # A run restarted by hand into a new log, which begins where it resumed: one run either way.
+    restarted = tmp_path / "restarted"
+    restarted.mkdir()
+    cut = next(i for i, line in enumerate(lines) if "Train step 31/" in line)
+    (restarted / "first_attempt.log").write_text("".join(lines[:cut]))
+    (restarted / "resumed.log").write_text("".join(lines[cut:]))
+    as_folder = [sorted(s.path.name for s in r.logs) for r in find_runs([restarted])]
+    assert as_folder == [sorted(s.path.name for s in r.logs) for r in find_runs(sorted(restarted.iterdir()))]
+    assert as_folder == [["first_attempt.log", "resumed.log"]]
