@@ -204,7 +204,7 @@ class ParseCache:
             digest.update(b"\0option\0" + option.encode())
         for location in locations:
             digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode(errors="surrogateescape"))
-            extra = [location.root / "config.yaml"] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
+            extra = [location.root / "config.yaml", *location.twins] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
             for kind, path in [(s.kind, s.path) for s in location.logs] + [("extra", p) for p in extra]:
                 try:
                     identity = Identity.of(path)

@@ -771,7 +771,9 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
 
 def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[str, ...]) -> RunLocation:
     plain = {s.path for s in members}
-    twins = tuple(s.path for s in members if s.path.suffix in COMPRESSIONS and s.path.with_suffix("") in plain)
+    pairs = [(s.path, s.path.with_suffix("")) for s in members if s.path.suffix in COMPRESSIONS and s.path.with_suffix("") in plain]
+    # (of a log and its compressed copy, the one read is the one holding more: the copy, where it does)
+    twins = tuple(packed if not _holds_more(packed, log) else log for packed, log in pairs)
     members = [s for s in members if s.path not in twins]
     return RunLocation(
         run_id=_run_id(given, root),
@@ -782,6 +784,21 @@ def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[
         skipped=skipped,
         twins=twins,
     )
+
+
+def _holds_more(packed: Path, log: Path) -> bool:
+    """Whether the gzipped ``packed`` holds more text than the plain ``log`` beside it (the whole log
+    gzipped, a new one begun), told by gzip's trailer, which gives its last member's size modulo
+    4 GiB (the rest is not decompressed to tell): other compressions, and equal heads' doubt, read the log."""
+    try:
+        size = log.stat().st_size
+        with open(packed, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b" or size >= 1 << 32:
+                return False
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little") > size
+    except OSError:
+        return False
 
 
 def _sweep_trials(copies: list[LogSource]) -> dict[str, list[LogSource]]:

@@ -38,6 +38,7 @@ from parsers.areal_config import read_areal_config
 from parsers.custom import CustomFormat
 from parsers.schema import (
     CHECKPOINT_SCHEMA,
+    COMPRESSIONS,
     EVENT_SCHEMA,
     METRIC_SCHEMA,
     STEP_SCHEMA,
@@ -140,7 +141,9 @@ def load_run(
         path, _, why = problem.partition(": ")
         sources.append(SourceReport(path, "not_given" if why.startswith(LEFT_BESIDE) else "unreadable", 0, 0, (problem,)))
     for twin in location.twins:
-        sources.append(SourceReport(str(twin), "copy", 0, 0, (f"a compressed copy of {twin.stem} beside it: read once, from {twin.stem}",)))
+        said = (f"a compressed copy of {twin.stem} beside it: read once, from {twin.stem}" if twin.suffix in COMPRESSIONS
+                else "its gzipped copy beside it holds more: read from that, not from this")
+        sources.append(SourceReport(str(twin), "copy", 0, 0, (said,)))
     hand_back_heap()
 
     sources = tables_across_parts(location.logs, open_tables, metrics, sources, keys)

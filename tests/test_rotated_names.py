@@ -163,3 +163,25 @@ def test_a_table_a_rotation_cut_is_read_as_one(tmp_path: Path, cut: int, what: s
     # the part alone says where it ends
     from parsers.areal import read_areal_log
     assert f"the log ends {what}" in " ".join(read_areal_log(paths.log_dir / "trainer.log.1.gz").notes)
+
+
+def test_a_gzipped_copy_holding_more_than_the_log_beside_it_is_the_one_read(tmp_path: Path) -> None:
+    """``trainer.log.gz`` holds the whole run (80 steps, the collapse at 60), ``trainer.log`` its
+    first 30 (a wrapper gzipped the log and began it again): the copy holding more is read, the
+    other said; an identical copy is read once, from the log. A copy appearing after a cached
+    analysis is seen."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=80, save_freq_steps=10,
+                                                    reward=lambda s: 0.0 if s >= 60 else healthy_reward(s)))
+    whole = paths.trainer_log.read_bytes()
+    paths.trainer_log.write_bytes(whole[: whole.index(b"Train step 31/")].rsplit(b"\n", 1)[0] + b"\n")
+    cache = tmp_path / "cache"
+    first = runner.invoke(app, ["analyze", str(paths.fileroot), "--no-html", "--json", "-", "--cache-dir", str(cache)])
+    assert json.loads(first.stdout)["runs"][0]["steps"]["last"] == 30
+    (paths.log_dir / "trainer.log.gz").write_bytes(gzip.compress(whole))
+    done = runner.invoke(app, ["analyze", str(paths.fileroot), "--no-html", "--json", "-", "--cache-dir", str(cache)])
+    run = json.loads(done.stdout)["runs"][0]
+    assert run["steps"]["last"] == 80 and [i["onset_step"] for i in run["incidents"]] == [60]
+    assert {Path(s["path"]).name: s["kind"] for s in run["sources"]}["trainer.log"] == "copy"
+    paths.trainer_log.write_bytes(whole)
+    [again] = analyze([paths.fileroot]).runs
+    assert {Path(s.path).name: s.kind for s in again.sources}["trainer.log.gz"] == "copy"
