@@ -511,6 +511,8 @@ class _Follower:
         self._held: tuple[int, int] | None = None
         self._held_time: datetime | None = None
         """The newest step's time while its table is held back: the run was alive then."""
+        self._held_where: tuple[str, int] | None = None
+        """The held step's header (file, line): the last thing the run logged."""
         self._recent: dict[tuple[Any, ...], datetime | None] = {}
         self._event_marks: dict[str, datetime] = {}
         """Each log's (its rotated parts one) newest event time fed: a log synced from a server's
@@ -645,20 +647,22 @@ class _Follower:
             steps = steps.sort("file", "line").with_columns(pl.lit(None, pl.Datetime("ms")).alias("written"))
             if self._last_step is not None:
                 steps = steps.filter(pl.col("step") > self._last_step)
+        self._roles = _roles(run.metrics)
         if live and steps.height:
             # The newest step's table may still be arriving: wait until a later step or the next poll,
-            # and for as long as its log ends inside a line (a block-buffered writer's half-written
-            # line, ``critic/score/mean:0.`` of ``0.3125``, read now would be a wrong value).
+            # for as long as its log ends inside a line (a block-buffered writer's half-written
+            # line, ``critic/score/mean:0.`` of ``0.3125``, read now would be a wrong value), and
+            # while it holds none of the values watched (its table not written yet: a slow disk).
             newest = steps.row(-1, named=True)
             ident = (newest["step"], newest["line"])
-            if self._held != ident or ends_mid_line(newest["file"]):
-                self._held, self._held_time = ident, newest["time"]
+            unread = not _values(run.metrics, self._roles.keys, steps["step"].tail(1)).get(newest["step"], ({}, {}))[0]
+            if self._held != ident or ends_mid_line(newest["file"]) or unread:
+                self._held, self._held_time, self._held_where = ident, newest["time"], (newest["file"], newest["line"])
                 steps = steps.head(steps.height - 1)
         if steps.is_empty():
             return []
         fed = pl.concat([self._fed, steps.filter(pl.col("time").is_not_null()).select("step", "time")])
         self._fed = fed.filter(pl.col("time") >= fed["time"].max() - _FED_KEPT) if fed.height else fed
-        self._roles = _roles(run.metrics)
         values = _values(run.metrics, self._roles.keys, steps["step"])
         earlier = _values(run.superseded, self._roles.keys, steps["step"], by_line=True) if run.superseded.height else {}
         return [
@@ -1066,6 +1070,8 @@ class _Follower:
                            f"({limit / typical:.0f}× the run's median step of {typical:.0f} s)")
                 at = alive + timedelta(seconds=limit)
                 shown = (_metric_evidence(self._last_row, None),) if self._last_row else ()
+                if last is not None and last != self._last_step and self._held_where is not None:  # (the step held back)
+                    shown = (Evidence("metric", alive, last, *self._held_where, f"step {last} logged"),)
                 fired.append(_Trigger("stall", step, at, step, summary, shown))
         return fired
 

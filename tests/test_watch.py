@@ -654,6 +654,47 @@ def test_logs_that_stop_growing_raise_a_stall_once_the_run_s_own_step_time_is_ex
     assert watcher.poll() == []  # one silence, one alarm
 
 
+def test_a_watch_begun_on_a_silent_run_cites_its_last_steps_line(tmp_path: Path) -> None:
+    """The trainer hung after step 60 (steps of 60 s) and has been silent for 15 min when ``watch``
+    begins: the stall is after step 60, cited at step 60's header (held back as its table may
+    still be arriving), not at step 59's."""
+    from areal_builder import RunSpec, write_run
+
+    start = datetime.now() - timedelta(minutes=59 + 15)
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=60, save_freq_steps=10, step_seconds=(60.0, 60.0), start=start))
+    header = next(i for i, line in enumerate(paths.trainer_log.read_text().splitlines(), 1) if "Train step 60/" in line)
+    [stall] = [a for a in Watcher(tmp_path / "outputs", state_dir=tmp_path / "state").poll() if a.kind == "stall"]
+    assert stall.onset_step == 61 and [(e.line, e.text) for e in stall.evidence] == [(header, "step 60 logged")]
+
+
+def test_a_steps_table_arriving_polls_after_its_header_is_judged_with_it(tmp_path: Path) -> None:
+    """A slow disk (or a buffered copy) brings each step's table two polls after its header: the
+    step is held until its values are there, never judged without them, and the collapse alarms
+    at the step a replay names."""
+    from areal_builder import RunSpec, healthy_reward, write_run
+
+    paths = write_run(tmp_path / "src", RunSpec(last_step=45, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    text = paths.trainer_log.read_bytes()
+    headers = [m.start() for m in re.finditer(rb"[^\n]*Train step \d+/", text)]
+    live = tmp_path / "live" / paths.log_dir.relative_to(tmp_path / "src")
+    live.mkdir(parents=True)
+    log = live / "trainer.log"
+    log.write_bytes(text[: headers[0]])
+    watcher = Watcher(tmp_path / "live", state_dir=tmp_path / "state")
+    fired = watcher.poll()
+    for n, at in enumerate(headers):
+        end = headers[n + 1] if n + 1 < len(headers) else len(text)
+        table = text.rindex(b"\n", 0, text.index(b"Stats (1/", at)) + 1  # (the header's line whole)
+        for part, polls in ((text[at:table], 2), (text[table:end], 1)):
+            with log.open("ab") as out:
+                out.write(part)
+            for _ in range(polls):
+                fired += watcher.poll()
+    [replayed] = replay([tmp_path / "src"])
+    assert [(a.kind, a.onset_step) for a in fired if a.kind == "reward_collapse"] == [
+        (a.kind, a.onset_step) for a in replayed.alarms if a.kind == "reward_collapse"] == [("reward_collapse", 30)]
+
+
 def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(tmp_path: Path) -> None:
     """Step 1869's header and table arrive in one poll with ten minutes of refusals after them: the
     step is held back a poll (its table may still be arriving), but the run was alive at its time —
