@@ -313,7 +313,8 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
         stalled = None
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(stalled)
-    if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])]):
+    # (an attempt a relaunch abandoned died at a later step number than the run's own end: another death)
+    if ended and not any(f.onset_step >= ended.onset_step for f in [*crashed, *([stalled] if stalled else [])] if f.redone is None):
         found.append(ended)
     # Steps that stopped right after a reward stuck for fewer steps than a collapse needs: it began there.
     stops = [f for f in (*crashed, stalled, ended) if f is not None]

@@ -557,6 +557,7 @@ class _Follower:
         self._raised: tuple[Evidence, bool] | None = None
         """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
         self._finished = False
+        self._planned: int | None = None
         """The run logged every step it was launched for: a traceback after it is its teardown."""
         self._fed = pl.DataFrame(schema={"step": pl.Int64, "time": pl.Datetime("ms")})
         """The timed steps fed, by number and time stamp."""
@@ -577,8 +578,8 @@ class _Follower:
         self._dormant = silent > DORMANT_AFTER.total_seconds()
         if not run.steps.is_empty():
             last = int(run.steps["step"].max())
-            planned = planned_steps(run.facts, last)
-            self._finished = planned is not None and last >= planned
+            self._planned = planned_steps(run.facts, last)
+            self._finished = self._planned is not None and last >= self._planned
         steps = self._new_steps(run, live=live_now is not None)
         events = self._new_events(_own_events(run).with_columns(RUN_TRACEBACK.alias("own"), CTRL_C.alias("ctrl_c")))
         fired: list[_Trigger] = []
@@ -974,9 +975,11 @@ class _Follower:
         return [_Trigger("crash", row["step"], row["time"], row["step"], summary, (evidence,))]
 
     def _after_the_end(self, row: dict[str, Any]) -> bool:
-        """Whether ``row`` comes after every step the run was launched for: its teardown (a server
-        stopped under clients still calling it), as offline."""
-        return self._finished and row["step"] is not None and self._last_step is not None and row["step"] > self._last_step
+        """Whether ``row`` comes after every step the run was launched for, once they are all logged
+        (the newest held back too): its teardown (a server stopped under clients still calling it), as offline."""
+        latest = self._latest_step()[1]
+        return (self._planned is not None and latest is not None and latest >= self._planned
+                and row["step"] is not None and row["step"] > latest)
 
     def _uncaught(self, at: datetime | None) -> list[_Trigger]:
         assert self._raised is not None
@@ -1039,7 +1042,8 @@ class _Follower:
         if "server_errors" in self._latched and self._errors_quiet_since is not None:
             if (now - self._errors_quiet_since).total_seconds() > 2 * max(self.s.timeout_window_s, self.s.refusal_window_s):
                 del self._latched["server_errors"]
-        if self._exit is not None and self._exit.time is not None and self._called_after_exit and not self._finished:
+        if self._exit is not None and self._exit.time is not None and self._called_after_exit and not self._after_the_end(
+                {"step": self._exit.step}):
             down = (now - self._exit.time).total_seconds()
             if down >= self.s.server_down_minutes * 60 and "server_down" not in self._latched:
                 self._latched["server_down"] = True
