@@ -772,8 +772,13 @@ def _group(given: Path, sources: list[LogSource], problems: list[str]) -> list[R
 def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[str, ...]) -> RunLocation:
     plain = {s.path for s in members}
     pairs = [(s.path, s.path.with_suffix("")) for s in members if s.path.suffix in COMPRESSIONS and s.path.with_suffix("") in plain]
-    # (of a log and its compressed copy, the one read is the one holding more: the copy, where it does)
-    twins = tuple(packed if not _holds_more(packed, log) else log for packed, log in pairs)
+    twins: tuple[Path, ...] = ()
+    for packed, log in pairs:
+        if not _same_head(packed, log):  # (no copy: the log gzipped away and begun anew, its earlier part)
+            members = [replace(s, order=min(s.order, -1)) if s.path == packed else s for s in members]
+            continue
+        # (of a log and its compressed copy, the one read is the one holding more: the copy, where it does)
+        twins += (packed if not _holds_more(packed, log) else log,)
     members = [s for s in members if s.path not in twins]
     return RunLocation(
         run_id=_run_id(given, root),
@@ -784,6 +789,18 @@ def _location(given: Path, root: Path, members: list[LogSource], skipped: tuple[
         skipped=skipped,
         twins=twins,
     )
+
+
+def _same_head(packed: Path, log: Path, n_bytes: int = 64 << 10) -> bool:
+    """Whether the compressed ``packed`` begins as the plain ``log`` beside it does (a copy of it,
+    whole or in part), not with later lines (the log's earlier part, gzipped away)."""
+    try:
+        with open(log, "rb") as fh:
+            mine = fh.read(n_bytes)
+        theirs = head_bytes(packed, len(mine))
+    except OSError:
+        return True
+    return theirs == mine or not mine
 
 
 def _holds_more(packed: Path, log: Path) -> bool:

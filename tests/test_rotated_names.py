@@ -185,3 +185,11 @@ def test_a_gzipped_copy_holding_more_than_the_log_beside_it_is_the_one_read(tmp_
     paths.trainer_log.write_bytes(whole)
     [again] = analyze([paths.fileroot]).runs
     assert {Path(s.path).name: s.kind for s in again.sources}["trainer.log.gz"] == "copy"
+    # ``gzip -c trainer.log > trainer.log.gz; : > trainer.log`` at step 40, training going on into
+    # the log: no copy, the log's earlier part (larger, yet beginning elsewhere): both read, in order.
+    cut = whole.rindex(b"\n", 0, whole.index(b"Train step 41/")) + 1
+    (paths.log_dir / "trainer.log.gz").write_bytes(gzip.compress(whole[:cut]))
+    paths.trainer_log.write_bytes(whole[cut:])
+    [parts] = analyze([paths.fileroot]).runs
+    assert [Path(s.path).name for s in parts.sources if s.kind == "areal_trainer"] == ["trainer.log.gz", "trainer.log"]
+    assert parts.step_range()["last"] == 80 and [i.onset_step for i in parts.incidents] == [60]
