@@ -27,6 +27,9 @@ class EventPattern:
     severity: str
     regex: str
     samples: tuple[str, ...]
+    unless: str | None = None
+    """A line ``regex`` finds something in is no such event where this one does too (a refused
+    connection to W&B's API is no inference server's)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ class LogFormat:
         """The event kind of each message (first matching pattern wins), else null."""
         expr: Any = pl.lit(None, dtype=pl.String)
         for pattern in reversed(self.untimed_events if untimed else self.events):
-            expr = pl.when(message.str.contains(pattern.regex)).then(pl.lit(pattern.kind)).otherwise(expr)
+            hit = message.str.contains(pattern.regex)
+            if pattern.unless:
+                hit = hit & ~message.str.contains(pattern.unless)
+            expr = pl.when(hit).then(pl.lit(pattern.kind)).otherwise(expr)
         return expr
 
     def severity_of(self, kind: pl.Expr, level: pl.Expr) -> pl.Expr:
@@ -138,6 +144,7 @@ def parse_format(data: dict[str, Any], where: str) -> LogFormat:
                 severity=_require(item, "severity", here),
                 regex=_compiled(_require(item, "regex", here), here),
                 samples=_samples(item, here),
+                unless=_compiled(item["unless"], here) if "unless" in item else None,
             )
             for here, item in _items(data, section, where)
         ]

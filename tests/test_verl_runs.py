@@ -714,6 +714,31 @@ def test_refused_connections_in_a_verl_console_are_the_servers_failure(tmp_path:
     assert read_line(tmp_path / "train.log", evidence.line).endswith("died unexpectedly, shutting down client.")
 
 
+def test_w_and_bs_own_refused_connections_are_no_servers_failure(tmp_path: Path) -> None:
+    """The TaskRunner holds W&B's tracker: behind a proxy its uploads are refused (``api.wandb.ai``,
+    ``[Errno 111] Connection refused``) as the score goes to zero for a reason of its own. That is
+    no refused rollout or reward server: no event, and no server crash for a cause."""
+    import random
+
+    rng = random.Random(8)
+    runner_ = "\x1b[36m(TaskRunner pid=32604)\x1b[0m "
+    out = []
+    for s in range(1, 61):
+        if s == 35:
+            out.append(runner_ + "wandb: Network error (ConnectionError), entering retry loop.")
+            out.append(runner_ + "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): Max retries "
+                                 "exceeded with url: /graphql (Caused by NewConnectionError('<urllib3.connection.HTTPSConnection object at "
+                                 "0x7f3a>: Failed to establish a new connection: [Errno 111] Connection refused'))")
+        score = 0.0 if s >= 35 else 0.5 + 0.2 * rng.random()
+        out.append(runner_ + f"step:{s} - actor/pg_loss:{rng.uniform(-.1, .1)!r} - critic/score/mean:{score!r} - "
+                             f"timing_s/step:{60 + rng.random()!r}")
+    (tmp_path / "train.log").write_text("\n".join(out) + "\n")
+    [run] = analyze([tmp_path / "train.log"]).runs
+    assert "connection_refused" not in run.events["kind"].cast(pl.String).to_list()
+    [incident] = run.incidents
+    assert incident.onset_step == 35 and incident.cause != "inference_server_crash"
+
+
 def test_experiments_side_by_side_in_one_working_folder_each_get_their_own_checkpoints(tmp_path: Path) -> None:
     """Two experiments launched from one folder (a console each, `checkpoints/<project>/<experiment>`
     each): the healthy one was given the other's checkpoint folder (the first found), and its
