@@ -35,6 +35,8 @@ PRIMARY_CANDIDATES = (
     "train/reward",  # TRL's GRPOTrainer: the reward functions' weighted sum (``rewards/<func>/mean`` are its parts)
 )
 PRIMARY_SUFFIXES = ("task_reward/avg", "score/mean", "reward/avg", "reward/mean", "reward")
+#: Series of held-out data (``eval/…``, verl's ``val-core/…``, ``test/…``): never the run's reward.
+_HELD_OUT = re.compile(r"^(?:eval|evaluation|val|validation|test)(?:[-_/]|$)", re.IGNORECASE)
 #: One reward function's mean of several the run's reward sums (TRL's ``rewards/<func>/mean``).
 REWARD_PARTS = r"(?:^|/)rewards/[^/]+/mean$"
 
@@ -165,9 +167,13 @@ def choose_primary(metrics: pl.DataFrame) -> tuple[str | None, str]:
         if key in keys:
             return key, f"{key} is the run's task reward"
     for suffix in PRIMARY_SUFFIXES:
-        # (``reward/mean`` before ``format_reward/mean``: a whole name's end before a word's, then the shortest)
-        found = sorted((k for k in keys if k.endswith(suffix) and not k.startswith("eval")),
-                       key=lambda k: (k != suffix and not k.endswith("/" + suffix), len(k), k))
+        found = [k for k in keys if k.endswith(suffix) and not _HELD_OUT.match(k)]
+        if len(found) > 1:
+            # (``reward/mean`` before ``format_reward/mean``: a whole name's end before a word's; then
+            # the series of most steps, the training one, not one logged every tenth step; the shortest)
+            counts = dict(metrics.filter(pl.col("key").is_in(found) & pl.col("step").is_not_null())
+                          .group_by(pl.col("key").cast(pl.String)).agg(pl.col("step").n_unique()).iter_rows())
+            found.sort(key=lambda k: (k != suffix and not k.endswith("/" + suffix), -counts.get(k, 0), len(k), k))
         if found:
             return found[0], f"no standard task reward key; {found[0]} is the closest reward series"
     return None, "no reward metric in the logs"

@@ -520,6 +520,11 @@ def test_a_custom_loops_reward_is_judged_before_a_reward_named_after_a_word(tmp_
     metrics = pl.DataFrame({"key": ["format_reward/mean", "reward/mean", "rewards/a_reward/mean"], "step": [1, 1, 1],
                             "value": [1.0, 0.5, 0.2]}).with_columns(pl.col("key").cast(pl.Categorical))
     assert choose_primary(metrics)[0] == "reward/mean"
+    # a validation series logged every tenth step is not the run's reward, however short its name
+    rows = [("policy/reward", s) for s in range(1, 101)] + [("val/reward", s) for s in range(10, 101, 10)]
+    rows += [("evaluation/reward", s) for s in range(1, 101)]
+    metrics = pl.DataFrame({"key": [k for k, _ in rows], "step": [s for _, s in rows], "value": [0.5] * len(rows)})
+    assert choose_primary(metrics.with_columns(pl.col("key").cast(pl.Categorical)))[0] == "policy/reward"
 
 
 def test_a_trainers_newest_state_cut_short_is_passed_over_for_the_one_before(tmp_path: Path) -> None:
