@@ -168,11 +168,6 @@ def _caveat(run: RunData, primary: str | None, unread: str | None, stopped: str 
     return unjudged(run.steps.is_empty(), primary) or stopped or (LOGS_UNREAD if data_lost(run.sources) or unread else None)
 
 
-#: What a stall must exceed beyond the run's step time where step times are estimated from a Ray
-#: session's start (they leave out its start-up: loading a model takes minutes, rarely an hour).
-ESTIMATE_SLACK_S = 3600
-
-
 def _stopped_short(run: RunData, events: pl.DataFrame) -> str | None:
     """A run that logged fewer steps than it planned, with a worker's death logged where no time
     places it (a Ray worker's ``.err`` traceback): it may be what stopped the run — no step of
@@ -311,7 +306,7 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     found += crashed
     # A run that logged every step it was launched for has nothing left to stall on; where the
     # steps could not all be read, silence after the last is the copy's end, not the run's.
-    stalled = (stall(run.steps, events, step_durations(run.steps), t, other_logs(run), slack=ESTIMATE_SLACK_S if run.estimated_step_times else 0)
+    stalled = (stall(run.steps, events, step_durations(run.steps), t, other_logs(run))
                if (planned is None or last < planned) and not unread else None)
     ended = ended_by_exception(run.steps, events, planned)
     if stalled and stalled.seen and ended:  # (a server idling on after the trainer raised and died)
@@ -912,10 +907,6 @@ def _step_in_progress(finding: Finding, run: RunData, events: pl.DataFrame) -> s
     # Estimated step times leave out the run's start-up: the step ran at most this long, which can
     # show it was not stuck but never that it was.
     at_most = "at most " if run.estimated_step_times else ""
-    if at_most and finding.kind == "stall":
-        return (f"Step times are estimated from the Ray session's start, which leaves out its start-up: the silence "
-                f"was at most {_duration(ran)}, and more than {_duration(ESTIMATE_SLACK_S)} beyond what its step time allows, "
-                "which no start-up explains.")
     if at_most and ran > 3 * typical:
         return (f"Step {finding.onset_step} had run at most {_duration(ran)} when it failed ({ran / typical:.1f}× the "
                 f"run's median step, {_duration(typical)}), by step times estimated from the Ray session's start: "
@@ -941,9 +932,6 @@ def _went_on(finding: Finding) -> list[Evidence]:
     if row is None or finding.last_step_time is None:
         return []
     after = _duration((row["time"] - finding.last_step_time).total_seconds())
-    if row["key"] is None:  # (a log's last timed line: a Ray session's)
-        return [Evidence("log_line", row["time"], row["step"], row["file"], row["line"],
-                         f"{Path(str(row['file'])).name} logged this {after} after the last step")]
     text = f"{row['key']} = {row['value']:.4g}, logged {after} after the last step"
     return [Evidence("metric", row["time"], row["step"], row["file"], row["line"], text)]
 

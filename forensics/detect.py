@@ -733,18 +733,17 @@ def non_finite(metrics: pl.DataFrame, primary: str | None, t: Thresholds) -> lis
 
 
 def stall(steps: pl.DataFrame, events: pl.DataFrame, durations: pl.DataFrame, t: Thresholds,
-          others: pl.DataFrame | None = None, *, slack: float = 0) -> Finding | None:
+          others: pl.DataFrame | None = None) -> Finding | None:
     """The step log stopped while other logs went on: the silence after the last step is far
-    longer than the run's own step time (and ``slack`` seconds more: step times that may be early),
-    and something was logged in it — a warning or an error, or any timed line of ``others`` (rows
-    of logs that log no step: a server still answering its health checks while the trainer hangs
-    says as much as one timing out; a Ray session's raylet writing its state on).
+    longer than the run's own step time, and something was logged in it — a warning or an error,
+    or any timed line of ``others`` (metric rows of logs that log no step: a server still answering
+    its health checks while the trainer hangs says as much as one timing out).
     """
     if steps.is_empty() or steps["time"].null_count() == steps.height:
         return None
     last = steps.filter(pl.col("time").is_not_null()).sort("step").row(-1, named=True)
     typical = float(durations["seconds"].median()) if not durations.is_empty() else 0.0
-    limit = max(t.stall_factor * typical, t.stall_min_seconds) + slack
+    limit = max(t.stall_factor * typical, t.stall_min_seconds)
     after = events.filter(pl.col("time") > last["time"])
     failures = after.filter(pl.col("severity").is_in(["warning", "error", "fatal"]))
     if failures.height and (after["time"].max() - last["time"]).total_seconds() > limit:

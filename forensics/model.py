@@ -202,10 +202,6 @@ class SourceReport:
     digest: str | None = None
     digest_method: str | None = None
     """``sha256`` of the whole file, or ``sha256-head-tail`` (size, first and last MiB) for big logs."""
-    last_time: datetime | None = None
-    """The time of its last line with a time of its own (``last_line``), where its reader tells it
-    and the file logs no step (a Ray session's): it went on logging until then."""
-    last_line: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -217,7 +213,6 @@ class SourceReport:
             "bytes": self.bytes,
             "digest": self.digest,
             "digest_method": self.digest_method,
-            **({"last_time": iso(self.last_time), "last_line": self.last_line} if self.last_time is not None else {}),
         }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -57,9 +56,7 @@ class Parsed:
 
     @staticmethod
     def from_parts(meta: dict[str, Any], frames: dict[str, pl.DataFrame]) -> Parsed:
-        reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"]),
-                                        "last_time": datetime.fromisoformat(r["last_time"]) if r.get("last_time") else None})
-                        for r in meta["reports"])
+        reports = tuple(SourceReport(**{**r, "notes": tuple(r["notes"])}) for r in meta["reports"])
         return Parsed(meta["source"], frames["steps"], frames["metrics"], frames["events"], meta["lines"],
                       meta["unparsed_lines"], tuple(meta["notes"]), dict(meta["facts"]), reports, frames["superseded"],
                       None if meta.get("restart_lines") is None else tuple(meta["restart_lines"]), meta.get("reading", ""))

@@ -98,9 +98,7 @@ def _console(path: Path, _: str | None, __: CustomFormat | None) -> Parsed:
 
 def _ray(path: Path, _: str | None, __: CustomFormat | None) -> Parsed:
     session = read_ray_session(path)
-    reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes,
-                                 last_time=r.last_dated[1] if r.last_dated else None, last_line=r.last_dated[0] if r.last_dated else None)
-                    for r in session.sources)
+    reports = tuple(SourceReport(r.path, r.kind, r.lines, r.unparsed_lines, r.notes) for r in session.sources)
     facts = {"ray_session_started": session.started.isoformat()} if session.started else {}
     return Parsed("ray", empty(STEP_SCHEMA), empty(METRIC_SCHEMA), conform(session.events, EVENT_SCHEMA),
                   sum(r.lines for r in reports), sum(r.unparsed_lines for r in reports), session.notes, facts, reports)

@@ -486,20 +486,13 @@ def _read_through(
 
 
 def other_logs(run: RunData) -> pl.DataFrame:
-    """The timed metric rows of logs that log no step (a server's), and the last timed line of
-    those whose reader tells it (a Ray session's files: ``key`` null): what went on while the steps
+    """The timed metric rows of logs that log no step (a server's): what went on while the steps
     stopped. Copies of the run's numbers are the trainer's own, not other logs."""
     stepped = run.step_copies["file"].cast(pl.String).unique().to_list()
     # (Categorical columns compared with their names as they are: no string copy of millions of rows.)
-    rows = run.metrics.filter(
+    return run.metrics.filter(
         pl.col("time").is_not_null() & ~pl.col("source").is_in(list(COPY_SOURCES)) & ~pl.col("file").is_in(stepped)
     ).select("time", "step", "file", "line", "key", "value")
-    lasts = [(s.last_time, s.path, s.last_line) for s in run.sources if s.last_time is not None and s.path not in stepped]
-    if not lasts:
-        return rows
-    last = pl.DataFrame(lasts, schema={"time": pl.Datetime("ms"), "file": pl.String, "line": pl.Int64}, orient="row")
-    return pl.concat([rows, last.select("time", pl.lit(None, pl.Int64).alias("step"), pl.col("file").cast(pl.Categorical), "line",
-                                        pl.lit(None, pl.Categorical).alias("key"), pl.lit(None, pl.Float64).alias("value"))])
 
 
 def _in_log_units(frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], list[str], dict[str, StepUnits]]:

@@ -125,8 +125,6 @@ class RaySource(NamedTuple):
     lines: int
     unparsed_lines: int
     notes: tuple[str, ...]
-    last_dated: tuple[int, datetime] | None = None
-    """Its last line with a time of its own, and that time."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +138,6 @@ class RayLog:
     unparsed_lines: int
     markers: pl.DataFrame
     notes: tuple[str, ...] = ()
-    last_dated: tuple[int, datetime] | None = None
-    """The file's last line with a time of its own, and that time: how long the session went on."""
 
 
 @dataclass(frozen=True)
@@ -261,8 +257,6 @@ _STATS = [
     .alias("unparsed"),
     (pl.col("stream") != "").sum().alias("prefixed"),
     pl.col("text").filter(pl.col("header")).first().str.head(64).alias("first_dated"),
-    pl.col("line").filter(pl.col("header")).last().alias("last_dated_line"),
-    pl.col("text").filter(pl.col("header")).last().str.head(64).alias("last_dated"),
 ]
 
 
@@ -496,17 +490,7 @@ def assemble_events(
         unparsed_lines=unparsed,
         markers=parts["markers"],
         notes=tuple(notes),
-        last_dated=_last_dated(parts["stats"], fmt, year, since),
     )
-
-
-def _last_dated(stats: pl.DataFrame, fmt: LogFormat, year: int | None, since: datetime | None) -> tuple[int, datetime] | None:
-    """A file's last line with a time of its own, and that time, from its batches' stats."""
-    last = stats.filter(pl.col("last_dated_line").is_not_null()).tail(1)
-    if last.is_empty():
-        return None
-    time = _parsed_head(last.select(pl.col("last_dated").alias("text")), fmt, year, since)["time"][0]
-    return (int(last["last_dated_line"][0]), time) if time is not None else None
 
 
 def _tally(stats: pl.DataFrame, kind: str, year: int | None) -> tuple[int, int, list[str], int | None]:
@@ -882,7 +866,7 @@ def read_ray_session(session_dir: Path) -> RaySession:
     )
     events = events.sort("time", "file", "line", nulls_last=True).select(*RAY_EVENT_SCHEMA)
     events = pl.concat([events, _last_words(events, workers)]).sort("time", "file", "line", nulls_last=True)
-    sources = [RaySource(log.path, log.kind, log.lines, log.unparsed_lines, log.notes, log.last_dated) for log in [*texts, *json_logs]]
+    sources = [RaySource(log.path, log.kind, log.lines, log.unparsed_lines, log.notes) for log in [*texts, *json_logs]]
     notes = []
     if any(not log.events.is_empty() for log in json_logs):
         notes.append(f"events/ and export_events/ times are epoch seconds shown as local time, UTC{_signed(offset)} ({how})")
@@ -972,9 +956,8 @@ def _small_group(blocks: dict[int, bytes], files: dict[int, tuple[Path, str]], f
         "file", as_dict=True, include_key=False
     ).items():
         path, kind = files[i]
-        total, unparsed, notes, dated_in = _tally(own, kind, year)
-        found[i] = RayLog(str(path), kind, events.get(i, no_events), total, unparsed, markers.get((i,), no_markers), tuple(notes),
-                          _last_dated(own, fmt, dated_in, since))
+        total, unparsed, notes, _ = _tally(own, kind, year)
+        found[i] = RayLog(str(path), kind, events.get(i, no_events), total, unparsed, markers.get((i,), no_markers), tuple(notes))
     return found
 
 

@@ -855,37 +855,3 @@ def test_saves_a_rotation_deleted_before_the_onset_are_told_with_their_lines(tmp
     [said] = [w for w in rec["warnings"] if "no longer on disk" in w]
     line = int(said.split("train.log:")[1].split(":")[0])
     assert read_line(paths.train_log, line).rstrip().endswith("global_step_40")
-
-
-def test_a_verl_run_hung_while_its_ray_session_logged_on_is_a_stall(tmp_path: Path) -> None:
-    """Launched for 100 steps, the console stops after step 40 with no error, and the Ray
-    session's raylet writes its state on for hours: a stall after step 40, cited at raylet.out's
-    last line (step times estimated from the session's start leave out its start-up: an hour is
-    allowed for it). The same session ending as the steps do is no stall."""
-    from datetime import timedelta
-
-    from verl_builder import VerlRunSpec, write_verl_run
-
-    def run_with_raylet_until(root: Path, minutes: int) -> Path:
-        spec = VerlRunSpec(steps=100, save_freq=10, ray_session=True, fail_at=41, file_logger=False)
-        paths = write_verl_run(root, spec)
-        lines = paths.train_log.read_text().splitlines()
-        at = next(k for k, line in enumerate(lines) if "WorkerDict init" in line)
-        lines.insert(at, "\x1b[36m(TaskRunner pid=32604)\x1b[0m Total training steps: 100")
-        paths.train_log.write_text("\n".join(lines) + "\n")
-        assert paths.session is not None
-        raylet = paths.session / "logs" / "raylet.out"
-        dumps = [spec.start + timedelta(minutes=45 + 5 * k) for k in range(0, max(minutes - 45, 0) // 5 + 1)]
-        raylet.write_text(raylet.read_text() + "".join(
-            f"[{w:%Y-%m-%d %H:%M:%S},{w.microsecond // 1000:03d} I 32525 32525] (raylet) node_manager.cc:525: [state-dump] NodeManager:\n"
-            for w in dumps))
-        return raylet
-
-    raylet = run_with_raylet_until(tmp_path / "hung", 240)
-    [run] = analyze([tmp_path / "hung"]).runs
-    [stall] = run.incidents
-    assert (stall.kind, stall.onset_step) == ("stall", 41)
-    [cited] = stall.evidence
-    assert (Path(cited.file), cited.line) == (raylet, len(raylet.read_text().splitlines()))
-    run_with_raylet_until(tmp_path / "killed", 45)
-    assert analyze([tmp_path / "killed"]).runs[0].incidents == []
