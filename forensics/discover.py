@@ -566,13 +566,16 @@ def _newest_trainer_state(sources: list[LogSource]) -> tuple[list[LogSource], li
 
 
 def _ends_whole(state: Path) -> bool:
-    """Whether a ``trainer_state.json`` ends as a JSON object does (its last bytes read, not all of it)."""
+    """Whether a ``trainer_state.json`` ends as the Trainer writes one (``json.dumps(indent=2)``: its
+    object closed at the line's start; one written on one line closed at all), its last bytes read:
+    one cut inside a nested object ends in an indented ``}``."""
     try:
         with open(state, "rb") as fh:
             fh.seek(max(fh.seek(0, os.SEEK_END) - 64, 0))
-            return fh.read().rstrip().endswith(b"}")
+            tail = fh.read().rstrip()
     except OSError:
         return False
+    return tail.endswith(b"\n}") or (b"\n" not in tail and tail.endswith(b"}"))
 
 
 def _names(folder: str) -> list[str]:

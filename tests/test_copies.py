@@ -535,11 +535,13 @@ def test_a_trainers_newest_state_cut_short_is_passed_over_for_the_one_before(tmp
     history = [{"step": s, "loss": 0.01, "reward": 0.0 if s >= 120 else 0.3 + s % 9 / 40} for s in range(10, 201, 10)]
     _trainer_checkpoints(out, (50, 100, 150, 200), history, max_steps=200)
     newest = out / "checkpoint-200" / "trainer_state.json"
-    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-    [run] = analyze([out]).runs
-    assert [i.onset_step for i in run.incidents] == [120] and run.recommendation.step == 100
-    assert any(line.startswith("trainer_state.json: cut off (no whole JSON document): checkpoint-150's is read")
-               for line in run.data_lost())
+    whole = newest.read_bytes()
+    for cut in (whole[: len(whole) // 2], whole[: whole.rindex(b"}", 0, len(whole) - 3) + 1]):  # (the second ends in a nested "}")
+        newest.write_bytes(cut)
+        [run] = analyze([out]).runs
+        assert [i.onset_step for i in run.incidents] == [120] and run.recommendation.step == 100
+        assert any(line.startswith("trainer_state.json: cut off (no whole JSON document): checkpoint-150's is read")
+                   for line in run.data_lost())
 
 
 def test_a_trainers_windowed_mean_already_down_before_the_zeros_bounds_the_collapse_before_it(tmp_path: Path) -> None:
