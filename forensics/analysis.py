@@ -49,6 +49,7 @@ from forensics.detect import (
     series,
     servers_down,
     stall,
+    stopped_by_hand,
     warm_up,
 )
 from forensics.discover import PathArg, RunLocation, as_paths, find_runs
@@ -309,8 +310,8 @@ def _findings(run: RunData, primary: str | None, values: pl.DataFrame | None, al
     stalled = (stall(run.steps, events, step_durations(run.steps), t, other_logs(run))
                if (planned is None or last < planned) and not unread else None)
     ended = ended_by_exception(run.steps, events, planned)
-    if stalled and stalled.seen and ended:  # (a server idling on after the trainer raised and died)
-        stalled = None
+    if stalled and ((stalled.seen and ended) or stopped_by_hand(run.steps, events)):
+        stalled = None  # (a server idling on after the trainer raised and died, or after a Ctrl-C stopped it)
     if stalled and not any(c.onset_step == stalled.onset_step for c in crashed):
         found.append(stalled)
     # (an attempt a relaunch abandoned died at a later step number than the run's own end: another death)

@@ -1016,6 +1016,15 @@ def ended_by_exception(steps: pl.DataFrame, events: pl.DataFrame, planned: int |
                    raised=(first["file"], first["line"]) if beside else None)
 
 
+def stopped_by_hand(steps: pl.DataFrame, events: pl.DataFrame) -> bool:
+    """Whether the run's last act was a Ctrl-C (a ``KeyboardInterrupt`` traceback of its own after
+    the step it logged last): whoever pressed it stopped the run, and the silence after is no stall."""
+    if steps.is_empty():
+        return False
+    raised = events.filter(RUN_TRACEBACK & _after(_logged_last(steps)))
+    return raised.height > 0 and raised.select(CTRL_C.any()).item()
+
+
 def abandoned_by_exception(steps: pl.DataFrame, events: pl.DataFrame, gaps: pl.DataFrame) -> list[Finding]:
     """Attempts whose last act was the trainer's own uncaught exception, a relaunch then going back
     to an earlier step (``gaps``: :func:`forensics.align.relaunch_gaps`): a crash in the step each

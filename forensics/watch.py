@@ -558,6 +558,8 @@ class _Follower:
         """The first traceback of the run's own after its newest step, and whether it was a Ctrl-C."""
         self._finished = False
         self._planned: int | None = None
+        self._stopped_by_hand = False
+        """A Ctrl-C's traceback after the last step: the silence after it is no stall."""
         """The run logged every step it was launched for: a traceback after it is its teardown."""
         self._fed = pl.DataFrame(schema={"step": pl.Int64, "time": pl.Datetime("ms")})
         """The timed steps fed, by number and time stamp."""
@@ -713,6 +715,9 @@ class _Follower:
 
     def _on_step(self, row: _Step) -> list[_Trigger]:
         fired = self._tick(row.time) if row.time else []
+        if self._stopped_by_hand and self._raised is not None and (row.time is None or self._raised[0].time is None
+                                                                   or row.time > self._raised[0].time):
+            self._stopped_by_hand = False  # (a step after the Ctrl-C, not one held back from before it: relaunched)
         if row.time is not None and row.written is not None and row.time < row.written:
             # Its log's clock was set back: the clock goes back with it (the steps after stamped
             # earlier are no silence)
@@ -961,6 +966,7 @@ class _Follower:
             return fired + self._crash(row, evidence)
         if row["own"] and self._steps_seen and self._raised is None and not self._finished:
             self._raised = (evidence, row["ctrl_c"])
+            self._stopped_by_hand = bool(row["ctrl_c"])
         if when is not None and kind in _REFUSALS | _TIMEOUTS:
             fired += self._burst(kind, when, row, evidence)
         return fired
@@ -1062,7 +1068,7 @@ class _Follower:
                 fired += self._uncaught(self._raised[0].time + timedelta(seconds=wait))
         # (A run that logged every step it was launched for has nothing left to stall on.)
         if (self._last_step_time is not None and len(self._durations) >= 3 and "stall" not in self._latched and not self._finished
-                and not self._dormant):
+                and not self._dormant and not self._stopped_by_hand):
             typical = statistics.median(self._durations)
             limit = max(self.t.stall_factor * typical, self.t.stall_min_seconds)
             alive, last = self._latest_step()

@@ -100,6 +100,38 @@ def test_a_sparse_tasks_dead_first_steps_raise_no_alarm(tmp_path: Path) -> None:
     assert result.alarms == [] and result.offline_onsets == []
 
 
+_STOPPED = ('Traceback (most recent call last):\n  File "/AReaL/examples/math/gsm8k_grpo.py", line 210, in <module>\n'
+            "    main(sys.argv[1:])\nKeyboardInterrupt")
+
+
+def test_a_run_stopped_by_ctrl_c_while_its_server_answers_on_is_no_stall(tmp_path: Path) -> None:
+    """The user pressed Ctrl-C after step 60 of a long run; the SGLang server, launched on its own,
+    goes on answering its health probes for three hours. Whoever pressed it stopped the run: no
+    stall offline, in a replay, nor live once the silence is long."""
+    import random
+
+    import build
+    from areal_builder import LogLine, RunSpec, healthy_reward, write_run
+    from build import COLLAPSE_SERVER, Client, builder_timeline, finish_server_log
+
+    server = COLLAPSE_SERVER
+    spec = RunSpec(last_step=60, reward=healthy_reward, seed=12, save_freq_steps=10, server_addr=f"{server.host}:{server.port}",
+                   max_concurrent_rollouts=32, mem_fraction_static=server.mem_fraction_static)
+    timeline = builder_timeline(spec)
+    end = max(timeline.headers.values())
+    trainer = Client(server.host, f"{spec.seed}:trainer")
+    lines = build._started(spec, server, timeline, trainer) + build._bursts(spec, server, timeline, trainer, random.Random(1))
+    lines += [*build._probes(spec, server, timeline, end + timedelta(hours=3)), LogLine(end + timedelta(seconds=70), _STOPPED)]
+    paths = write_run(tmp_path / "outputs", replace(spec, extra_lines=tuple(lines)))
+    finish_server_log(paths, server, None)
+    assert analyze(paths.fileroot).runs[0].incidents == []
+    [result] = replay([paths.fileroot])
+    assert result.alarms == []
+    now = [time.time() + 4 * 3600]
+    watcher = Watcher(paths.fileroot, state_dir=tmp_path / "state", clock=lambda: now[0])
+    assert watcher.poll() + watcher.poll() == []
+
+
 def test_a_finished_runs_teardown_raises_no_alarm(tmp_path: Path) -> None:
     """The run logged every step it was launched for (60 of 60) and said ``Training completes!``;
     the launcher then stopped the server under clients still calling it. ``analyze`` finds no
