@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from collections.abc import Iterable, Iterator, Sequence
@@ -452,13 +453,32 @@ def _earlier_runs(checkpoints: list[Checkpoint], run: RunData) -> tuple[list[Che
     if timed.is_empty() or not _saves_dated(checkpoints, run):
         return checkpoints, frozenset()
     first = timed.sort("time", "step").row(0, named=True)
-    earlier = [c for c in checkpoints if c.time is not None and c.step > first["step"] and c.time < first["time"] - _BEFORE_THE_RUN]
+    behind = _files_behind(run)
+    earlier = [c for c in checkpoints
+               if c.time is not None and c.step > first["step"] and c.time + behind < first["time"] - _BEFORE_THE_RUN]
     said = (f"before the run logged its first step ({first['step']}, at {first['time']:%Y-%m-%d %H:%M:%S}, "
             f"{Path(first['file']).name}:{first['line']}), yet of a later step: an earlier run's save left in the folder (its "
             "experiment and trial names reused), not this run's")
     paths = frozenset(c.path for c in earlier)
     return [replace(c, problems=(*c.problems, f"dated {c.time:%Y-%m-%d %H:%M:%S}, {said}")) if c.path in paths else c
             for c in checkpoints], paths
+
+
+def _files_behind(run: RunData) -> timedelta:
+    """How far this machine's reading of file times lags the logs' clock: a step log last written
+    before its own last step was logged can only be one whose times are of a zone ahead of this
+    machine's (a cluster in UTC, the tree copied with its times to a workstation in New York).
+    Checkpoints' file times lag as much; zero where nothing says so."""
+    lag = timedelta(0)
+    for (file,), steps in run.step_copies.drop_nulls("time").group_by("file"):
+        try:
+            written = datetime.fromtimestamp(os.stat(str(file)).st_mtime)
+        except OSError:
+            continue
+        last = steps["time"].max()
+        if last is not None and written < last - _BEFORE_THE_RUN:  # type: ignore[operator]
+            lag = max(lag, last - written)  # type: ignore[operator]
+    return lag
 
 
 #: How long after the logs' last line a checkpoint's files may still be written (a final save).

@@ -533,6 +533,36 @@ def test_an_earlier_runs_checkpoints_under_the_same_trial_name_are_not_this_runs
     assert "before the run logged its first step (1, at 2025-11-10 09:00:00, trainer.log:" in left[0]
 
 
+def test_checkpoints_read_in_a_zone_behind_the_logs_are_this_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs and file times written on a cluster in UTC, the tree copied with its times (``rsync -a``)
+    and read in New York: the files' times read five hours behind the logs', which the step log's
+    own time (written before its last line was logged, as read here) shows. The run's saves are
+    its own, the newest chosen, not "an earlier run's"; an earlier run's days before still are."""
+    import time
+    from datetime import datetime
+
+    from areal_builder import RunSpec, write_run
+
+    from forensics import analyze
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        root = tmp_path / "outputs"
+        old = write_run(root, RunSpec(last_step=120, save_freq_steps=35, start=datetime(2025, 11, 5, 9, 0), seed=7))
+        shutil.rmtree(old.log_dir)
+        write_run(root, RunSpec(last_step=45, save_freq_steps=10, start=datetime(2025, 11, 10, 9, 0), finished=True,
+                                steps_per_epoch=45, total_epochs=1))
+        monkeypatch.setenv("TZ", "America/New_York")
+        time.tzset()
+        rec = analyze([root]).runs[0].recommendation
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert rec.step == 40
+    assert len([w for w in rec.warnings if "an earlier run's save left in the folder" in w]) == 3
+
+
 def test_checkpoints_dated_after_every_log_line_tell_nothing_of_which_attempt_saved_them(tmp_path: Path) -> None:
     """A relaunch from step 30 abandoned an attempt that had collapsed at 35 and saved an export at
     45. Dated as saved, that export is passed over; in a copy (``cp -r``: every file dated when
