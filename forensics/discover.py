@@ -25,7 +25,7 @@ from parsers.ray import find_ray_sessions
 from parsers.schema import COMPRESSED, COMPRESSIONS, ROTATED
 from parsers.tensorboard import HPARAMS_FOLDER
 from parsers.trl_checkpoints import is_trl_checkpoint_root
-from parsers.verl import looks_like_ray_console, looks_like_verl_log
+from parsers.verl import first_fact, looks_like_ray_console, looks_like_verl_log
 from parsers.verl_checkpoints import find_verl_checkpoint_roots
 from parsers.wandb_run import RUN_DIR, find_wandb_runs, wandb_run_head
 
@@ -254,7 +254,12 @@ def _logs_of_runs_side_by_side(sources: list[LogSource]) -> bool:
         return False
     if len({s.path.parent for s in logs}) != 1 or not _several_runs(logs):
         return False
-    return all(any(_from_the_first_step(s.path) for s in log) for log in _by_log(logs).values())
+    by_log = _by_log(logs)
+    # (a verl console names its experiment: two names are two runs, one dead before its first step too)
+    named = {first_fact(log[0].path, "experiment_name") for log in by_log.values() if log[0].kind == "verl_log"}
+    if len(named - {None}) > 1:
+        return True
+    return all(any(_from_the_first_step(s.path) for s in log) for log in by_log.values())
 
 
 #: Copies that name the experiment they are of (a W&B run's name, TensorBoard's folder: verl's

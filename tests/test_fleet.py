@@ -644,3 +644,15 @@ def test_a_folder_of_runs_logs_side_by_side_is_those_runs_as_their_logs_by_name_
     as_folder = [sorted(s.path.name for s in r.logs) for r in find_runs([restarted])]
     assert as_folder == [sorted(s.path.name for s in r.logs) for r in find_runs(sorted(restarted.iterdir()))]
     assert as_folder == [["first_attempt.log", "resumed.log"]]
+    # Two verl experiments' consoles, one dead before its first step: two runs by their names.
+    from verl_builder import VerlRunSpec, write_verl_run
+
+    consoles = tmp_path / "consoles"
+    consoles.mkdir()
+    for name, steps in (("baseline", 20), ("lr_fix", 20)):
+        log = write_verl_run(tmp_path / name, VerlRunSpec(steps=steps, file_logger=False, experiment=name)).train_log
+        text = log.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(text) if "step:1 " in line)
+        (consoles / f"{name}.log").write_text("".join(text if name == "baseline" else text[:first]))
+    for given in ([consoles], sorted(consoles.iterdir())):
+        assert sorted(r.run_id for r in find_runs(given)) == ["consoles/baseline.log", "consoles/lr_fix.log"]
