@@ -37,7 +37,7 @@ from typing import Any
 import polars as pl
 
 from parsers._formats import EventPattern, FormatDefinitionError, load_format
-from parsers._lines import ANSI, collect_lines, sniff
+from parsers._lines import ANSI, collect_lines, lines_at, sniff
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA, abandoned, conform, step_number
 
 __all__ = [
@@ -255,7 +255,7 @@ def _assemble(path: str, parts: dict[str, pl.DataFrame], fmt: CustomFormat) -> C
     gone = copies.filter("abandoned").explode("line")["line"].implode()
     metrics = values.filter(~pl.col("anchor").is_in(gone)).unique(["step", "key"], keep="last", maintain_order=True)
     superseded = values.filter(pl.col("anchor").is_in(gone)).with_columns(pl.col("anchor").alias("line"))
-    events, event_lines = _events(parts["marked"], steps, fmt)
+    events, event_lines = _events(parts["marked"], steps, fmt, path)
     counts = parts["count"].sum().row(0, named=True)  # one row per chunk on the chunked path
     matched = pl.concat([rows["line"], event_lines]).n_unique()
     file = pl.lit(path).alias("file")
@@ -338,7 +338,7 @@ def _in_progress(steps: pl.DataFrame) -> int:
     return int(steps.sort("line")["step"][-1]) + 1 if not steps.is_empty() else 0
 
 
-def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tuple[pl.DataFrame, pl.Series]:
+def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat, path: str) -> tuple[pl.DataFrame, pl.Series]:
     """Event lines (first matching pattern wins) and uncaught tracebacks, with their step."""
     tb = load_format("custom_loop")
     kind: Any = pl.lit(None, dtype=pl.String)
@@ -368,13 +368,47 @@ def _events(marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> tup
     events = events.join_asof(lines, left_on="line", right_on="step_line", strategy=strategy)
     if fmt.step_line_at == "end" and not steps.is_empty():
         # Where the next step line goes back (a relaunch appending to the log), the event is the
-        # dying attempt's, in the step it had begun: not the relaunch's first.
-        above = lines.select(pl.col("step_line").alias("above_line"), pl.col("step").alias("above"))
+        # dying attempt's, in the step it had begun — unless the relaunch had begun before it.
+        above = steps.select(pl.col("line").alias("above_line"), pl.col("step").alias("above"), pl.col("time").alias("above_time"))
+        below = steps.select(pl.col("line").alias("below_line"), pl.col("time").alias("below_time"))
         events = (events.join_asof(above, left_on="line", right_on="above_line", strategy="backward")
-                  .with_columns(pl.when(pl.col("step") < pl.col("above")).then(pl.col("above") + 1).otherwise("step")
-                                .fill_null(_in_progress(steps)).alias("step"))
-                  .drop("above_line", "above"))
+                  .join_asof(below, left_on="line", right_on="below_line", strategy="forward"))
+        begun = _relaunch_begun(path, events.filter(pl.col("step") < pl.col("above")), fmt)
+        dying = (pl.col("step") < pl.col("above")) & ~pl.col("line").is_in(begun)
+        events = (events.with_columns(pl.when(dying).then(pl.col("above") + 1).otherwise("step").fill_null(_in_progress(steps)).alias("step"))
+                  .drop("above_line", "above", "above_time", "below_line", "below_time"))
     return _dated(events, marked, steps, fmt), used
+
+
+#: How many lines above an event between two attempts are read for a sign the relaunch had begun.
+_RELAUNCH_LOOK_BACK = 200
+
+
+def _relaunch_begun(path: str, between: pl.DataFrame, fmt: CustomFormat) -> list[int]:
+    """Of the events ``between`` a dying attempt's last step line and a relaunch's first, those
+    after a line of the relaunch's own: a line above them (up to :data:`_RELAUNCH_LOOK_BACK`) whose
+    time is nearer the relaunch's first step than the attempt's last (``resuming from …``, then the
+    relaunch's handled error). Read back from the file: such events are few."""
+    leads = [(lead, p.time_format) for p in fmt.patterns if p.time_format and (lead := _leading_time(p.regex))]
+    rows = between.filter(pl.col("above_time").is_not_null() & pl.col("below_time").is_not_null())
+    if not leads or rows.is_empty() or not Path(path).is_file():
+        return []
+    spans = [(r["line"], range(max(r["above_line"] + 1, r["line"] - _RELAUNCH_LOOK_BACK), r["line"])) for r in rows.iter_rows(named=True)]
+    try:
+        texts = lines_at(path, pl.Series(sorted({n for _, span in spans for n in span}), dtype=pl.Int64))
+    except OSError:
+        return []
+    when: Any = pl.lit(None, dtype=pl.Datetime("ms"))
+    for lead, time_format in leads:
+        read = pl.col("text").str.extract_groups(lead).struct.field("time").str.strptime(pl.Datetime("ms"), time_format, strict=False)
+        when = pl.coalesce(when, read)
+    timed = texts.select("line", when.alias("time")).drop_nulls("time")
+    begun = []
+    for line, above_time, below_time in rows.select("line", "above_time", "below_time").iter_rows():
+        own = timed.filter(pl.col("line").is_between(max(line - _RELAUNCH_LOOK_BACK, 0), line - 1))["time"]
+        if any(t - above_time > below_time - t for t in own):
+            begun.append(line)
+    return begun
 
 
 def _dated(events: pl.DataFrame, marked: pl.DataFrame, steps: pl.DataFrame, fmt: CustomFormat) -> pl.DataFrame:

@@ -383,3 +383,33 @@ def test_a_loops_crash_before_a_relaunch_into_its_log_is_the_abandoned_attempts(
     assert (crash.kind, crash.onset_step, crash.cause) == ("crash", 58, "training_worker_crash")
     assert "in an attempt the run abandoned: a relaunch from step 40 took the run on from step 41" in crash.summary
     assert [(e.kind, e.line) for e in crash.evidence][:1] == [("cuda_oom", 59)]
+
+
+def test_a_relaunchs_handled_error_while_resuming_is_the_relaunchs(tmp_path: Path) -> None:
+    """Killed without a word during step 58, the loop was relaunched by hand from step 40 into its
+    log; resuming, the relaunch logged an error and its traceback (a handled one) and trained on.
+    That traceback is the relaunch's, in its first step, not the dead attempt's uncaught crash."""
+    import random
+    from datetime import datetime, timedelta
+
+    rng, at, lines = random.Random(4), datetime(2025, 6, 1, 14, 0), []
+
+    def step(s: int) -> None:
+        nonlocal at
+        at += timedelta(seconds=150 + rng.uniform(-10, 10))
+        lines.append(f"{at:%Y-%m-%d %H:%M:%S} | step {s} | reward={0.3 + s / 400 + rng.uniform(-.05, .05):.4f} "
+                     f"reward_std=0.3000 loss={rng.uniform(-.02, .02):.4f} grad_norm={rng.uniform(.2, .9):.2f}")
+    for s in range(1, 58):
+        step(s)
+    at += timedelta(minutes=15)
+    lines += [f"{at:%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40",
+              f"{at + timedelta(seconds=5):%Y-%m-%d %H:%M:%S} ERROR could not load optimizer state, starting a fresh optimizer",
+              "Traceback (most recent call last):", '  File "train.py", line 80, in load', "    opt.load_state_dict(state)",
+              "ValueError: loaded state dict contains a parameter group that doesn't match the size of optimizer's group"]
+    for s in range(41, 121):
+        step(s)
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    [run] = analyze([tmp_path], custom_format=FORMAT).runs
+    raised = run.events.filter(pl.col("message").str.contains("Traceback", literal=True))
+    assert raised["step"].to_list() == [41]
+    assert not [i for i in run.incidents if i.kind == "crash" and "ValueError" in i.summary]
