@@ -694,6 +694,8 @@ def _checkpoint_dirs(paths: list[Path], log_format: Path | None) -> list[Path]:
     return [run.checkpoint_dir for run in locate(paths, custom_format=log_format) if run.checkpoint_dir]
 
 
+#: The files ``--out`` holds: a report, a comparison, a fleet's index.
+_REPORT_FILES = frozenset({"report.html", "compare.html", "index.html", "index.parquet", "incidents.parquet"})
 #: Outputs that are one file each (``--out`` and ``--report-dir`` are folders).
 _FILE_OPTIONS = ("json", "markdown", "output")
 
@@ -707,6 +709,9 @@ def _refuse_inside(paths: list[Path], **outputs: str | Path | None) -> None:
     for (one, a), (other, b) in itertools.combinations(given.items(), 2):
         if a == b:  # (one would be written over the other, or fail as a folder after the whole analysis)
             raise UnusableInput(f"--{one.replace('_', '-')} and --{other.replace('_', '-')} are both {outputs[one]}; give each its own")
+    for option, target in given.items():
+        if option in _FILE_OPTIONS and "out" in given and target.parent == given["out"] and target.name in _REPORT_FILES:
+            raise UnusableInput(f"--{option} {outputs[option]} is the {target.name} --out writes; give it another name")
     for option, target in outputs.items():
         if target is None or str(target) == "-":
             continue

@@ -987,9 +987,10 @@ def test_two_outputs_given_one_path_are_refused_before_the_analysis(tmp_path: Pa
     as a folder after the whole analysis: both are refused up front, nothing written; a JSON file
     inside the report folder is fine."""
     run = FIXTURES / "areal_seed000" / "outputs"
-    for options in (["--json", "r.json", "--markdown", "r.json", "--no-html"], ["--json", "rep", "--out", "rep"]):
+    for options in (["--json", "r.json", "--markdown", "r.json", "--no-html"], ["--json", "rep", "--out", "rep"],
+                    ["--json", "rep/report.html", "--out", "rep"]):
         done = invoke("analyze", str(run), *[str(tmp_path / o) if not o.startswith("--") else o for o in options])
-        assert done.exit_code == 2 and "give each its own" in done.stderr, done.output
+        assert done.exit_code == 2 and ("give each its own" in done.stderr or "is the report.html --out writes" in done.stderr), done.output
     assert list(tmp_path.iterdir()) == []
     done = invoke("analyze", str(run), "--json", str(tmp_path / "rep" / "a.json"), "--out", str(tmp_path / "rep"), "--no-cache")
     assert done.exit_code == 0 and sorted(p.name for p in (tmp_path / "rep").iterdir()) == ["a.json", "report.html"]
