@@ -272,7 +272,7 @@ def analyze(
         return result
 
     result = _guard(debug, work)
-    if isinstance(result, FleetResult) and result.failed:
+    if isinstance(result, FleetResult) and (result.failed or result.read_nothing):
         raise typer.Exit(EXIT_BUG if any(not r.unusable for r in result.failed) else EXIT_BAD_INPUT)
     if fail_on_incident and result.has_incident:
         raise typer.Exit(EXIT_INCIDENT)
@@ -312,6 +312,8 @@ def _fleet(paths: list[Path], *, out: Path | None, json_out: str | None, markdow
     for r in result.failed:
         reason = r.error if r.unusable else f"internal error ({r.error}); rerun with --debug"
         typer.echo(_visible(f"grpo-forensics: {r.run_id}: {reason}"), err=True)
+    for run_id, why in result.read_nothing:  # (unusable input, as for one run alone: exit 2)
+        typer.echo(_visible(f"grpo-forensics: {run_id}: {why}"), err=True)
         if debug and r.detail:
             typer.echo(r.detail, err=True)
     return result

@@ -54,7 +54,7 @@ from forensics.discover import (
 )
 from forensics.errors import ForensicsError, UnusableInput
 from forensics.keys import ANALYSIS_KEYS
-from forensics.model import SCHEMA, TOOL_VERSION, Analysis, RunAnalysis
+from forensics.model import SCHEMA, TOOL_VERSION, Analysis, RunAnalysis, SourceReport, nothing_read
 from forensics.run import load_online_wandb, load_run, parse_source
 from parsers._walk import files_under
 from parsers.custom import CustomFormat
@@ -128,6 +128,16 @@ class FleetResult:
     @property
     def failed(self) -> list[FleetRun]:
         return [r for r in self.runs if r.error is not None]
+
+    @property
+    def read_nothing(self) -> list[tuple[str, str]]:
+        """``(run_id, why)`` of each run analyzed though none of its sources gave a line or a record."""
+        found = []
+        for r in self.runs:
+            sources = [SourceReport(s["path"], s["kind"], s["lines"], s["unparsed_lines"], tuple(s["notes"])) for s in r.run["sources"]] if r.run else []
+            if r.run and (why := nothing_read(sources)):
+                found.append((r.run_id, why))
+        return found
 
     @property
     def has_incident(self) -> bool:

@@ -980,6 +980,12 @@ def test_a_copy_with_nothing_readable_in_it_is_unusable_input(tmp_path: Path, co
         done = invoke(*command, str(folder))
         assert done.exit_code == 2 and "nothing readable in it" in done.stderr and said in done.stderr, done.output
         assert "Traceback" not in done.output
+    # beside a run that was read (a fleet of two), the same: said, exit 2 once the other is done
+    from areal_builder import RunSpec, write_run
+
+    good = write_run(tmp_path / "good" / "outputs", RunSpec(last_step=20)).fileroot
+    done = invoke(*command, str(good), str(tmp_path / "a"), *(["--out", str(tmp_path / "fleet")] if command[0] == "analyze" else []))
+    assert done.exit_code == 2 and "nothing readable in it" in done.stderr, done.output
 
 
 def test_two_outputs_given_one_path_are_refused_before_the_analysis(tmp_path: Path) -> None:
