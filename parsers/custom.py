@@ -139,13 +139,23 @@ def read_custom_log(path: Path, fmt: CustomFormat | None = None) -> CustomLog:
 #: strftime directives that give a year (``%D`` is ``%m/%d/%y``, ``%F`` ``%Y-%m-%d``), and a day.
 _YEAR = ("%Y", "%y", "%G", "%D", "%F", "%c", "%s", "%+")
 _DAY = (*_YEAR, "%d", "%e", "%j", "%b", "%B", "%h", "%m")
+#: The year a time of a format with none is parsed in: a leap year, so 29 February is a date.
+_NO_YEAR = 2000
+
+
+def parsed_time(text: pl.Expr, time_format: str) -> pl.Expr:
+    """``text`` parsed with ``time_format``; one that gives no year is parsed in :data:`_NO_YEAR`
+    (see :func:`_on_the_calendar`, which puts it on the calendar)."""
+    if any(d in time_format for d in _YEAR):
+        return text.str.strptime(pl.Datetime("ms"), time_format, strict=False)
+    return pl.concat_str(pl.lit(f"{_NO_YEAR} "), text).str.strptime(pl.Datetime("ms"), f"%Y {time_format}", strict=False)
 #: How far a clock may go back before it is read as the next day (or year): threads' lines interleave.
 _ROLLOVER = timedelta(hours=1)
 
 
 def _on_the_calendar(log: CustomLog, fmt: CustomFormat, path: Path) -> CustomLog:
     """``log`` with times its format gives no year or no date of (``[23:55:00] iter 12 …``; a
-    syslog-style ``Jun 01 23:55:00``), parsed in year 1, put on the calendar: the last timed line
+    syslog-style ``Jun 01 23:55:00``), parsed in :data:`_NO_YEAR`, put on the calendar: the last timed line
     in the file's modification year or on its day, a year or a day added wherever the clock goes back."""
     formats = {p.time_format for p in fmt.patterns if p.time_format}
     if not formats or all(any(d in f for d in _YEAR) for f in formats):
@@ -164,14 +174,14 @@ def _on_the_calendar(log: CustomLog, fmt: CustomFormat, path: Path) -> CustomLog
         year = modified.year
         if _valid_in(last, year) and last.replace(year=year) > modified + timedelta(days=1):
             year -= 1  # (December's lines, the file last written in January)
-        moved = pl.col("time").dt.offset_by(pl.format("{}y", pl.lit(year - 1 - after) + pl.col("turns")))
+        moved = pl.col("time").dt.offset_by(pl.format("{}y", pl.lit(year - _NO_YEAR - after) + pl.col("turns")))
         how = f"no year: the file's modification year ({year}) is its last line's"
     else:
         # (a last line later in the day than the file's time, by more than clocks differ: the day before's)
         later = datetime.combine(modified.date(), last.time()) > modified + _ROLLOVER
         last_day = modified.date() - timedelta(days=int(later))
         first_day = last_day - timedelta(days=after)
-        moved = pl.col("time") + pl.lit(first_day - date(1, 1, 1)) + pl.duration(days=pl.col("turns"))
+        moved = pl.col("time") + pl.lit(first_day - date(_NO_YEAR, 1, 1)) + pl.duration(days=pl.col("turns"))
         how = f"no date: the file's modification time puts its last line on {last_day.isoformat()}"
 
     def on_it(frame: pl.DataFrame) -> pl.DataFrame:
@@ -281,7 +291,7 @@ def _values(found: pl.DataFrame, pattern: ValuePattern) -> pl.DataFrame:
     def optional(name: str, expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
         return (expr if name in groups else pl.lit(None)).cast(dtype).alias(name)
 
-    when = field("time").str.strptime(pl.Datetime("ms"), pattern.time_format, strict=False) if pattern.time_format else None
+    when = parsed_time(field("time"), pattern.time_format) if pattern.time_format else None
     base = [
         pl.col("line"),
         optional("step", step_number(field("step")), pl.Int64()),
@@ -400,7 +410,7 @@ def _relaunch_begun(path: str, between: pl.DataFrame, fmt: CustomFormat) -> list
         return []
     when: Any = pl.lit(None, dtype=pl.Datetime("ms"))
     for lead, time_format in leads:
-        read = pl.col("text").str.extract_groups(lead).struct.field("time").str.strptime(pl.Datetime("ms"), time_format, strict=False)
+        read = parsed_time(pl.col("text").str.extract_groups(lead).struct.field("time"), time_format)
         when = pl.coalesce(when, read)
     timed = texts.select("line", when.alias("time")).drop_nulls("time")
     begun = []
@@ -418,8 +428,7 @@ def _dated(events: pl.DataFrame, marked: pl.DataFrame, steps: pl.DataFrame, fmt:
     own: Any = pl.lit(None, dtype=pl.Datetime("ms"))
     for pattern in fmt.patterns:
         if pattern.time_format and (lead := _leading_time(pattern.regex)):
-            read = pl.col("text").str.extract_groups(lead).struct.field("time").str.strptime(
-                pl.Datetime("ms"), pattern.time_format, strict=False)
+            read = parsed_time(pl.col("text").str.extract_groups(lead).struct.field("time"), pattern.time_format)
             own = pl.coalesce(own, read)
     texts = marked.select(pl.col("line"), own.alias("own"))
     above = steps.filter(pl.col("time").is_not_null()).select(pl.col("line").alias("timed_line"), pl.col("time").alias("above"))
@@ -577,7 +586,7 @@ def _check_sample(pattern: ValuePattern, sample: str, where: str) -> None:
             except (TypeError, ValueError):
                 problem = f"group {group!r} = {match[group]!r} is not a number"
         if pattern.time_format and problem is None:
-            parsed = pl.select(pl.lit(match["time"]).str.strptime(pl.Datetime("ms"), pattern.time_format, strict=False)).item()
+            parsed = pl.select(parsed_time(pl.lit(match["time"]), pattern.time_format)).item()
             if parsed is None:
                 problem = f"time {match['time']!r} does not parse with time_format {pattern.time_format!r}"
     if problem:

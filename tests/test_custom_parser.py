@@ -210,6 +210,8 @@ samples = ["[%s] ERROR judge request failed: httpx.ReadTimeout"]
     ("%H:%M:%S", datetime(2025, 6, 1, 20, 0), datetime(2025, 6, 3, 17, 0), 1),
     # syslog's month and day, no year, across New Year
     ("%b %d %H:%M:%S", datetime(2025, 12, 31, 20, 0), datetime(2026, 1, 1, 17, 0), 0),
+    # no year, through 29 February of a leap year
+    ("%m-%d %H:%M:%S", datetime(2024, 2, 28, 20, 0), datetime(2024, 2, 29, 17, 0), 0),
 ])
 def test_times_with_no_date_or_no_year_are_put_on_the_calendar(tmp_path: Path, time_format: str, first: datetime,
                                                                modified: datetime, days: int) -> None:
