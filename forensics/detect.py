@@ -461,27 +461,30 @@ _NEXT_TO_NOTHING = 0.1
 def _warm_up(steps: list[int], values: list[float], start: int, length: int, t: Thresholds) -> bool:
     """Is the run of one value at ``start`` the run's first steps, before the task earned anything:
     from the log's first step where that is the run's (the first a log written every N steps has
-    is N), or after fewer than ``t.min_run`` that scored next to nothing against what the run scored
-    after it (a lucky 1/32 at step 1)? A log that begins later (a resumed run) has no warm-up."""
-    if not first_steps(steps) or start >= t.min_run:
+    is N), or after steps that scored next to nothing against what the run scored after it (a lucky
+    1/32 at step 1) — fewer than ``t.min_run``, or more where most of them scored this same value
+    too (a hard task's lucky hits between its zeros)? A log that begins later (a resumed run) has no warm-up."""
+    if not first_steps(steps):
         return False
     if start == 0:
         return True
     after = sorted(v for v in values[start + length:] if finite_value(v) and not same_value(v, values[start]))
     before = [v for v in values[:start] if finite_value(v)]
-    return bool(after and before) and max(before) < _NEXT_TO_NOTHING * after[len(after) // 2]
+    nothing = bool(after and before) and max(before) < _NEXT_TO_NOTHING * after[len(after) // 2]
+    return nothing and (start < t.min_run or 2 * sum(same_value(v, values[start]) for v in values[:start]) >= start)
 
 
 def warm_up(frame: pl.DataFrame, t: Thresholds) -> tuple[int, int] | None:
-    """``(first step, last step)`` of the reward's warm-up (:func:`_warm_up`), if it had one: its
-    batches had nothing to learn from, which is no incident either."""
+    """``(first step, last step)`` of the reward's warm-up (:func:`_warm_up`), if it had one — its
+    runs of one value with the few lucky steps between them: its batches had nothing to learn from,
+    which is no incident either."""
     steps, values = frame["step"].to_list(), frame["value"].to_list()
+    found = None
     for start, length in _long_runs(frame["value"] + 0.0, t.min_run):
-        if start >= t.min_run:
-            return None
-        if start + length < len(values) and _warm_up(steps, values, start, length, t):
-            return steps[start], steps[start + length - 1]
-    return None
+        if start + length >= len(values) or not _warm_up(steps, values, start, length, t):
+            break
+        found = (found[0] if found else steps[start], steps[start + length - 1])
+    return found
 
 
 def ceilings(frame: pl.DataFrame, t: Thresholds) -> list[tuple[int, int, float]]:

@@ -1044,3 +1044,18 @@ def test_an_untimed_traceback_tells_no_step_duration(tmp_path: Path) -> None:
     [crash] = [i for i in only_run(paths.fileroot).incidents if i.kind == "crash"]
     assert crash.onset_step == 61 and "How long step 61 had run when it failed is not known" in crash.summary
     assert "not stuck" not in crash.summary
+
+
+@pytest.mark.parametrize("lucky", [(12,), (12, 25), (30,)])
+def test_a_hard_tasks_warm_up_with_lucky_hits_is_no_collapse(tmp_path: Path, lucky: tuple[int, ...]) -> None:
+    """A hard task: every batch of 256 scored exactly 0 for its first 40 steps but for a lucky
+    1/256 here and there, then the run learned. That is a warm-up, not a collapse after the lucky
+    step, and the newest checkpoint is the one to resume from."""
+    def reward(step: int) -> float:
+        if step <= 40:
+            return 1 / 256 if step in lucky else 0.0
+        return min(0.6, 0.02 * (step - 40)) + (step % 7) / 100
+
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=150, save_freq_steps=25, reward=reward))
+    run = only_run(paths.fileroot)
+    assert run.incidents == [] and run.recommendation.step == 150
