@@ -232,7 +232,7 @@ def analyze(
         # (the runs' checkpoint folders are read too, wherever their logs were given from)
         checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
         _refuse_inside(checkpoint_dirs, json=json_out, markdown=markdown, out=out)
-        cache = _cache(cache_dir, no_cache, paths or [], log_format)
+        cache = _cache(cache_dir, no_cache, paths or [], log_format, found=found)
         if ray or ray_address or workers or len(found) + len(wandb or []) > 1:
             return _fleet(paths or [], out=out, json_out=json_out, markdown=markdown, html=html, log_format=log_format,
                           wandb=wandb or [], cache=cache, ray=ray, ray_address=ray_address, workers=workers, debug=debug)
@@ -513,7 +513,7 @@ def compare(
         checkpoint_dirs = [r.checkpoint_dir for r in found if r.checkpoint_dir]
         _refuse_inside(checkpoint_dirs, json=json_out, out=out)
         folder = _report_dir(out, [run_a, run_b], found) if html else None  # (refused before the analysis, not after)
-        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format)
+        cache = _cache(cache_dir, no_cache, [run_a, run_b], log_format, found=found)
         a, b = _single_run(run_a, cache, log_format), _single_run(run_b, cache, log_format)
         _refuse_inside(folders_beyond((c.path for run in (a, b) for c in run.checkpoints), checkpoint_dirs,
                                       (a.save_folder_named, b.save_folder_named)), json=json_out, out=out)
@@ -664,9 +664,11 @@ def _digest(path: Path | None) -> str:
         return "unreadable"
 
 
-def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None) -> ParseCache | None:
+def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format: Path | None = None, *,
+           found: list[RunLocation] | None = None) -> ParseCache | None:
     """The parse cache, never inside an analyzed tree (an explicit one there is refused, a default one
-    dropped), nor in a checkpoint folder the runs found there are read from."""
+    dropped), nor in a checkpoint folder the runs found there are read from (``found``, where the
+    caller has them; else found here for an explicit one)."""
     if no_cache:
         return None
     try:
@@ -677,7 +679,8 @@ def _cache(cache_dir: Path | None, no_cache: bool, paths: list[Path], log_format
     # (the usual default is never in a run's checkpoint folder; one set for the environment may be,
     # or in the one a verl console names: written in the parse, so found before it)
     if cache_dir is not None or os.environ.get(CACHE_ENV):
-        found = locate(paths, custom_format=log_format) if paths else []
+        if found is None:
+            found = locate(paths, custom_format=log_format) if paths else []
         read += [r.checkpoint_dir for r in found if r.checkpoint_dir]
         read += [folder for location in found for folder in save_folders_named(location)]
     if inside := next((given for given in read if within(chosen, given)), None):
