@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import polars as pl
@@ -353,12 +355,10 @@ def test_dead_batches_in_an_attempt_a_rerun_appended_to_the_log_abandoned_are_an
     assert "in an attempt the run abandoned at step 2: the run was started again from its first step" in dead.summary
 
 
-def test_a_loops_crash_before_a_relaunch_into_its_log_is_the_abandoned_attempts(tmp_path: Path) -> None:
-    """A hand-rolled loop (the README's example format) died of a CUDA OOM during step 58 and was
-    relaunched by hand from its step-40 checkpoint, appending to the same log. The crash is the
-    abandoned attempt's, in the step it died in, not the relaunch's first step nor nothing."""
+def _relaunched_loop(log: Path, between: Callable[[datetime], list[str]], pause: timedelta) -> None:
+    """A loop in the example format: steps 1–57, the lines ``between`` gives from the time of step
+    57's line, then, ``pause`` after it, a relaunch from step 40 appending steps 41–120."""
     import random
-    from datetime import datetime, timedelta
 
     rng, at, lines = random.Random(4), datetime(2025, 6, 1, 14, 0), []
 
@@ -369,14 +369,21 @@ def test_a_loops_crash_before_a_relaunch_into_its_log_is_the_abandoned_attempts(
                      f"reward_std=0.3000 loss={rng.uniform(-.02, .02):.4f} grad_norm={rng.uniform(.2, .9):.2f}")
     for s in range(1, 58):
         step(s)
-    at += timedelta(seconds=60)
-    lines += [f"{at:%Y-%m-%d %H:%M:%S} ERROR step failed", "Traceback (most recent call last):", '  File "train.py", line 200, in <module>',
-              "    loss.backward()", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
-    at += timedelta(seconds=600)
-    lines.append(f"{at:%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40")
+    lines += between(at)
+    at += pause
     for s in range(41, 121):
         step(s)
-    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    log.write_text("\n".join(lines) + "\n")
+
+
+def test_a_loops_crash_before_a_relaunch_into_its_log_is_the_abandoned_attempts(tmp_path: Path) -> None:
+    """A hand-rolled loop (the README's example format) died of a CUDA OOM during step 58 and was
+    relaunched by hand from its step-40 checkpoint, appending to the same log. The crash is the
+    abandoned attempt's, in the step it died in, not the relaunch's first step nor nothing."""
+    _relaunched_loop(tmp_path / "train.log", lambda at: [
+        f"{at + timedelta(seconds=60):%Y-%m-%d %H:%M:%S} ERROR step failed", "Traceback (most recent call last):",
+        '  File "train.py", line 200, in <module>', "    loss.backward()", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        f"{at + timedelta(seconds=660):%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40"], timedelta(seconds=660))
     [run] = analyze([tmp_path], custom_format=FORMAT).runs
     assert run.events.filter(pl.col("kind") == "cuda_oom")["step"].to_list() == [58]
     [crash] = run.incidents
@@ -389,26 +396,12 @@ def test_a_relaunchs_handled_error_while_resuming_is_the_relaunchs(tmp_path: Pat
     """Killed without a word during step 58, the loop was relaunched by hand from step 40 into its
     log; resuming, the relaunch logged an error and its traceback (a handled one) and trained on.
     That traceback is the relaunch's, in its first step, not the dead attempt's uncaught crash."""
-    import random
-    from datetime import datetime, timedelta
-
-    rng, at, lines = random.Random(4), datetime(2025, 6, 1, 14, 0), []
-
-    def step(s: int) -> None:
-        nonlocal at
-        at += timedelta(seconds=150 + rng.uniform(-10, 10))
-        lines.append(f"{at:%Y-%m-%d %H:%M:%S} | step {s} | reward={0.3 + s / 400 + rng.uniform(-.05, .05):.4f} "
-                     f"reward_std=0.3000 loss={rng.uniform(-.02, .02):.4f} grad_norm={rng.uniform(.2, .9):.2f}")
-    for s in range(1, 58):
-        step(s)
-    at += timedelta(minutes=15)
-    lines += [f"{at:%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40",
-              f"{at + timedelta(seconds=5):%Y-%m-%d %H:%M:%S} ERROR could not load optimizer state, starting a fresh optimizer",
-              "Traceback (most recent call last):", '  File "train.py", line 80, in load', "    opt.load_state_dict(state)",
-              "ValueError: loaded state dict contains a parameter group that doesn't match the size of optimizer's group"]
-    for s in range(41, 121):
-        step(s)
-    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    _relaunched_loop(tmp_path / "train.log", lambda at: [
+        f"{at + timedelta(minutes=15):%Y-%m-%d %H:%M:%S} INFO resuming from checkpoints/step_40",
+        f"{at + timedelta(minutes=15, seconds=5):%Y-%m-%d %H:%M:%S} ERROR could not load optimizer state, starting a fresh optimizer",
+        "Traceback (most recent call last):", '  File "train.py", line 80, in load', "    opt.load_state_dict(state)",
+        "ValueError: loaded state dict contains a parameter group that doesn't match the size of optimizer's group"],
+        timedelta(minutes=15))
     [run] = analyze([tmp_path], custom_format=FORMAT).runs
     raised = run.events.filter(pl.col("message").str.contains("Traceback", literal=True))
     assert raised["step"].to_list() == [41]
