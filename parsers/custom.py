@@ -149,6 +149,8 @@ def parsed_time(text: pl.Expr, time_format: str) -> pl.Expr:
     if any(d in time_format for d in _YEAR):
         return text.str.strptime(pl.Datetime("ms"), time_format, strict=False)
     return pl.concat_str(pl.lit(f"{_NO_YEAR} "), text).str.strptime(pl.Datetime("ms"), f"%Y {time_format}", strict=False)
+
+
 #: How far a clock may go back before it is read as the next day (or year): threads' lines interleave.
 _ROLLOVER = timedelta(hours=1)
 
