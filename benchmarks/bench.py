@@ -1040,6 +1040,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="reuse file sets kept by an earlier --keep run")
     parser.add_argument("--skip-lnav", action="store_true", help="do not time lnav")
     parser.add_argument("--loop-mb", type=float, default=300, help="slice the Python loop reads (MB, extrapolated)")
+    parser.add_argument("--copy-steps", type=int, help="at most this many steps in the copies of the metrics in other formats "
+                        "(default: the set's)")
     parser.add_argument("--report", type=Path, help="also write the Markdown table to this file")
     parser.add_argument("--repeat", type=int, default=1, help="time grep and cold/cached analyze N times, keep the fastest (noisy machines)")
     args = parser.parse_args()
@@ -1112,7 +1114,7 @@ def main() -> None:
     parsed, floor, least = bounds(info)
     copies = []
     for copy in COPIES:
-        root, target, steps, size = metric_copy(args.dir, copy, info["steps"], args.reuse)
+        root, target, steps, size = metric_copy(args.dir, copy, min(info["steps"], args.copy_steps or info["steps"]), args.reuse)
         copies.append((copy, steps, _child(PARSE, copy.reader, str(target)) | {"bytes": size}))
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -516,7 +516,7 @@ def _same_log(got, want) -> None:
 
 
 @needs_samples
-@pytest.mark.parametrize("batch_bytes", [1, 97, 4096])
+@pytest.mark.parametrize("batch_bytes", [1, 600, 4096])
 def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
     """Batch cuts fall inside tracebacks, records and interleaved streams; every session, console
     and excerpt reads the same as in one pass (one batch: each is far smaller than a batch)."""

@@ -531,8 +531,8 @@ def test_a_step_line_half_written_for_several_polls_is_not_judged_until_it_is_wh
     # ten such steps made a collapse from step 1.
     from verl_builder import VerlRunSpec, write_verl_run
 
-    spec = VerlRunSpec(steps=30, era="fixed", file_logger=False,
-                       score=lambda s: 0.0 if s >= 20 else 0.3 + 0.2 * ((s * 37) % 11) / 11)
+    spec = VerlRunSpec(steps=20, era="fixed", file_logger=False,
+                       score=lambda s: 0.0 if s >= 12 else 0.3 + 0.2 * ((s * 37) % 11) / 11)
     log = write_verl_run(tmp_path / "run", spec).train_log
     lines = log.read_bytes().splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if b"critic/score/mean" in line and b"step:" in line]
@@ -548,7 +548,7 @@ def test_a_step_line_half_written_for_several_polls_is_not_judged_until_it_is_wh
             for _ in range(polls):
                 fired += watcher.poll()
     [replayed] = replay([tmp_path / "run"])
-    assert [(a.kind, a.onset_step) for a in fired] == [(a.kind, a.onset_step) for a in replayed.alarms] == [("reward_collapse", 20)]
+    assert [(a.kind, a.onset_step) for a in fired] == [(a.kind, a.onset_step) for a in replayed.alarms] == [("reward_collapse", 12)]
 
 
 def test_a_server_log_synced_minutes_late_still_has_its_lines_fed() -> None:
@@ -705,7 +705,7 @@ def test_a_steps_table_arriving_polls_after_its_header_is_judged_with_it(tmp_pat
     at the step a replay names."""
     from areal_builder import RunSpec, healthy_reward, write_run
 
-    paths = write_run(tmp_path / "src", RunSpec(last_step=45, reward=lambda s: 0.0 if s >= 30 else healthy_reward(s)))
+    paths = write_run(tmp_path / "src", RunSpec(last_step=30, reward=lambda s: 0.0 if s >= 18 else healthy_reward(s)))
     text = paths.trainer_log.read_bytes()
     headers = [m.start() for m in re.finditer(rb"[^\n]*Train step \d+/", text)]
     live = tmp_path / "live" / paths.log_dir.relative_to(tmp_path / "src")
@@ -724,7 +724,7 @@ def test_a_steps_table_arriving_polls_after_its_header_is_judged_with_it(tmp_pat
                 fired += watcher.poll()
     [replayed] = replay([tmp_path / "src"])
     assert [(a.kind, a.onset_step) for a in fired if a.kind == "reward_collapse"] == [
-        (a.kind, a.onset_step) for a in replayed.alarms if a.kind == "reward_collapse"] == [("reward_collapse", 30)]
+        (a.kind, a.onset_step) for a in replayed.alarms if a.kind == "reward_collapse"] == [("reward_collapse", 18)]
 
 
 def test_a_step_held_back_with_later_logs_in_one_poll_is_not_a_stall_before_it(tmp_path: Path) -> None:
@@ -916,7 +916,7 @@ def test_a_trial_stopped_long_ago_beside_the_live_one_raises_no_stall(tmp_path: 
         written = time.time() - (7 * 86400 if old_files else 0)  # (the builder dates them by their lines)
         for path in old.log_dir.iterdir():
             os.utime(path, (written, written))
-        src = write_run(root / "src" / "outputs", RunSpec(trial="trial1", last_step=40, start=datetime(2025, 11, 10, 9)))
+        src = write_run(root / "src" / "outputs", RunSpec(trial="trial1", last_step=20, start=datetime(2025, 11, 10, 9)))
         live = root / "outputs" / "logs" / "root" / "gsm8k-grpo" / "trial1"
         live.mkdir(parents=True)
         lines = src.trainer_log.read_bytes().splitlines(keepends=True)
@@ -1015,16 +1015,16 @@ def test_a_watch_started_again_on_a_silent_run_counts_the_silence_from_its_last_
 
 
 def test_a_trainer_clock_set_back_loses_no_step_live_and_pages_no_stall(tmp_path: Path) -> None:
-    """The trainer's clock goes back an hour after step 30 (a DST fall-back in a local-time log, an
+    """The trainer's clock goes back an hour after step 20 (a DST fall-back in a local-time log, an
     NTP step), just as the rewards fall to zero: live, every step is fed in the order it was written,
     the collapse is alarmed at the onset `analyze` finds, as a replay does, and the steps stamped
     earlier than the ones before them are no silence (they were dropped: a stall paged on a moving
     run, the collapse found at another onset)."""
     from areal_builder import RunSpec, write_run
 
-    src = write_run(tmp_path / "src" / "outputs", RunSpec(last_step=60, reward=lambda s: 0.0 if s >= 31 else 0.3 + 0.01 * (s % 7)))
+    src = write_run(tmp_path / "src" / "outputs", RunSpec(last_step=40, reward=lambda s: 0.0 if s >= 21 else 0.3 + 0.01 * (s % 7)))
     text = src.trainer_log.read_text()
-    cut = text.rfind("\n", 0, text.index("Train step 31/")) + 1
+    cut = text.rfind("\n", 0, text.index("Train step 21/")) + 1
 
     def an_hour_back(m: re.Match[str]) -> str:
         return f"{datetime.strptime(m.group(0), '%Y%m%d-%H:%M:%S') - timedelta(hours=1):%Y%m%d-%H:%M:%S}"
@@ -1043,8 +1043,8 @@ def test_a_trainer_clock_set_back_loses_no_step_live_and_pages_no_stall(tmp_path
         alarms += [(a.kind, a.step, a.onset_step) for a in watcher.poll()]
         now[0] += 65
     [incident] = analyze([tmp_path / "outputs"]).runs[0].incidents
-    assert incident.onset_step == 31
-    assert [(kind, onset) for kind, _, onset in alarms] == [("reward_collapse", 31)]
+    assert incident.onset_step == 21
+    assert [(kind, onset) for kind, _, onset in alarms] == [("reward_collapse", 21)]
     assert alarms == [(a.kind, a.step, a.onset_step) for r in replay([tmp_path / "outputs"]) for a in r.alarms]
 
 
