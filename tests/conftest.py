@@ -14,6 +14,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 
+#: The longest test files, handed out first: pytest-xdist gives each worker a file at a time, in
+#: the order collected, and a long file handed out last leaves one worker running it alone.
+SLOWEST_FIRST = ("test_benchmark.py", "test_hostile.py", "test_watch.py", "test_fleet.py", "test_cache.py",
+                 "test_ray_parser.py", "test_detect.py", "test_cli_analyze.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: each file's own order kept)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_parse_cache(tmp_path_factory: pytest.TempPathFactory):
     """CLI calls in tests cache parses in a folder of their own, never in the user's ~/.cache."""
