@@ -337,14 +337,14 @@ def test_real_areal_excerpts(name: str, expected: dict) -> None:
 @pytest.mark.parametrize("batch_bytes", [1, 3000, 4096])
 def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int) -> None:
     """Batch cuts fall inside tables, tracebacks and relaunches; lines stay numbered as in the file.
-    (One byte makes every line a batch of its own; 3000 and 4096 cut tables at two places of their lines.)"""
+    (One byte makes every line a batch of its own: a short run, checked in its damaged copy alone,
+    which holds all its lines and more; 3000 and 4096 bytes cut the tables at other lines.)"""
     import parsers._lines as lines
 
     def timeout(step: int, header: datetime) -> list[LogLine]:
         message = "HTTP request to 172.17.0.2:30000/generate timed out after 600.00s (attempt 1/3)"
         return [LogLine(header - timedelta(seconds=5), message, "/AReaL/areal/utils/http.py", "WARNING")] if step % 7 == 3 else []
 
-    # (a short run: with one-byte batches every line is a batch of its own)
     spec = RunSpec(last_step=7, step_lines=timeout, recover_mode="auto", recover_freq_steps=4,
                    relaunch=Relaunch(stop_after=6, resume_from=4, first_reward=lambda s: 0.125))
     log_path = write_run(tmp_path / "outputs", spec).trainer_log
@@ -356,7 +356,7 @@ def test_batches_do_not_change_the_result(tmp_path: Path, monkeypatch: pytest.Mo
     assert whole[log_path].metrics.height > 500 and whole[log_path].events.height > 3
     monkeypatch.setattr(lines, "BATCH_BYTES", batch_bytes)
     checked = [*whole.items(), (zipped, whole[log_path])]
-    if batch_bytes == 1:  # (a plan a line: the damaged copy alone, which holds all the log's lines and more)
+    if batch_bytes == 1:
         checked = [(damaged, whole[damaged])]
     for path, expected in checked:
         log = read_areal_log(path)
