@@ -30,8 +30,8 @@ first with ``cat``; peak RSS is the child's ``ru_maxrss`` from ``os.wait4``):
 - ``grep -cE 'Traceback|Error|timed out|refused|Killed|sigquit'`` over all files, output to a file
   (GNU grep stops at the first match when it writes to /dev/null);
 - ``grpo-forensics analyze DIR --no-html --json FILE`` with an empty cache
-  (``GRPO_FORENSICS_CACHE=<fresh dir>``), then again with the same cache, then cold with the HTML
-  report;
+  (``GRPO_FORENSICS_CACHE=<fresh dir>``), then the very same command again (played back from the
+  cache: its JSON checked against the first run's), then cold with the HTML report;
 - ``lnav -n -c ';SELECT count(*) FROM all_logs' FILES`` (lnav indexes every file, runs the query
   headless, prints the count and exits; a clean ``HOME``, so no saved session), when lnav is on PATH;
 - a line-by-line Python regex parser (step headers, table rows, SGLang stats, error keywords) on a
@@ -1082,8 +1082,11 @@ def main() -> None:
     rows.append(("`grpo-forensics analyze --no-html` cold (empty cache)", cold_s, cold_rss, ""))
     print(f"analyze cold: {cold_s:.2f} s", flush=True)
     loads.append(load_avg())
-    warm_s2, warm_rss = best(lambda i: timed(analyze_cmd(info, work / "warm.json", None), env={"GRPO_FORENSICS_CACHE": str(cache)}))
-    rows.append(("`grpo-forensics analyze --no-html` again (cached)", warm_s2, warm_rss, ""))
+    first = (work / "cold.json").read_bytes()
+    warm_s2, warm_rss = best(lambda i: timed(analyze_cmd(info, work / "cold.json", None), env={"GRPO_FORENSICS_CACHE": str(cache)}))
+    same = (work / "cold.json").read_bytes() == first
+    rows.append(("`grpo-forensics analyze --no-html` again (cached)", warm_s2, warm_rss,
+                 "" if same else "its JSON is not the cold run's"))
     print(f"analyze cached: {warm_s2:.2f} s", flush=True)
     html_s, html_rss = timed(analyze_cmd(info, work / "html.json", work / "report"), env={"GRPO_FORENSICS_CACHE": str(work / "cache-html")})
     rows.append(("`grpo-forensics analyze` cold, with the HTML report", html_s, html_rss, ""))

@@ -26,26 +26,19 @@ import re
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from forensics.discover import RunLocation
-from forensics.errors import NoCacheDir
+from forensics.identity import CACHE_ENV as CACHE_ENV  # (the cache's own name for it, too)
+from forensics.identity import Identity, code_digest, default_cache_dir, local_zone
 from forensics.parsed import FRAMES, Parsed, rows_where
-from parsers._walk import walk
 from parsers.schema import EVENT_SCHEMA, METRIC_SCHEMA, STEP_SCHEMA
 
-#: Environment variable naming the cache folder (the CLI's ``--cache-dir`` wins over it).
-CACHE_ENV = "GRPO_FORENSICS_CACHE"
-#: Bytes hashed at the head of a file and just before its end.
-EDGE = 64 << 10
 #: How far back from a grown file's old end the cut may lie; further back, parse afresh.
 MAX_REWIND = 64 << 20
 
@@ -79,58 +72,6 @@ class Splice:
     """A fact printed twice (a relaunch's config) is the first line's, as the reader keeps it; else the last's."""
     later_facts: frozenset[str] = frozenset()
     """With ``first_facts``, the facts a later line overrides all the same."""
-
-
-def default_cache_dir() -> Path:
-    """``$GRPO_FORENSICS_CACHE``, else ``$XDG_CACHE_HOME/grpo-forensics``, else ``~/.cache/grpo-forensics``.
-
-    Raises:
-        NoCacheDir: none is set and the user has no home folder (``docker run --user N``).
-    """
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "grpo-forensics"
-    try:
-        return Path.home() / ".cache" / "grpo-forensics"
-    except (RuntimeError, KeyError):  # (no HOME and no passwd entry)
-        raise NoCacheDir(f"no user cache folder (the user has no home folder): set {CACHE_ENV} or XDG_CACHE_HOME") from None
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What a source looked like when it was parsed."""
-
-    size: int
-    mtime_ns: int
-    inode: int
-    head: str
-    """Hash of the first ``EDGE`` bytes (a folder: of its file listing)."""
-    end: str
-    """Hash of the ``EDGE`` bytes before ``size``."""
-    gzip: bool = False
-    ctime_ns: int = 0
-    """When the file was last written or renamed: an edit in its middle that kept its size and
-    had its mtime set back still moves it (no program can set it)."""
-
-    @staticmethod
-    def of(path: Path) -> Identity:
-        if path.is_dir():
-            return _folder_identity(path)
-        st = path.stat()
-        with open(path, "rb") as fh:
-            head = fh.read(EDGE)
-            return Identity(st.st_size, st.st_mtime_ns, st.st_ino, _sha(head), _edge_before(fh, st.st_size),
-                            head[:2] == b"\x1f\x8b", st.st_ctime_ns)
-
-    def grew_from(self, old: Identity, path: Path) -> bool:
-        """Whether this file is ``old`` with bytes appended (same head, same bytes at the old end)."""
-        if self.gzip or old.gzip or self.size <= old.size or self.inode != old.inode:
-            return False
-        with open(path, "rb") as fh:
-            if _sha(fh.read(min(EDGE, old.size))) != old.head:
-                return False
-            return _edge_before(fh, old.size) == old.end
 
 
 class ParseCache:
@@ -199,13 +140,12 @@ class ParseCache:
 
     def inputs_key(self, locations: Sequence[RunLocation], *options: str) -> str:
         """A key for everything an analysis of ``locations`` reads (logs, checkpoints, config) and the code."""
-        digest = hashlib.sha256(f"{_code_digest(whole_package=True)}\0{_local_zone()}".encode())
+        digest = hashlib.sha256(f"{code_digest(whole_package=True)}\0{local_zone()}".encode())
         for option in options:
             digest.update(b"\0option\0" + option.encode())
         for location in locations:
             digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode(errors="surrogateescape"))
-            extra = [location.root / "config.yaml", *location.twins] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
-            for kind, path in [(s.kind, s.path) for s in location.logs] + [("extra", p) for p in extra]:
+            for kind, path in read_by(location):
                 try:
                     identity = Identity.of(path)
                 except OSError:
@@ -247,7 +187,7 @@ class ParseCache:
     # -- internals ------------------------------------------------------------------------------
 
     def _entry(self, reader: str, path: Path, variant: str) -> Path:
-        key = _sha(f"{reader}\0{path.resolve()}\0{variant}\0{_code_digest()}\0{_local_zone()}".encode())[:32]
+        key = hashlib.sha256(f"{reader}\0{path.resolve()}\0{variant}\0{code_digest()}\0{local_zone()}".encode()).hexdigest()[:32]
         return self.directory / "parsed" / key
 
     def _store(self, entry: Path, identity: Identity, parsed: Parsed, read_as: str) -> None:
@@ -632,6 +572,13 @@ def _load(entry: Path) -> tuple[Identity, Parsed, str | None] | None:
         return None
 
 
+def read_by(location: RunLocation) -> list[tuple[str, Path]]:
+    """What an analysis of ``location`` reads, by kind (a log's, or ``extra``): its logs, its config,
+    its other copies, its checkpoint folder."""
+    extra = [location.root / "config.yaml", *location.twins] + ([location.checkpoint_dir] if location.checkpoint_dir else [])
+    return [(s.kind, s.path) for s in location.logs] + [("extra", p) for p in extra]
+
+
 def folders_beyond(checkpoints: Iterable[str], keyed: Iterable[Path], named: Iterable[str | Path | None] = ()) -> list[Path]:
     """The folders holding ``checkpoints`` (paths an analysis listed), and the save folders logs
     ``named`` (a verl console's absolute ``default_local_dir``, though it held nothing yet), outside
@@ -653,70 +600,3 @@ def _identity_text(path: Path) -> str | None:
         return None
 
 
-def _folder_identity(folder: Path) -> Identity:
-    """A folder (a Ray session, a W&B run dir, checkpoints) changes when any file in it does,
-    in its linked folders too (``logs/`` or ``default/`` a symlink to another disk), as the readers follow them."""
-    listing = hashlib.sha256()
-    total = 0
-    seen = {os.path.realpath(folder)}
-    for root, dirs, files in walk(folder, followlinks=True):
-        real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
-        dirs[:] = [d for d, r in real if r not in seen]  # (a link loop is walked once)
-        seen.update(r for _, r in real)
-        # (a folder with nothing in it yet is there all the same: a checkpoint being written; and
-        # its own time is a checkpoint's, which the analysis reads)
-        listing.update("".join(f"{os.path.relpath(os.path.join(root, d), folder)}/\0{_lstat_mtime(os.path.join(root, d))}\n"
-                               for d in dirs).encode(errors="surrogateescape"))
-        for name in sorted(files):
-            try:
-                st = os.stat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_size
-            listing.update(f"{os.path.relpath(os.path.join(root, name), folder)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n"
-                           .encode(errors="surrogateescape"))
-    st = folder.stat()
-    return Identity(total, st.st_mtime_ns, st.st_ino, listing.hexdigest(), "")
-
-
-def _lstat_mtime(path: str) -> int | None:
-    try:
-        return os.lstat(path).st_mtime_ns
-    except OSError:
-        return None
-
-
-def _local_zone() -> str:
-    """This machine's time zone: W&B's and TensorBoard's epoch times are read in it, so an entry
-    parsed under one zone is not another's."""
-    return f"{os.environ.get('TZ', '')}\0{time.tzname}\0{time.timezone}\0{time.altzone}"
-
-
-def _edge_before(fh: Any, size: int) -> str:
-    fh.seek(max(0, size - EDGE))
-    return _sha(fh.read(min(EDGE, size)))
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@cache
-def _code_digest(whole_package: bool = False) -> str:
-    """A digest of the parser code and format tables (with ``whole_package``, also of the analysis
-    and the renderers): changed code never serves old entries."""
-    import forensics
-    import parsers
-    import reports
-
-    digest = hashlib.sha256()
-    # (what shapes a parse entry: the readers, how the run loader calls them, how entries are spliced)
-    roots = [Path(parsers.__file__).parent, *(Path(forensics.__file__).parent / name for name in ("parsed.py", "readers.py", "cache.py"))]
-    if whole_package:
-        roots += [Path(forensics.__file__).parent, Path(reports.__file__).parent]
-    for root in roots:
-        files = sorted(root.rglob("*")) if root.is_dir() else [root]
-        for file in files:
-            if file.suffix in (".py", ".json", ".html", ".js", ".css") and "__pycache__" not in file.parts:
-                digest.update(file.name.encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()

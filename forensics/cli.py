@@ -28,10 +28,11 @@ import typer
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook
 from rich.segment import Segment
 
+from forensics import rerun
 from forensics.allocator import reuse_block_memory
 from forensics.analysis import analyze as analyze_paths
 from forensics.analysis import analyze_each, locate, read_log_format
-from forensics.cache import CACHE_ENV, ParseCache, default_cache_dir, folders_beyond
+from forensics.cache import ParseCache, folders_beyond, read_by
 from forensics.discover import RunLocation, analyzed_tree, find_runs, why_no_run, within, without_runs
 from forensics.errors import (
     ForensicsError,
@@ -44,6 +45,7 @@ from forensics.errors import (
 )
 from forensics.export import FORMATS, metric_rows, write_metrics
 from forensics.fleet import FleetResult, FleetRun, analyze_fleet
+from forensics.identity import CACHE_ENV, default_cache_dir
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import Analysis, RunAnalysis, iso, nothing_read
 from forensics.run import RunData, save_folders_named
@@ -239,6 +241,9 @@ def analyze(
         barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
         folder = _report_dir(out, paths or [], found) if html else None  # (refused before the analysis, not after)
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
+        if key and cache and all(path.is_dir() for path in paths or []) and folder in (None, out or Path("grpo-forensics-report")):
+            # (the very same command may be played back later: see forensics.rerun)
+            rerun.offer(cache.directory, paths or [], [p for r in found for _, p in read_by(r)] + ([log_format] if log_format else []))
         kept = _recall(cache, key, html)
         result = _unpickled(kept) if kept is not None else None
         if result is None:  # (a damaged entry is a miss: analyzed again, and kept anew)
@@ -248,6 +253,7 @@ def analyze(
         named = folders_beyond((c.path for run in result.runs for c in run.checkpoints), checkpoint_dirs,
                                (run.save_folder_named for run in result.runs))
         _refuse_inside(named, json=json_out, markdown=markdown, out=out)
+        rerun.also_read(named)
         console = _Console(stderr="-" in (json_out, markdown))
         render_summary(result, console)
         if json_out is not None:
@@ -263,6 +269,7 @@ def analyze(
             else:
                 report = write_html(result, folder)
             console.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)  # (a sweep's folder: ``run[lr=3e-6]``)
+            rerun.wrote(report, whole=True)
         if key and kept is None:
             parts = {"analysis.pickle": pickle.dumps(_summary_only(result))}
             cache.remember(key, parts | ({"report.html": report.read_bytes()} if report else {}), watched=named)
@@ -736,6 +743,7 @@ def _write_text(text: str, target: str) -> None:
     else:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(text, encoding="utf-8")
+        rerun.wrote(Path(target), whole=False)
 
 
 def _write_json(document: dict[str, Any], target: str) -> None:

@@ -2,6 +2,7 @@
 
 Polars' allocator reads its settings when Polars is first imported, so they are made here, before
 :mod:`forensics.cli` (and with it Polars) is imported; ``import forensics`` itself imports nothing heavy.
+Before all of it, a command run before on unchanged inputs is played back (:mod:`forensics.rerun`).
 """
 
 from __future__ import annotations
@@ -9,16 +10,33 @@ from __future__ import annotations
 import os
 import sys
 
+from forensics import rerun
 from forensics.allocator import return_freed_memory_promptly, reuse_block_memory
 
 
 def main() -> None:
     """Console-script entry point."""
-    return_freed_memory_promptly()
-    reuse_block_memory()
     for stream in (sys.stdout, sys.stderr):  # an ASCII or Latin-1 terminal gets '?' for '–', not a crash
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
+    # (before the allocator's settings, which are in the environment a record is keyed by)
+    played = rerun.played_back(sys.argv[1:])
+    if played is not None:
+        raise SystemExit(played)
+    recording = rerun.record(sys.argv[1:])
+    code = None
+    try:
+        code = _command()
+    finally:
+        if recording is not None:
+            recording.stop(code)
+    raise SystemExit(code)
+
+
+def _command() -> int:
+    """Run the command line; its exit code (help and usage errors raise ``SystemExit``)."""
+    return_freed_memory_promptly()
+    reuse_block_memory()
     from forensics.cli import app
 
     stdout = _identity(1)
@@ -41,7 +59,7 @@ def main() -> None:
             print("Aborted!", file=sys.stderr)
             raise SystemExit(1) from None
         raise
-    raise SystemExit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0
 
 
 def _usage_error(exc: Exception) -> bool:

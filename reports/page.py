@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import tempfile
 from datetime import datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from forensics.atomic import write_whole
 from forensics.model import iso
 from reports.visible import visible
 
@@ -27,25 +26,9 @@ _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2
 
 
 def write_page(path: Path, text: str | bytes) -> Path:
-    """``text`` as the file ``path``, put in place whole: a link already there (into an analyzed
-    run, say) is replaced, never written through, and a reader never sees half a page."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return path
+    """``text`` as the file ``path``, put in place whole (see :func:`forensics.atomic.write_whole`)."""
+    return write_whole(path, text.encode("utf-8") if isinstance(text, str) else text)
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 def e(value: Any) -> str:
     """Text for HTML (element content or a quoted attribute)."""

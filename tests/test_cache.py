@@ -903,7 +903,7 @@ def test_a_change_to_the_code_that_shapes_a_parse_entry_makes_old_entries_stale(
         shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
 
     def digest() -> str:
-        return subprocess.run([sys.executable, "-c", "from forensics.cache import _code_digest; print(_code_digest())"],
+        return subprocess.run([sys.executable, "-c", "from forensics.identity import code_digest; print(code_digest())"],
                               env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
 
     before = digest()
