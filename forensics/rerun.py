@@ -54,7 +54,7 @@ def played_back(argv: list[str]) -> int | None:
     if record is None or sys.stdout is None or sys.stderr is None:
         return None
     try:
-        if record.stat().st_uid != os.getuid():  # only ever play back what this user recorded
+        if record.stat().st_uid != _uid():  # only ever play back what this user recorded
             return None
         manifest = json.loads((record / "manifest.json").read_text(encoding="utf-8"))
         if manifest["read"] != _state(manifest["trees"], manifest["inputs"]):
@@ -77,8 +77,8 @@ def played_back(argv: list[str]) -> int | None:
 class Recording:
     """Copies of what this process prints, kept for a record (see :func:`record`)."""
 
-    def __init__(self, argv: list[str], folder: Path) -> None:
-        self.argv, self.folder = argv, folder
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
         self.trees: list[str] = []
         self.inputs: list[str] = []
         self.read: list[str | None] | None = None
@@ -91,6 +91,8 @@ class Recording:
 
     def stop(self, code: int | None) -> None:
         """Put the streams back; keep the record when the run is one to play back."""
+        global _recording
+        _recording = None
         for name, stream in self.streams.items():
             try:
                 getattr(sys, name).flush()
@@ -137,9 +139,9 @@ def record(argv: list[str]) -> Recording | None:
     is one that can be (``analyze`` with a cache); the command says what it read with :func:`offer`."""
     global _recording
     folder = _record_folder(argv)
-    if folder is None or not all(_open(fd) for fd in (1, 2)) or sys.stdout is None or sys.stderr is None:
+    if folder is None or not all(_open(fd) and hasattr(getattr(sys, name), "buffer") for fd, name in ((1, "stdout"), (2, "stderr"))):
         return None
-    _recording = Recording(argv, folder)
+    _recording = Recording(folder)
     return _recording
 
 
@@ -231,7 +233,7 @@ def _setting_parts(argv: list[str]) -> Iterable[str]:
         yield f"{getattr(stream, 'encoding', None)} {getattr(stream, 'errors', None)}"
     mask = os.umask(0)
     os.umask(mask)
-    yield f"{mask} {os.getuid()} {sys.version} {sys.executable}"
+    yield f"{mask} {_uid()} {sys.version} {sys.executable}"
     yield code_digest(whole_package=True)
     yield local_zone()
     for name in _LIBRARIES:  # (found, not imported: where each is installed, and when)
@@ -330,6 +332,10 @@ def _print(stream: Any, data: bytes) -> None:
             os.close(null)
         except (OSError, ValueError):
             pass
+
+
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
 
 
 def _open(fd: int) -> bool:
