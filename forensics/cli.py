@@ -241,9 +241,8 @@ def analyze(
         barren = without_runs(paths or [], found)  # beside a run: said, and exit 2 once the run is done
         folder = _report_dir(out, paths or [], found) if html else None  # (refused before the analysis, not after)
         key = cache.inputs_key(found, _digest(log_format)) if cache and not wandb else None
-        if key and cache and all(path.is_dir() for path in paths or []) and folder in (None, out or Path("grpo-forensics-report")):
-            # (the very same command may be played back later: see forensics.rerun)
-            rerun.offer(cache.directory, paths or [], [p for r in found for _, p in read_by(r)] + ([log_format] if log_format else []))
+        if key and folder in (None, out or Path("grpo-forensics-report")):  # (not a temp folder of its own)
+            _may_play_back(cache, paths or [], found, log_format)
         kept = _recall(cache, key, html)
         result = _unpickled(kept) if kept is not None else None
         if result is None:  # (a damaged entry is a miss: analyzed again, and kept anew)
@@ -352,7 +351,12 @@ def best_checkpoint(
     """
 
     def work() -> None:
-        run = _single_run(path, _cache(cache_dir, no_cache, [path], log_format), log_format)
+        cache = _cache(cache_dir, no_cache, [path], log_format)
+        found = _may_play_back(cache, [path], None, log_format)
+        run = _single_run(path, cache, log_format)
+        if found is not None:  # (checkpoints a log named where it saved them are read too)
+            rerun.also_read(folders_beyond((c.path for c in run.checkpoints), [r.checkpoint_dir for r in found if r.checkpoint_dir],
+                                           [run.save_folder_named]))
         rec = run.recommendation
         if as_json:
             typer.echo(json.dumps(rec.to_dict(), indent=2))
@@ -638,6 +642,17 @@ def _single_run(path: Path, cache: ParseCache | None = None, log_format: Path | 
         names = ", ".join(r.run_id for r in runs)
         raise UnusableInput(f"{path}: {len(runs)} runs found ({names}); point at exactly one run")
     return runs[0]
+
+
+def _may_play_back(cache: ParseCache | None, paths: list[Path], found: list[RunLocation] | None,
+                   log_format: Path | None) -> list[RunLocation] | None:
+    """Offer this run to be played back when run again (:mod:`forensics.rerun`): with a cache, of
+    folders (a log file's whole folder is not listed). The runs found there, or ``None`` when not offered."""
+    if cache is None or not all(path.is_dir() for path in paths):
+        return None
+    found = locate(paths, custom_format=log_format) if found is None else found
+    rerun.offer(cache.directory, paths, [p for r in found for _, p in read_by(r)] + ([log_format] if log_format else []))
+    return found
 
 
 def _recall(cache: ParseCache | None, key: str | None, html: bool) -> dict[str, bytes] | None:

@@ -1,16 +1,16 @@
-"""The very same ``analyze`` again, on inputs unchanged since: what it printed and wrote, played back.
+"""The very same command again, on inputs unchanged since: what it printed and wrote, played back.
 
-A run of ``analyze`` records what it printed (stdout, stderr), the files it wrote (the report, the
-JSON, the Markdown) and its exit code, with what it read: a listing of each analyzed folder (every
-file's name, size, times and inode) and the identity of each log, checkpoint folder and config it
-read outside them. A later run with the same arguments, from the same folder, on the same kind of
-terminal, with the same settings in its environment, by the same code, finds all of that unchanged
-and plays the record back — before Polars, or the command line itself, is imported: a second
-``analyze`` takes a tenth of a second, where importing Polars alone takes a third.
+A run of ``analyze`` or ``best-checkpoint`` records what it printed (stdout, stderr), the files it
+wrote (the report, the JSON, the Markdown) and its exit code, with what it read: a listing of each
+analyzed folder (every file's name, size, times and inode) and the identity of each log,
+checkpoint folder and config it read outside them. A later run with the same arguments, from the
+same folder, on the same kind of terminal, with the same settings in its environment, by the same
+code, finds all of that unchanged and plays the record back — before Polars, or the command line
+itself, is imported: it takes about a tenth of a second, where importing Polars alone takes a third.
 
 Anything else runs the command as usual: a file touched, another terminal width, a record that
-cannot be read. Only a run that ended with 0 or 1 (an incident) and said where it read and wrote
-(:func:`offer`) is recorded. Only the standard library is imported here.
+cannot be read. Only a run that gave an answer (``_PLAYED``) and said what it read (:func:`offer`)
+is recorded. Only the standard library is imported here.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ _SETTINGS = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "TTY_C
 _SETTING_PREFIXES = ("GRPO_FORENSICS", "_GRPO_FORENSICS", "TYPER_", "_TYPER", "POLARS_", "WANDB_", "RAY_")
 #: The libraries whose output is recorded: an upgrade makes records stale.
 _LIBRARIES = ("polars", "pyarrow", "rich", "typer", "yaml", "wandb", "tensorboard", "tensorboardX")
-#: The exit codes of a run worth playing back: done, with or without an incident.
-_PLAYED = (0, 1)
+#: The commands played back, and the exit codes of a run of each worth playing back: answers
+#: (an incident; no checkpoint saved, or none before the incident), not failures.
+_PLAYED = {"analyze": (0, 1), "best-checkpoint": (0, 3, 4)}
 
 
 def played_back(argv: list[str]) -> int | None:
@@ -77,8 +78,8 @@ def played_back(argv: list[str]) -> int | None:
 class Recording:
     """Copies of what this process prints, kept for a record (see :func:`record`)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, command: str, folder: Path) -> None:
+        self.command, self.folder = command, folder
         self.trees: list[str] = []
         self.inputs: list[str] = []
         self.read: list[str | None] | None = None
@@ -99,7 +100,7 @@ class Recording:
             except (OSError, ValueError):
                 self.copies[name].failed = True
             setattr(sys, name, stream)
-        if code in _PLAYED and self.read is not None and not any(c.failed for c in self.copies.values()):
+        if code in _PLAYED[self.command] and self.read is not None and not any(c.failed for c in self.copies.values()):
             try:
                 self._keep(code)
             except (OSError, ValueError):  # (a full disk, a file gone: no record, no harm)
@@ -136,12 +137,12 @@ _recording: Recording | None = None
 
 def record(argv: list[str]) -> Recording | None:
     """Start recording this process's output for a later :func:`played_back`, where the command
-    is one that can be (``analyze`` with a cache); the command says what it read with :func:`offer`."""
+    is one that can be (``analyze``, ``best-checkpoint``, with a cache); the command says what it read with :func:`offer`."""
     global _recording
     folder = _record_folder(argv)
     if folder is None or not all(_open(fd) and hasattr(getattr(sys, name), "buffer") for fd, name in ((1, "stdout"), (2, "stderr"))):
         return None
-    _recording = Recording(folder)
+    _recording = Recording(argv[0], folder)
     return _recording
 
 
@@ -210,7 +211,7 @@ class _Copy(io.RawIOBase):
 def _record_folder(argv: list[str]) -> Path | None:
     """Where the record of ``argv`` is kept: in the cache folder, under a key of everything the
     output depends on but the inputs. ``None`` for a command never played back."""
-    if not argv or argv[0] != "analyze" or "--no-cache" in argv:
+    if not argv or argv[0] not in _PLAYED or "--no-cache" in argv:
         return None
     try:
         folder = _option(argv, "--cache-dir") or default_cache_dir()

@@ -18,9 +18,10 @@ from conftest import FIXTURES, tree_state
 HANG = FIXTURES / "sglang_hang" / "outputs"
 
 
-def analyze(*args: str | Path, cache: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, bytes, bytes, bool]:
+def analyze(*args: str | Path, cache: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+            command: str = "analyze") -> tuple[int, bytes, bytes, bool]:
     """Exit code, stdout, stderr (the imports taken out) and whether Polars was imported."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "forensics", "analyze", *map(str, args)],
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "forensics", command, *map(str, args)],
                           capture_output=True, timeout=300, cwd=cwd,
                           env={**os.environ, "GRPO_FORENSICS_CACHE": str(cache), **(env or {})})
     lines = done.stderr.splitlines(keepends=True)
@@ -184,3 +185,15 @@ def test_run_from_another_folder_it_is_another_command(tmp_path: Path, run: Path
     elsewhere = analyze(run, "--out", "rep", cache=cache, cwd=tmp_path / "b")
     assert not played[3] and elsewhere[3]
     assert (tmp_path / "b" / "rep" / "report.html").read_bytes() == (tmp_path / "a" / "rep" / "report.html").read_bytes()
+
+
+def test_best_checkpoint_again_is_played_back_until_its_checkpoint_is_gone(tmp_path: Path, run: Path) -> None:
+    cache = tmp_path / "cache"
+    first = analyze(run, cache=cache, command="best-checkpoint")
+    checkpoint = Path(first[1].decode().strip())
+    assert first[0] == 0 and checkpoint.is_dir() and first[3]
+    again = analyze(run, cache=cache, command="best-checkpoint")
+    assert again[:3] == first[:3] and not again[3]
+    shutil.rmtree(checkpoint)
+    after = analyze(run, cache=cache, command="best-checkpoint")
+    assert after[3] and after[0] == 0 and Path(after[1].decode().strip()) != checkpoint
