@@ -1,4 +1,4 @@
-"""What a file or folder looked like when it was read, and what code read it.
+"""What a file or folder looked like when it was read, what code read it, and where the cache is.
 
 The parse cache and the replay of a whole command (:mod:`forensics.rerun`) both ask "is this the
 same input, read by the same code?". Only the standard library is imported here: the replay must
@@ -129,7 +129,7 @@ def _sha(data: bytes) -> str:
 def code_digest(whole_package: bool = False) -> str:
     """A digest of the parser code and format tables (with ``whole_package``, also of the analysis
     and the renderers): changed code never serves old entries."""
-    # (found, not imported: ``parsers`` imports Polars)
+    # (found, not imported: ``reports`` imports Polars)
     forensics, parsers, reports = (_package_folder(name) for name in ("forensics", "parsers", "reports"))
     digest = hashlib.sha256()
     # (what shapes a parse entry: the readers, how the run loader calls them, how entries are spliced)
