@@ -16,7 +16,7 @@ sys.path.insert(0, str(FIXTURES))
 
 #: The longest test files, handed out first: pytest-xdist gives each worker a file at a time, in
 #: the order collected, and a long file handed out last leaves one worker running it alone.
-SLOWEST_FIRST = ("test_benchmark.py", "test_hostile.py", "test_watch.py", "test_fleet.py", "test_cache.py",
+SLOWEST_FIRST = ("test_benchmark.py", "test_hostile.py", "test_watch.py", "test_fleet.py", "test_cache.py", "test_rerun.py",
                  "test_ray_parser.py", "test_detect.py", "test_cli_analyze.py")
 
 
