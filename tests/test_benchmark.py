@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_benchmark_prints_every_table_on_a_small_set(tmp_path: Path) -> None:
     report = tmp_path / "report.md"
-    command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.2", "--scaling", "0.1,0.2", "--busy-scaling", "0.1,0.2",
-               "--worker-scaling", "0.02,0.05,0.2", "--fleet-scaling", "2,4", "--files-scaling", "20,40", "--flood-scaling", "0.01,0.02",
+    command = [sys.executable, "benchmarks/bench.py", "--size-gb", "0.1", "--scaling", "0.05,0.1", "--busy-scaling", "0.05,0.1",
+               "--worker-scaling", "0.02,0.05,0.1", "--fleet-scaling", "2,4", "--files-scaling", "20,40", "--flood-scaling", "0.01,0.02",
                "--dir", str(tmp_path / "sets"), "--skip-lnav", "--loop-mb", "5", "--copy-steps", "500", "--report", str(report)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
