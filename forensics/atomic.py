@@ -17,7 +17,7 @@ def write_whole(path: Path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        os.chmod(temp, 0o666 & ~_umask())
+        os.chmod(temp, 0o666 & ~umask())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -25,7 +25,8 @@ def write_whole(path: Path, data: bytes) -> Path:
     return path
 
 
-def _umask() -> int:
+def umask() -> int:
+    """This process's umask (reading it means setting it: it is set back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

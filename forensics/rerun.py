@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from forensics.atomic import write_whole
+from forensics.atomic import umask, write_whole
 from forensics.errors import NoCacheDir
 from forensics.identity import Identity, code_digest, default_cache_dir, local_zone
 from parsers._walk import walk
@@ -232,9 +232,7 @@ def _setting_parts(argv: list[str]) -> Iterable[str]:
         yield f"{fd} {_open(fd) and os.isatty(fd)} {_terminal_size(fd)}"
     for stream in (sys.stdout, sys.stderr):
         yield f"{getattr(stream, 'encoding', None)} {getattr(stream, 'errors', None)}"
-    mask = os.umask(0)
-    os.umask(mask)
-    yield f"{mask} {_uid()} {sys.version} {sys.executable}"
+    yield f"{umask()} {_uid()} {sys.version} {sys.executable}"
     yield code_digest(whole_package=True)
     yield local_zone()
     for name in _LIBRARIES:  # (found, not imported: where each is installed, and when)
