@@ -19,7 +19,8 @@ from forensics.errors import NoRunsFound, PathNotFound
 from parsers import looks_like_areal, looks_like_sglang
 from parsers._checkpoint_files import dangling_link
 from parsers._lines import head_bytes, open_log
-from parsers._walk import walk
+from parsers._walk import under, walk
+from parsers._walk import within as within  # (where the CLI and the watcher look for it)
 from parsers.custom import CustomFormat, looks_like_custom_loop
 from parsers.ray import find_ray_sessions
 from parsers.schema import COMPRESSED, COMPRESSIONS, ROTATED
@@ -462,8 +463,8 @@ def without_runs(paths: Iterable[PathArg], locations: Iterable[RunLocation]) -> 
     for path in as_paths(paths):
         root = os.path.realpath(path)
         folder = os.path.isdir(root)
-        if not any(_under(log, root, folder) for log in logs) and not any(
-                _under(root, place, True) or _under(place, root, folder) for place in read):
+        if not any(under(log, root, folder) for log in logs) and not any(
+                under(root, place, True) or under(place, root, folder) for place in read):
             barren.append(path)
     return barren
 
@@ -483,18 +484,6 @@ def analyzed_tree(path: PathArg) -> Path:
     its checkpoints and config are read from there). Nothing is written into it."""
     path = Path(path)
     return path.parent if path.is_file() else path
-
-
-def within(path: PathArg, given: PathArg) -> bool:
-    """Whether ``path`` is ``given`` or lies under it (a folder: anywhere in it; a file: only itself).
-    Symlinks are resolved; a loop does not raise."""
-    root = os.path.realpath(given)
-    return _under(os.path.realpath(path), root, os.path.isdir(root))
-
-
-def _under(target: str, root: str, folder: bool) -> bool:
-    """:func:`within` for resolved paths: a string test, cheap for many targets against one root."""
-    return target == root or (folder and target.startswith(root.rstrip(os.sep) + os.sep))
 
 
 def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None = None) -> tuple[list[LogSource], list[str]]:
@@ -541,7 +530,7 @@ def _walk(top: Path, custom_format: CustomFormat | None, links: list[str] | None
     found, more = _classify(files, custom_format)
     if links is not None:
         inside = os.path.realpath(top)
-        links += [link for link in linked if not _under(os.path.realpath(link), inside, True)]
+        links += [link for link in linked if not under(os.path.realpath(link), inside, True)]
     kept, torn = _newest_trainer_state(sources + found)
     return kept, problems + more + torn
 

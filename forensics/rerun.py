@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 from forensics.atomic import umask, write_whole
 from forensics.errors import NoCacheDir
 from forensics.identity import Identity, code_digest, default_cache_dir, local_zone
-from parsers._walk import walk
+from parsers._walk import walk, within
 
 #: Bumped when a record's layout changes.
 _LAYOUT = "1"
@@ -62,7 +62,7 @@ def played_back(argv: list[str]) -> int | None:
             return None
         read = [*manifest["trees"], *manifest["inputs"]]
         files = [(Path(f["path"]), (record / f["name"]).read_bytes(), f["whole"]) for f in manifest["files"]]
-        if any(_inside(path, read) for path, _, _ in files):
+        if any(within(path, place) for path, _, _ in files for place in read):
             return None  # (an output folder turned into a link into a run since: never written through)
         printed = (record / "stdout").read_bytes(), (record / "stderr").read_bytes()
         code = int(manifest["code"])
@@ -297,16 +297,6 @@ def _identity(path: Path) -> str | None:
         return str(Identity.of(path))
     except OSError:
         return None
-
-
-def _inside(path: Path, read: Iterable[str]) -> bool:
-    """Whether ``path`` (to be written) lies in or is one of the places read (links resolved)."""
-    target = os.path.realpath(path)
-    for place in read:
-        root = os.path.realpath(place)
-        if target == root or target.startswith(root.rstrip(os.sep) + os.sep):
-            return True
-    return False
 
 
 def _write(path: Path, data: bytes, whole: bool) -> None:

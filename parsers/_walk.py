@@ -1,4 +1,4 @@
-"""Walking a folder tree without recursion.
+"""Walking a folder tree without recursion, and whether a path lies in one.
 
 Python 3.11's ``os.walk`` and ``Path.rglob`` recurse once per level: a tree a thousand folders deep
 (a runaway job's, or a hostile one's) raises ``RecursionError`` and stops the whole analysis.
@@ -44,3 +44,15 @@ def files_under(top: Path) -> Iterator[Path]:
     """Every file below ``top`` (links to folders not followed), at any depth."""
     for folder, _dirs, names in walk(top):
         yield from (Path(folder, name) for name in names)
+
+
+def within(path: str | os.PathLike[str], given: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is ``given`` or lies under it (a folder: anywhere in it; a file: only itself).
+    Symlinks are resolved; a loop does not raise."""
+    root = os.path.realpath(given)
+    return under(os.path.realpath(path), root, os.path.isdir(root))
+
+
+def under(target: str, root: str, folder: bool) -> bool:
+    """:func:`within` for resolved paths: a string test, cheap for many targets against one root."""
+    return target == root or (folder and target.startswith(root.rstrip(os.sep) + os.sep))
