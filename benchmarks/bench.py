@@ -5,7 +5,7 @@ One command (not part of the tests)::
     python benchmarks/bench.py [--size-gb 3] [--scaling 0.3,1,3] [--busy-scaling 0.3,1,3] [--worker-scaling 0.3,1,3]
                                [--fleet-scaling 25,100,400] [--files-scaling 250,1000,4000] [--flood-scaling 0.3,1,3]
                                [--dir /tmp/grpo-forensics-bench] [--keep] [--reuse] [--skip-lnav]
-                               [--report FILE] [--repeat N] [--loop-mb 300]
+                               [--report FILE] [--repeat N] [--loop-mb 300] [--block-steps 1870]
 
 It writes one AReaL-shaped run that ``analyze`` discovers as one run with three sources::
 
@@ -16,7 +16,7 @@ It writes one AReaL-shaped run that ``analyze`` discovers as one run with three 
     outputs/checkpoints/root/bench-grpo/trial0/default/      (one tiny HF export per epoch)
 
 The trainer and server logs come from the test fixture builders (``tests/fixtures/``): a block of
-1870 steps (two epochs, two days) is written once healthy and once with the incident, then
+1870 steps (two epochs, two days; ``--block-steps``) is written once healthy and once with the incident, then
 repeated with later steps, epochs and dates until the set reaches ``--size-gb``; the timeline is
 continuous. The incident, in the block ~60 % into the run: SGLang hangs after a weight update,
 the trainer's requests time out (600 s x 3 retries), ``task_reward/avg`` is exactly 0 for 100
@@ -95,14 +95,15 @@ RAY_SAMPLE = Path(__file__).with_name("ray_session.tar.gz")
 GREP = r"Traceback|Error|timed out|refused|Killed|sigquit"
 LNAV_QUERY = ";SELECT count(*) FROM all_logs"
 
-BLOCK_STEPS = 1870  # two AReaL epochs of 935 steps
+BLOCK_STEPS = 1870  # two AReaL epochs of 935 steps (``--block-steps``)
 BLOCK_DAYS = 2
-STEPS_PER_EPOCH = 935
 START = datetime(2025, 11, 1, 9, 0, 0)
 RAY_START = datetime(2025, 11, 1, 8, 11, 0)  # the cluster is up 45 min before the trainer
 RAY_SESSION = "session_2025-11-01_08-10-31_648770_32459"
 EXPERIMENT, TRIAL, USER = "bench-grpo", "trial0", "root"
-INCIDENT = (1400, 1500)  # block steps with reward exactly 0 (the hang starts after step 1393's update)
+#: Block steps with reward exactly 0, as far from the block's end as in the 1870-step block (1400–1499;
+#: the hang starts after the update of the seventh step before).
+INCIDENT_BEFORE_END = (470, 370)
 RAY_SHARES = {"worker_out": 0.40, "core": 0.25, "raylet": 0.20, "gcs": 0.15}
 CHUNK = 64 << 20
 
@@ -122,6 +123,16 @@ class Blocks:
     dates: list[datetime]  # placeholder i -> the date it stands for
     config: str
     version: bytes
+    steps: int  # steps a block (two epochs over BLOCK_DAYS days)
+
+    @property
+    def per_epoch(self) -> int:
+        return self.steps // 2
+
+
+def incident_of(steps: int) -> tuple[int, int]:
+    """The first zero-reward step of a block of ``steps`` and the first step after the incident."""
+    return steps - INCIDENT_BEFORE_END[0], steps - INCIDENT_BEFORE_END[1]
 
 
 _COMPACT = re.compile(rb"(?<![0-9])(20\d{6})-(?=\d\d:)")
@@ -138,16 +149,16 @@ def _plateau(step: int) -> float:
     return max(binomial_reward(step, 0.7), 1 / 32)
 
 
-def _spec(kind: str):
+def _spec(kind: str, steps: int):
     from areal_builder import RunSpec  # noqa: PLC0415
 
-    lo, hi = INCIDENT
+    lo, hi = incident_of(steps)
     reward = _plateau if kind == "healthy" else (lambda s: 0.0 if lo <= s < hi else _plateau(s))
     return RunSpec(
         experiment=EXPERIMENT, trial=TRIAL, user=USER, era="v0.4",
-        steps_per_epoch=STEPS_PER_EPOCH, total_epochs=2, last_step=BLOCK_STEPS,
+        steps_per_epoch=steps // 2, total_epochs=2, last_step=steps,
         # a block spans two days less 5 min, so copies shifted by two days follow each other
-        anchors={1: START, BLOCK_STEPS: START + timedelta(days=BLOCK_DAYS, seconds=-300)},
+        anchors={1: START, steps: START + timedelta(days=BLOCK_DAYS, seconds=-300)},
         step_seconds=(85.0, 100.0), reward=reward, seed=7, save_freq_epochs=1,
         server_addr="172.17.0.2:30000", request_timeout=600, request_retries=3,
         max_concurrent_rollouts=128,
@@ -156,7 +167,8 @@ def _spec(kind: str):
 
 def _server_lines(spec, incident: bool):
     """SGLang's own lines for a block: sustained rollout traffic between weight updates, the
-    container's health probe; with ``incident``, a hang from step 1393's update to step 1500."""
+    container's health probe; with ``incident``, a hang from step 1393's update to step 1500 (in a
+    block of 1870 steps)."""
     from areal_builder import Outage  # noqa: PLC0415
     from build import _probes, _started  # noqa: PLC0415
     from sglang_lines import (  # noqa: PLC0415
@@ -174,8 +186,9 @@ def _server_lines(spec, incident: bool):
     first = builder_timeline(spec)
     hang = recovered = None
     if incident:
-        hang = first.updates[INCIDENT[0] - 7].done + 0.4 * s
-        recovered = first.headers[INCIDENT[1]] - 30 * s
+        lo, hi = incident_of(spec.last_step)
+        hang = first.updates[lo - 7].done + 0.4 * s
+        recovered = first.headers[hi] - 30 * s
         spec = replace(spec, outages=(Outage(start=hang + 600.2 * s, end=recovered - 4 * s, kind="timeout",
                                              burst_every=(300.0, 600.0)),))
     timeline = builder_timeline(spec)
@@ -214,7 +227,7 @@ def _server_lines(spec, incident: bool):
     return replace(spec, extra_lines=tuple(lines)), server
 
 
-def build_blocks(scratch: Path) -> Blocks:
+def build_blocks(scratch: Path, steps: int = BLOCK_STEPS) -> Blocks:
     sys.path.insert(0, str(FIXTURES))
     from areal_builder import write_run  # noqa: PLC0415
     from sglang_lines import finish_server_log  # noqa: PLC0415
@@ -222,7 +235,7 @@ def build_blocks(scratch: Path) -> Blocks:
     raw: dict[str, tuple[bytes, bytes]] = {}
     config = version = None
     for kind in ("healthy", "incident"):
-        spec, server = _server_lines(_spec(kind), kind == "incident")
+        spec, server = _server_lines(_spec(kind, steps), kind == "incident")
         paths = write_run(scratch / kind / "outputs", spec)
         server_log = finish_server_log(paths, server)
         raw[kind] = (paths.trainer_log.read_bytes(), server_log.read_bytes())
@@ -255,7 +268,7 @@ def build_blocks(scratch: Path) -> Blocks:
         bodies["trainer"][kind] = template(body_t)
         bodies["server"][kind] = template(body_s)
     return Blocks(heads["healthy"][0], heads["healthy"][1], bodies["trainer"], bodies["server"], dates,
-                  config, version)
+                  config, version, steps)
 
 
 def _fill(data: bytes, dates: list[datetime], shift: timedelta) -> bytes:
@@ -266,10 +279,10 @@ def _fill(data: bytes, dates: list[datetime], shift: timedelta) -> bytes:
     return data
 
 
-def _restep(data: bytes, k: int, blocks: int) -> bytes:
+def _restep(data: bytes, k: int, blocks: int, steps: int) -> bytes:
     def sub(m: re.Match[bytes]) -> bytes:
         return b"Epoch %d/%d Step %s/%s Train step %d/%d done." % (
-            int(m[1]) + 2 * k, 2 * blocks, m[2], m[3], int(m[4]) + BLOCK_STEPS * k, BLOCK_STEPS * blocks)
+            int(m[1]) + 2 * k, 2 * blocks, m[2], m[3], int(m[4]) + steps * k, steps * blocks)
 
     return _HEADER.sub(sub, data)
 
@@ -392,7 +405,7 @@ def build_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     for k in range(n):
         kind = "incident" if k == incident else "healthy"
         shift = timedelta(days=BLOCK_DAYS * k)
-        trainer.add(_restep(_fill(blocks.trainer[kind], blocks.dates, shift), k, n))
+        trainer.add(_restep(_fill(blocks.trainer[kind], blocks.dates, shift), k, n, blocks.steps))
         server.add(_fill(blocks.server[kind], blocks.dates, shift))
     return _finish_set(root, blocks, size_gb, trainer, server, n_blocks=n, incident=incident)
 
@@ -411,8 +424,8 @@ def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, se
     (log_dir / "config.yaml").write_text(re.sub(r"(?m)^total_train_epochs: \d+$", epochs, blocks.config))
     (log_dir / "version.json").write_bytes(blocks.version)
     ckpts = root / "outputs" / "checkpoints" / USER / EXPERIMENT / TRIAL / "default"
-    for step in range(STEPS_PER_EPOCH, BLOCK_STEPS * n_blocks + 1, STEPS_PER_EPOCH):
-        write_hf_checkpoint(ckpts / checkpoint_name(step, STEPS_PER_EPOCH), step)
+    for step in range(blocks.per_epoch, blocks.steps * n_blocks + 1, blocks.per_epoch):
+        write_hf_checkpoint(ckpts / checkpoint_name(step, blocks.per_epoch), step)
     ray_bytes = write_ray_session(log_dir / RAY_SESSION, int(size_gb * 1e9) // 10, minutes=n_blocks * BLOCK_DAYS * 1440)
     files = sorted(str(p) for p in log_dir.rglob("*") if p.is_file() and p.stat().st_size and "events" not in p.parts)
     # The morning after: a finished run's logs were last written hours ago.
@@ -424,8 +437,10 @@ def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, se
         "outputs": str(root / "outputs"),
         "files": files,
         "bytes": {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
-        "steps": BLOCK_STEPS * n_blocks,
-        "incident_steps": [BLOCK_STEPS * incident + INCIDENT[0], BLOCK_STEPS * incident + INCIDENT[1] - 1],
+        "steps": blocks.steps * n_blocks,
+        "block_steps": blocks.steps,
+        "incident_steps": [blocks.steps * incident + incident_of(blocks.steps)[0],
+                           blocks.steps * incident + incident_of(blocks.steps)[1] - 1],
         "busier": busier,
         "version": SET_VERSION,
     }
@@ -462,7 +477,7 @@ def build_busy_set(root: Path, size_gb: float, blocks: Blocks) -> dict:
     shutil.rmtree(root, ignore_errors=True)
     trainer, server = _Writer(log_dir / "trainer.log"), _Writer(log_dir / "llm_server.log")
     trainer.add(_fill(blocks.trainer_head, blocks.dates, timedelta(0)))
-    trainer.add(_restep(_fill(blocks.trainer["incident"], blocks.dates, timedelta(0)), 0, 1))
+    trainer.add(_restep(_fill(blocks.trainer["incident"], blocks.dates, timedelta(0)), 0, 1, blocks.steps))
     server.add(_fill(blocks.server_head, blocks.dates, timedelta(0)))
     for piece in _busier(body, k):
         server.add(_fill(piece, blocks.dates, timedelta(0)))
@@ -516,26 +531,30 @@ SETS = {"run": build_set, "busy": build_busy_set, "worker": build_worker_set}
 SET_VERSION = 2
 
 
-def kept_set(root: Path) -> dict | None:
+def kept_set(root: Path, block_steps: int = BLOCK_STEPS) -> dict | None:
     """The description of the set an earlier ``--keep`` run left at ``root``, if this version of
-    the script wrote it; ``None`` (say why) otherwise."""
+    the script wrote it with blocks of ``block_steps``; ``None`` (say why) otherwise."""
     if not (root / "set.json").is_file():
         return None
     info = json.loads((root / "set.json").read_text())
     if info.get("version", 1) != SET_VERSION:
         print(f"not reusing {root}: written by an older version of this script", flush=True)
         return None
+    if info.get("block_steps", BLOCK_STEPS) != block_steps:
+        print(f"not reusing {root}: its blocks are of {info.get('block_steps', BLOCK_STEPS)} steps", flush=True)
+        return None
     return info
 
 
-def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, kind: str = "run") -> dict:
+def get_set(base: Path, size_gb: float, reuse: bool, blocks_cache: list, kind: str = "run",
+            block_steps: int = BLOCK_STEPS) -> dict:
     root = base / f"{kind}-{size_gb:g}gb"
-    if reuse and (info := kept_set(root)) is not None:
+    if reuse and (info := kept_set(root, block_steps)) is not None:
         print(f"reusing {root} ({sum(info['bytes'].values()) / 1e9:.2f} GB)", flush=True)
         return info
     if not blocks_cache:
         t0 = time.perf_counter()
-        blocks_cache.append(build_blocks(base / "scratch"))
+        blocks_cache.append(build_blocks(base / "scratch", block_steps))
         print(f"built the base blocks in {time.perf_counter() - t0:.0f} s", flush=True)
     t0 = time.perf_counter()
     info = SETS[kind](root, size_gb, blocks_cache[0])
@@ -1045,7 +1064,11 @@ def main() -> None:
                         "(default: the set's)")
     parser.add_argument("--report", type=Path, help="also write the Markdown table to this file")
     parser.add_argument("--repeat", type=int, default=1, help="time grep and cold/cached analyze N times, keep the fastest (noisy machines)")
+    parser.add_argument("--block-steps", type=int, default=BLOCK_STEPS,
+                        help=f"steps in a block of two days (default {BLOCK_STEPS}; fewer build faster, each step then longer)")
     args = parser.parse_args()
+    if args.block_steps < 600 or args.block_steps % 2:
+        parser.error("--block-steps must be even and at least 600 (the incident lies 470 steps before a block's end)")
 
     args.dir.mkdir(parents=True, exist_ok=True)
     blocks: list[Blocks] = []
@@ -1055,7 +1078,7 @@ def main() -> None:
         print(line, flush=True)
         out.append(line)
 
-    info = get_set(args.dir, args.size_gb, args.reuse, blocks)
+    info = get_set(args.dir, args.size_gb, args.reuse, blocks, block_steps=args.block_steps)
     files = info["files"]
     total = sum(info["bytes"].values())
     mb = total / 1e6
@@ -1239,7 +1262,7 @@ def main() -> None:
             if kind == "run" and abs(size - args.size_gb) < 1e-9:
                 s_info, seconds, rss, la = info, cold_s, cold_rss, loads[1]
             else:
-                s_info = get_set(args.dir, size, args.reuse, blocks, kind)
+                s_info = get_set(args.dir, size, args.reuse, blocks, kind, args.block_steps)
                 # (sets are whole blocks of steps: two sizes under one block build the same one)
                 if any(abs(sum(s_info["bytes"].values()) / 1e9 - g) < 1e-9 for g, *_ in points):
                     say(f"| {size:g} GB asked: the same set as a size before (sets are whole blocks of steps); skipped | | | | | | |")
@@ -1275,10 +1298,10 @@ def main() -> None:
         growth("Growth with the run's length: more steps, days and server traffic", sizes, "run")
     sizes = numbers(args.busy_scaling, float)
     if sizes:
-        growth(f"Growth with the server's traffic: the same two-day run ({BLOCK_STEPS:,} steps), a busier server", sizes, "busy")
+        growth(f"Growth with the server's traffic: the same two-day run ({args.block_steps:,} steps), a busier server", sizes, "busy")
     sizes = numbers(args.worker_scaling, float)
     if sizes:
-        growth(f"Growth with one file: the same two-day run ({BLOCK_STEPS:,} steps), one Ray worker's `.err` growing", sizes, "worker")
+        growth(f"Growth with one file: the same two-day run ({args.block_steps:,} steps), one Ray worker's `.err` growing", sizes, "worker")
 
     counts = numbers(args.fleet_scaling, int)
     if counts:
