@@ -621,3 +621,26 @@ def test_minibatch_tables_one_to_k_under_one_header_are_one_steps(tmp_path: Path
     log = read_areal_log(path)
     assert values(log, "grpo_actor/k0") == {1: 2.0, 3: 6.0}
     assert any(note.startswith("2 stats tables follow") for note in log.notes), log.notes
+
+
+def test_a_config_is_read_by_dotted_key_and_a_hostile_one_in_bounded_time(tmp_path: Path, fixture_run) -> None:
+    """Aliases can make a 2 KB config.yaml a tree of 2**40 keys: it is read no further than any
+    real config reaches, and a nesting deeper than the parser goes is no config, not a crash."""
+    import time
+
+    from parsers.areal_config import read_areal_config
+
+    [config] = fixture_run("areal_seed000").rglob("config.yaml")
+    settings = read_areal_config(config)
+    assert settings["experiment_name"] == "gsm8k-grpo-full-local" and settings["cluster.name_resolve.type"] == "nfs"
+    assert settings["rollout.request_timeout"] == 600
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a0: &a0 {x: 1, y: 2}\n" + "".join(f"a{i}: &a{i} {{p: *a{i - 1}, q: *a{i - 1}}}\n" for i in range(1, 41)))
+    started = time.monotonic()
+    read = read_areal_config(bomb)
+    assert time.monotonic() - started < 10 and 0 < len(read) <= 100_000
+    assert read["a1.p.x"] == 1  # (what was read is the file's)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "{b: " * 50_000 + "1" + "}" * 50_000)
+    assert read_areal_config(deep) == {}
