@@ -47,7 +47,7 @@ from typing import Any
 import polars as pl
 
 from forensics.analysis import analyze_run, planned_steps, timeouts_not_due, unseen_at_onset
-from forensics.cache import ParseCache, default_cache_dir
+from forensics.cache import ParseCache, default_cache_dir, folders_beyond
 from forensics.causes import CAUSE_OF_KIND, TOGETHER_SECONDS, Attribution, explain
 from forensics.detect import (
     CRASH_KINDS,
@@ -70,6 +70,7 @@ from forensics.detect import (
 )
 from forensics.discover import LEFT_BESIDE, PathArg, RunLocation, analyzed_tree, find_runs, within
 from forensics.errors import NoCacheDir, NoRunsFound, PathNotFound, UnusableInput
+from forensics.identity import Identity
 from forensics.keys import ANALYSIS_KEYS
 from forensics.model import FROM_THE_NUMBERS, Cause, Evidence, iso
 from forensics.run import RunData, load_run, other_logs
@@ -243,6 +244,7 @@ class Watcher:
         self._clock = clock
         self._followers: dict[str, _Follower] = {}
         self._runs: dict[str, RunData] = {}
+        self._loaded: dict[tuple[str, str], tuple[str, RunData]] = {}
         self._state = _State(self.state_dir / "alarms.json")
         self.folded: list[Alarm] = []
         """Alarms not raised: their incident's alarms had already told their cause."""
@@ -264,7 +266,7 @@ class Watcher:
                 self._notice(f"not read: {problem}")
         raised: list[Alarm] = []
         for location in locations:
-            run = load_run(location, custom_format=self._custom_format, cache=self._cache, keys=ANALYSIS_KEYS)
+            run = self._load(location)
             instance = run_instance(run)
             self._runs[instance] = run
             follower = self._followers.get(instance)
@@ -290,6 +292,18 @@ class Watcher:
                 elif self._state.add(alarm):
                     raised.append(alarm)
         return raised
+
+    def _load(self, location: RunLocation) -> RunData:
+        """``location``'s run as the last poll loaded it when nothing it read has changed since (most
+        polls of most runs: a parse cache's frames need not be read again), or loaded anew."""
+        where = (location.run_id, str(location.root))
+        key = self._cache.inputs_key([location])
+        kept = self._loaded.get(where)
+        if kept is not None and kept[0] == key + _folders_key(location, kept[1]):
+            return kept[1]
+        run = load_run(location, custom_format=self._custom_format, cache=self._cache, keys=ANALYSIS_KEYS)
+        self._loaded[where] = (key + _folders_key(location, run), run)
+        return run
 
     def _notice(self, said: str) -> None:
         if said not in self._said:
@@ -322,6 +336,21 @@ class Watcher:
             if timeout is not None and self._clock() - started + interval > timeout:
                 return count
             _time.sleep(interval)
+
+
+def _folders_key(location: RunLocation, run: RunData) -> str:
+    """The identity of the folders ``run``'s checkpoints were listed in outside the checkpoint
+    folder found beside its logs (a save folder a log named): an inputs key does not cover them."""
+    keyed = [location.checkpoint_dir] if location.checkpoint_dir else []
+    folders = folders_beyond(run.checkpoints["path"].to_list(), keyed, [run.save_folder_named])
+    return "".join(f"\0{folder}\0{_identity(folder)}" for folder in folders)
+
+
+def _identity(path: Path) -> Identity | None:
+    try:
+        return Identity.of(path)
+    except OSError:
+        return None
 
 
 def _not_read(location: RunLocation) -> list[str]:

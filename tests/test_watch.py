@@ -1108,3 +1108,54 @@ def test_a_watch_that_cannot_read_the_runs_log_says_so(tmp_path: Path) -> None:
     assert waiting.exit_code == 0
     assert waiting.output.count("no training run found") == 1 and "looking again at each poll" in waiting.output
     shutil.rmtree(empty)
+
+
+def test_a_poll_of_a_run_nothing_was_written_to_loads_none_of_it_again(tmp_path: Path) -> None:
+    """Polled every 30 s, most runs of a fleet are unchanged: their frames are not read back from the
+    parse cache again (seconds a poll for a run of gigabytes). Anything the run reads changing is
+    read: a checkpoint saved, the config rewritten."""
+    import os
+    import shutil
+
+    outputs = stopped_days_ago("sglang_hang", tmp_path)
+    watcher = Watcher(outputs, state_dir=tmp_path / "state")
+    [alarm, *_] = watcher.poll()
+    first = watcher.run(alarm)
+    assert first is not None and watcher.poll() == [] and watcher.run(alarm) is first
+
+    saves = first.location.checkpoint_dir / "default"
+    shutil.copytree(saves / "epoch0epochstep399globalstep399", saves / "epoch0epochstep449globalstep449")
+    assert watcher.poll() == []
+    again = watcher.run(alarm)
+    assert again is not first and 450 in again.checkpoints["step"].to_list()
+    assert 450 not in first.checkpoints["step"].to_list()  # (global step 449 is step 450)
+    assert watcher.poll() == [] and watcher.run(alarm) is again
+
+    [config] = outputs.rglob("config.yaml")
+    config.write_text(config.read_text().replace("request_timeout: 180", "request_timeout: 900"))
+    os.utime(config, (time.time() - 86400, time.time() - 86400))
+    assert watcher.poll() == []
+    assert watcher.run(alarm) is not again and watcher.run(alarm).config["rollout.request_timeout"] == 900
+
+
+def test_a_checkpoint_removed_from_the_save_folder_a_watched_log_named_is_seen(tmp_path: Path) -> None:
+    """A verl console copied off the box names its checkpoints' folder, outside the watched tree:
+    a change there is a change of the run, though no file under the tree changed."""
+    import shutil
+
+    from verl_builder import VerlRunSpec, healthy_score, write_verl_run
+
+    paths = write_verl_run(tmp_path / "train", VerlRunSpec(steps=40, file_logger=False, score=lambda s: 0.0 if s >= 25 else healthy_score(s)))
+    logs = tmp_path / "logs_copy"
+    logs.mkdir()
+    shutil.copy2(paths.train_log, logs / "train.log")
+    watcher = Watcher(logs, state_dir=tmp_path / "state")
+    [alarm, *_] = watcher.poll()
+    first = watcher.run(alarm)
+    saved = first.checkpoints["path"].to_list()
+    assert saved and all(str(tmp_path / "train") in path for path in saved)
+    assert watcher.poll() == [] and watcher.run(alarm) is first
+    shutil.rmtree(saved[-1])
+    assert watcher.poll() == []
+    gone = watcher.run(alarm).checkpoints.filter(pl.col("path") == saved[-1])
+    assert gone["complete"].to_list() == [False]  # (its tracker names it: a row, incomplete)
