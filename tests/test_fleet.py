@@ -403,17 +403,20 @@ def test_runs_start_largest_first_and_the_index_keeps_the_given_order(tmp_path: 
 SPLIT = """
 import json, sys
 from pathlib import Path
+import ray
 from forensics.cache import ParseCache
 from forensics.fleet import analyze_fleet
-out, cache, *paths = sys.argv[1:]
-result = analyze_fleet([Path(p) for p in paths], Path(out), use_ray=True, cache=ParseCache(cache), split_bytes=1, html=False)
-print(json.dumps({"backend": result.backend, "document": result.to_document()}))
+out, *caches = sys.argv[1:4]
+paths = sys.argv[4:]
+ray.init(include_dashboard=False, log_to_driver=False)  # (one Ray for both fleets: a fleet joins a Ray already up)
+for k, cache in enumerate(caches):
+    result = analyze_fleet([Path(p) for p in paths], Path(out) / str(k), use_ray=True, cache=ParseCache(cache), split_bytes=1, html=False)
+    print(json.dumps({"backend": result.backend, "document": result.to_document()}))
 """
 
 
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed")
-@pytest.mark.parametrize("writable", [True, False])
-def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict[str, dict], tmp_path: Path, writable: bool) -> None:
+def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict[str, dict], tmp_path: Path) -> None:
     """... handed over through the cache: where it cannot be written, each would be parsed twice,
     and a run stays one task."""
     temp_root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
@@ -421,21 +424,21 @@ def test_on_ray_a_runs_large_logs_are_parsed_in_tasks_of_their_own(singles: dict
     env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(temp_root), "RAY_USAGE_STATS_ENABLED": "0"}
     paths = ["tests/fixtures/areal_seed000/outputs", "tests/fixtures/sglang_oom/outputs", "tests/fixtures/seed003"]
     (tmp_path / "a file").write_text("not a folder")
-    cache = tmp_path / "cache" if writable else tmp_path / "a file" / "cache"
+    writable, unwritable = tmp_path / "cache", tmp_path / "a file" / "cache"
     try:
-        done = subprocess.run([sys.executable, "-c", SPLIT, str(tmp_path / "out"), str(cache), *paths],
+        done = subprocess.run([sys.executable, "-c", SPLIT, str(tmp_path / "out"), str(writable), str(unwritable), *paths],
                               env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
     finally:
         shutil.rmtree(temp_root, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    split, whole = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     # Trainer and server log of each AReaL run; seed003's loop has one log, so it stays whole.
-    assert found["backend"] == ("Ray (4 large logs parsed in tasks of their own)" if writable
-                                else f"Ray (the cache {cache} cannot be written: each run parsed in its own task)")
-    assert {r["root"]: r for r in found["document"]["runs"]} == {root: run for root, run in singles.items()
-                                                                 if root.startswith(tuple(paths))}
-    if writable:
-        assert len(list((cache / "parsed").iterdir())) >= 4
+    assert split["backend"] == "Ray (4 large logs parsed in tasks of their own)"
+    assert whole["backend"] == f"Ray (the cache {unwritable} cannot be written: each run parsed in its own task)"
+    for found in (split, whole):
+        assert {r["root"]: r for r in found["document"]["runs"]} == {root: run for root, run in singles.items()
+                                                                     if root.startswith(tuple(paths))}
+    assert len(list((writable / "parsed").iterdir())) >= 4
 
 
 def test_each_run_is_reported_on_stderr_as_it_finishes(fixture_run, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from forensics.parsed import rows_where
 from forensics.run import _one_event_a_line, _sort_by_time
 from forensics.texts import iter_with_messages, with_messages
 from forensics.watch import replay
-from parsers._lines import _positioned_blocks, lines_at
+from parsers._lines import BATCH_BYTES, _positioned_blocks, lines_at
 from parsers.areal import looks_like_areal, read_areal_log
 from parsers.schema import EVENT_SCHEMA, HELD_MESSAGES, REPEATED_KINDS
 from reports.timeline import MAX_EVENT_MARKERS
@@ -202,17 +202,19 @@ def _flooded(root: Path, flood: int = FLOOD, outage: str = "timeout") -> tuple[P
     return paths.fileroot, first + 1
 
 
-@pytest.mark.parametrize(("outage", "kind"), [("timeout", "request_timeout"), ("refused", "workflow_failed")])
+# (a failed workflow's line dumps its payload, 1.9 KB: 20,000 of them are 38 MB, batches of the parse as many)
+@pytest.mark.parametrize(("outage", "kind", "flood"), [("timeout", "request_timeout", FLOOD), ("refused", "workflow_failed", 20_000)])
 def test_a_floods_messages_are_not_held_but_read_back_wherever_they_are_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outage: str, kind: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outage: str, kind: str, flood: int) -> None:
     """Past the first few of a batch, a flood's failures keep their place, not their text: the
     analysis (what server they name, how long a request waited, what a failed workflow raised), its
     evidence and the export are what they are with every text held."""
-    fileroot, first = _flooded(tmp_path, outage=outage)
+    fileroot, first = _flooded(tmp_path, flood, outage=outage)
+    assert next(fileroot.rglob("trainer.log")).stat().st_size > BATCH_BYTES  # (the flood spans batches)
     thin = analyze([fileroot])
     [run] = thin.runs
-    flood = run.events.filter(pl.col("kind") == kind)
-    assert flood["message"].null_count() > FLOOD * 0.9
+    flooded = run.events.filter(pl.col("kind") == kind)
+    assert flooded["message"].null_count() > flood * 0.9
     # The evidence quotes the lines themselves.
     log = next(fileroot.rglob("trainer.log")).read_text().splitlines()
     [incident] = [i for i in run.incidents if i.kind == "reward_collapse"]

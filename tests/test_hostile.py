@@ -202,17 +202,28 @@ def all_commands(tree: Path, out: Path, cache: list[str]) -> None:
     assert compare.exit_code == 0, compare.output[-2000:]
 
 
-def test_other_commands_never_traceback(damaged: Path, tmp_path: Path, cache_args: list[str]) -> None:
+def test_every_command_answers_without_writing_into_the_tree_or_the_network(damaged: Path, tmp_path: Path, cache_args: list[str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a cache: every command on the tree as found (cold), then on the tree made read-only
+    (served from the cache, its reports written again over the first). Without: on the read-only
+    tree (as root, which may write anyway, the tree's state is what shows nothing was written).
+    Sockets are forbidden throughout: only ``--wandb`` may reach out."""
+    import socket
+
+    tried: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        tried.append(args)
+        raise OSError("network access attempted in a test that forbids it")
+
+    for name in ("connect", "connect_ex"):
+        monkeypatch.setattr(socket.socket, name, refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
     before = tree_state(damaged)
-    all_commands(damaged, tmp_path, cache_args)
     if "--cache-dir" in cache_args:
-        all_commands(damaged, tmp_path, cache_args)  # now served from the cache (its reports written again over the first)
-    assert tree_state(damaged) == before
-    if "--cache-dir" in cache_args:
-        assert any((tmp_path / "cache" / "parsed").iterdir())
-
-
-def test_read_only_tree_is_left_alone(damaged: Path, tmp_path: Path, cache_args: list[str]) -> None:
+        all_commands(damaged, tmp_path, cache_args)
+        assert tree_state(damaged) == before and any((tmp_path / "cache" / "parsed").iterdir())
     for folder, dirs, files in os.walk(damaged):
         for name in [*dirs, *files]:
             path = Path(folder, name)
@@ -221,9 +232,8 @@ def test_read_only_tree_is_left_alone(damaged: Path, tmp_path: Path, cache_args:
     damaged.chmod(damaged.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     before = tree_state(damaged)
     all_commands(damaged, tmp_path, cache_args)
-    if "--cache-dir" in cache_args:
-        all_commands(damaged, tmp_path, cache_args)  # served from the cache
     assert tree_state(damaged) == before
+    assert tried == []
 
 
 def test_cache_inside_the_tree_is_refused(damaged: Path, tmp_path: Path) -> None:
@@ -338,24 +348,6 @@ def test_an_unreadable_log_given_by_name_is_said_in_one_line(tmp_path: Path) -> 
     log.chmod(0o644)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Permission denied" in done.stderr and "Traceback" not in done.stderr
-
-
-def test_no_network_without_wandb(damaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every command works with sockets forbidden; only ``--wandb`` may reach out (it says so when it cannot)."""
-    import socket
-
-    tried: list[object] = []
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        tried.append(args)
-        raise OSError("network access attempted in a test that forbids it")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    all_commands(damaged, tmp_path, ["--no-cache"])
-    assert tried == []
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
