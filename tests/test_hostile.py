@@ -601,11 +601,13 @@ def _as_a_user(command: list[str]) -> list[str]:
     return [setpriv, "--bounding-set", "-dac_override,-dac_read_search,-fowner", "--", *command]
 
 
-def _cli(args: list[str], cwd: Path, *, as_user: bool = False):
+def _cli(args: list[str], cwd: Path, *, as_user: bool = False, cache: bool = False):
+    """The command in a process of its own; ``cache``: with the session's parse cache (a user's
+    default), for tests that read the same logs many ways."""
     import subprocess
     import sys
 
-    command = [sys.executable, "-m", "forensics", *args, "--no-cache"]
+    command = [sys.executable, "-m", "forensics", *args, *([] if cache else ["--no-cache"])]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.run(_as_a_user(command) if as_user else command, cwd=cwd, env=env, capture_output=True, text=True)
 
@@ -699,7 +701,7 @@ def test_a_runs_logs_given_one_by_one_are_the_run_as_its_folder_is(tmp_path: Pat
     (trial / "llm_server.log.gz").write_bytes(gz.compress((trial / "llm_server.log").read_bytes()))
 
     def verdict(*paths: Path) -> list[tuple]:
-        done = _cli(["analyze", *map(str, paths), "--no-html", "--json", "-"], tmp_path)
+        done = _cli(["analyze", *map(str, paths), "--no-html", "--json", "-"], tmp_path, cache=True)
         assert done.returncode == 0, done.stderr
         return [(r["run_id"], [(i["kind"], i["onset_step"], i["cause"]) for i in r["incidents"]], r["recommendation"]["step"])
                 for r in json.loads(done.stdout)["runs"]]

@@ -128,7 +128,8 @@ def test_a_verl_experiment_is_one_run_however_its_parts_are_given(tmp_path: Path
     paths = nccl_hang_run(tmp_path / "exp")
 
     def runs(*given: Path, cwd: Path = tmp_path) -> list[tuple]:
-        done = subprocess.run([sys.executable, "-m", "forensics", "analyze", *map(str, given), "--no-cache", "--json", "-"],
+        # (with the session's parse cache, a user's default: the same logs are read eleven ways)
+        done = subprocess.run([sys.executable, "-m", "forensics", "analyze", *map(str, given), "--json", "-"],
                               cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
         assert done.returncode == 0, done.stderr
         return [(r["run_id"], [(i["kind"], i["onset_step"], i["cause"]) for i in r["incidents"]], r["recommendation"]["step"])
