@@ -72,6 +72,9 @@ class Splice:
     """A fact printed twice (a relaunch's config) is the first line's, as the reader keeps it; else the last's."""
     later_facts: frozenset[str] = frozenset()
     """With ``first_facts``, the facts a later line overrides all the same."""
+    end_notes: frozenset[str] = frozenset()
+    """Notes of how a file ends (a step header whose table is not written yet), counts aside: a
+    grown part may say one that the part re-read did not, for a fresh parse of the file says it too."""
 
 
 class ParseCache:
@@ -81,6 +84,9 @@ class ParseCache:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
         self.outcomes: dict[str, str] = {}
         """Per source path, what the last read did: ``hit``, ``grown`` or ``parsed``."""
+        self._tails: dict[Path, tuple[tuple[int, int, int, int], Parsed]] = {}
+        # (per entry, the part a splice read last and what it was read from: the next splice of a
+        # log grown again from the same cut re-reads those bytes, and gets this)
 
     def parsed(self, reader: str, path: Path, parse: Callable[[Path], Parsed], *, variant: str = "",
                splice: Splice | None = None) -> Parsed:
@@ -101,7 +107,7 @@ class ParseCache:
                 return old
             if splice is not None and identity.grew_from(old_identity, path):
                 try:
-                    grown = self._splice(splice, path, old, old_identity, parse)
+                    grown = self._splice(splice, path, old, old_identity, parse, entry)
                 except OSError:  # no room for the scratch copy of the tail: parse the whole file
                     grown = None
                 if grown is not None:
@@ -210,7 +216,7 @@ class ParseCache:
                 shutil.rmtree(staging, ignore_errors=True)
 
     def _splice(self, policy: Splice, path: Path, old: Parsed, old_identity: Identity,
-                parse: Callable[[Path], Parsed]) -> Parsed | None:
+                parse: Callable[[Path], Parsed], entry: Path) -> Parsed | None:
         """``old`` extended by a parse of what ``path`` grew by, or ``None`` when no clean cut is found."""
         cut_line = _cut_line(old)
         if cut_line is None:
@@ -223,15 +229,22 @@ class ParseCache:
         before = cut_line - 1 - pad  # (the lines before the part's first, blank or not)
         scratch = self.directory / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
+        kept = self._tails.pop(entry, None)
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-            old_tail = _parse_range(path, offset, old_identity.size, Path(tmp) / f"old-{path.name}", parse, pad)
-            new_tail = _parse_range(path, offset, None, Path(tmp) / path.name, parse, pad)
+            # (the old part re-read is the last splice's grown part when the cut has not moved: the
+            # same bytes, which a log that only grew still holds, read under the same name)
+            if kept is not None and kept[0] == (offset, pad, old_identity.size, old_identity.inode):
+                old_tail = kept[1]
+            else:
+                old_tail, _ = _parse_range(path, offset, old_identity.size, Path(tmp, "old", path.name), parse, pad)
+            new_tail, end = _parse_range(path, offset, None, Path(tmp, "new", path.name), parse, pad)
+        self._tails[entry] = ((offset, pad, end, old_identity.inode), new_tail)
         reread = old_tail.shifted(before, str(path))  # (the old parse's last lines, read again, on its line numbers)
         at_header = bool(old.steps.height) and cut_line == old.steps["line"].max()
         if at_header and (new_tail.steps.is_empty() or new_tail.steps["line"].min() != 1 + pad):
             return None  # the cut is not where the last step header was: do not trust the splice
         if old.steps.height and not at_header and not (_same_values(old, reread, cut_line)
-                                                       and _says_nothing_new(old_tail.notes, new_tail.notes)):
+                                                       and _says_nothing_new(old_tail.notes, new_tail.notes, policy.end_notes)):
             # (a line the reader named after the last step: the part re-read must give what the old parse
             # did, and the grown part say nothing it did not — a table whose header lies above the cut)
             return None
@@ -350,9 +363,10 @@ def _same_values(old: Parsed, old_tail: Parsed, cut: int) -> bool:
     return True
 
 
-def _says_nothing_new(reread: tuple[str, ...], grown: tuple[str, ...]) -> bool:
-    """Whether every note of the grown part was said of the re-read part (counts aside)."""
-    return {_shape(n) for n in grown} <= {_shape(n) for n in reread}
+def _says_nothing_new(reread: tuple[str, ...], grown: tuple[str, ...], end_notes: frozenset[str] = frozenset()) -> bool:
+    """Whether every note of the grown part, but those of how the file ends, was said of the re-read
+    part (counts aside)."""
+    return {_shape(n) for n in grown} - {_shape(n) for n in end_notes} <= {_shape(n) for n in reread}
 
 
 def _goes_back(tail: Parsed) -> bool:
@@ -505,9 +519,12 @@ def _offset_of_line(path: Path, size: int, lines: int, line: int) -> int | None:
     return None
 
 
-def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse: Callable[[Path], Parsed], pad: int = 0) -> Parsed:
+def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse: Callable[[Path], Parsed],
+                 pad: int = 0) -> tuple[Parsed, int]:
     """``parse`` of bytes ``start:stop`` of ``path``, copied to ``scratch`` (never written near ``path``)
-    after ``pad`` blank lines."""
+    after ``pad`` blank lines; and where the bytes copied ended."""
+    scratch.parent.mkdir(exist_ok=True)
+    end = start
     with open(path, "rb") as src, open(scratch, "wb") as dst:
         dst.write(b"\n" * pad)
         src.seek(start)
@@ -517,9 +534,10 @@ def _parse_range(path: Path, start: int, stop: int | None, scratch: Path, parse:
             if not chunk:
                 break
             dst.write(chunk)
+            end += len(chunk)
             if remaining is not None:
                 remaining -= len(chunk)
-    return parse(scratch)
+    return parse(scratch), end
 
 
 # Entry writes in flight, by entry folder: one writer thread for the process (Parquet encoding

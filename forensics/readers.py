@@ -129,7 +129,8 @@ _SERVER_LOG = Splice(aligned_lines=sglang.ALIGNED_LINES, minute_folds=True, reco
                      whole_file_kinds=frozenset({"server_launch"}), restart_lines_kept=sglang.RESTART_MINUTES)
 
 READERS: dict[str, Reader] = {r.name: r for r in (
-    Reader("areal", _areal, filters_keys=True, lineage=True, splice=Splice(later_copy="header", restart_lines_kept=areal.RESTART_LINES)),
+    Reader("areal", _areal, filters_keys=True, lineage=True,
+           splice=Splice(later_copy="header", restart_lines_kept=areal.RESTART_LINES, end_notes=areal.END_NOTES)),
     Reader("sglang", _sglang, filters_keys=True, splice=_SERVER_LOG),
     Reader("verl", _verl("verl"), filters_keys=True, lineage=True,
            splice=Splice(later_copy="lineage", first_facts=True, later_facts=verl.LATER_FACTS)),

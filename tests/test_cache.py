@@ -131,6 +131,58 @@ def test_a_flood_after_the_last_step_is_read_again_from_near_its_old_end(tmp_pat
             assert old_size - read_from[-1] < 2_000
 
 
+def test_a_step_header_written_before_its_table_is_spliced_not_parsed_afresh(tmp_path: Path) -> None:
+    """A poll between a step's header and its table (``watch`` every 30 s on a live run): the grown
+    part ends in a header cut off before its table, which the part re-read did not say. That is how
+    the log ends, not a cut in the wrong place: it was read afresh, the whole log at every such poll."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=14))
+    text = paths.trainer_log.read_text()
+    headers = [text.rfind("\n", 0, m.start()) + 1 for m in re.finditer(r"Train step \d+/", text)]
+    cuts = []
+    for at in headers[9:12]:
+        cuts += [at, text.rfind("\n", 0, text.index("Stats (1/", at)) + 1]  # (before the header; before its table)
+    cache = ParseCache(tmp_path / "cache")
+    done = 0
+    for i, cut in enumerate([*cuts, len(text)]):
+        with open(paths.trainer_log, "a" if i else "w") as fh:
+            fh.write(text[done:cut])
+        done = cut
+        grown = load(paths.fileroot, cache)
+        wait_for_writes()
+        assert cache.outcomes[str(paths.trainer_log)] == ("parsed" if i == 0 else "grown"), i
+        fresh = load(paths.fileroot, None)
+        assert_same_run(grown, fresh)
+        assert [s.notes for s in grown.sources] == [s.notes for s in fresh.sources]
+        cut_off = any("cut off before its table" in note for s in grown.sources for note in s.notes)
+        assert cut_off == (i % 2 == 1)  # (said while the log ends at a header, not once its table is there)
+
+
+def test_a_step_table_arriving_in_parts_re_reads_no_part_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's header, then its table a few rows a poll (a slow disk, a buffered copy): every
+    growth is cut at that header, and the part before the old end, which the last splice read as
+    its grown part, is not parsed again; each result is a fresh parse's."""
+    paths = write_run(tmp_path / "outputs", RunSpec(last_step=12))
+    text = paths.trainer_log.read_text()
+    header = text.rfind("\n", 0, text.index("Train step 10/")) + 1
+    rows = [m.end() for m in re.finditer(r"\n", text[header:text.index("Train step 11/")])][2::6]
+    parts = [text[:header + rows[0]], *(text[header + a:header + b] for a, b in zip(rows, rows[1:])), text[header + rows[-1]:]]
+    assert len(parts) >= 4
+    ranges: list[tuple[int, int | None]] = []
+    real = forensics.cache._parse_range
+    monkeypatch.setattr(forensics.cache, "_parse_range", lambda path, start, stop, *rest: ranges.append((start, stop)) or real(path, start, stop, *rest))
+    cache = ParseCache(tmp_path / "cache")
+    for i, part in enumerate(parts):
+        with open(paths.trainer_log, "a" if i else "w") as fh:
+            fh.write(part)
+        before = len(ranges)
+        grown = load(paths.fileroot, cache)
+        wait_for_writes()
+        assert cache.outcomes[str(paths.trainer_log)] == ("parsed" if i == 0 else "grown")
+        assert_same_run(grown, load(paths.fileroot, None))
+        if i >= 2:  # (the first splice reads the old part and the new; the later ones, the new only)
+            assert ranges[before:] == [(ranges[-1][0], None)] and ranges[-1][0] == ranges[2][0]
+
+
 def test_a_traceback_being_printed_amid_a_flood_is_read_whole(tmp_path: Path) -> None:
     """Another thread's timeouts logged between a traceback's lines, the log read mid-traceback: the
     grown part is read from before the traceback, whose exception line names its kind (cuda_oom)."""
