@@ -142,7 +142,7 @@ ENDS_INSIDE_A_TABLE = "the log ends inside a table, cut off while it was written
 _STEP_TABLE_CUT = "the log ends inside step {step}'s table, cut off while it was written: its rows so far are read"
 _STEP_TABLE_ANNOUNCED = "the log ends after step {step}'s header, cut off before its table"
 #: The notes that say how the log ends, not what it holds (a splice of a grown log takes them from the grown part).
-END_NOTES = frozenset({_STEP_TABLE_ANNOUNCED.format(step=1)})
+END_NOTES = frozenset({_STEP_TABLE_ANNOUNCED.format(step=1), _STEP_TABLE_CUT.format(step=1)})
 _TABLE_CUT_AT = re.compile(r"the log ends (?:inside|after) step (\d+)'s (?:table|header)")
 
 
