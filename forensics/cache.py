@@ -152,11 +152,7 @@ class ParseCache:
         for location in locations:
             digest.update(f"\0run\0{location.run_id}\0{location.root}\0{location.skipped}".encode(errors="surrogateescape"))
             for kind, path in read_by(location):
-                try:
-                    identity = Identity.of(path)
-                except OSError:
-                    identity = None
-                digest.update(f"\0{kind}\0{path}\0{identity}".encode(errors="surrogateescape"))  # (names need not be UTF-8)
+                digest.update(f"\0{kind}\0{path}\0{Identity.text_of(path)}".encode(errors="surrogateescape"))  # (names need not be UTF-8)
         return digest.hexdigest()[:32]
 
     def recall(self, key: str) -> dict[str, bytes] | None:
@@ -170,7 +166,7 @@ class ParseCache:
             watched = json.loads(kept.pop(_WATCHED, b"{}"))
         except (OSError, ValueError):
             return None
-        return kept if all(_identity_text(Path(path)) == then for path, then in watched.items()) else None
+        return kept if all(Identity.text_of(Path(path)) == then for path, then in watched.items()) else None
 
     def remember(self, key: str, parts: dict[str, bytes], watched: Iterable[Path] = ()) -> None:
         """Keep finished outputs (a rendered report, a summary) for an unchanged set of inputs.
@@ -181,7 +177,7 @@ class ParseCache:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             staging = Path(tempfile.mkdtemp(prefix=".new-", dir=entry.parent))
-            parts = {**parts, _WATCHED: json.dumps({str(p): _identity_text(p) for p in watched}).encode()}
+            parts = {**parts, _WATCHED: json.dumps({str(p): Identity.text_of(p) for p in watched}).encode()}
             for name, data in parts.items():
                 (staging / name).write_bytes(data)
             shutil.rmtree(entry, ignore_errors=True)
@@ -609,12 +605,3 @@ def folders_beyond(checkpoints: Iterable[str], keyed: Iterable[Path], named: Ite
 
 #: A remembered result's record of the folders it was made with (see :meth:`ParseCache.remember`).
 _WATCHED = "watched.json"
-
-
-def _identity_text(path: Path) -> str | None:
-    try:
-        return str(Identity.of(path))
-    except OSError:
-        return None
-
-

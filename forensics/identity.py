@@ -67,6 +67,14 @@ class Identity:
             return Identity(st.st_size, st.st_mtime_ns, st.st_ino, _sha(head), _edge_before(fh, st.st_size),
                             head[:2] == b"\x1f\x8b", st.st_ctime_ns)
 
+    @staticmethod
+    def text_of(path: Path) -> str | None:
+        """``path``'s identity as text to compare with a later one; ``None`` when it cannot be read (gone)."""
+        try:
+            return str(Identity.of(path))
+        except OSError:
+            return None
+
     def grew_from(self, old: Identity, path: Path) -> bool:
         """Whether this file is ``old`` with bytes appended (same head, same bytes at the old end)."""
         if self.gzip or old.gzip or self.size <= old.size or self.inode != old.inode:

@@ -263,7 +263,7 @@ def _installed(name: str) -> str:
 
 def _state(trees: Iterable[str], inputs: Iterable[str]) -> list[str | None]:
     """What the analyzed folders and the other inputs look like now."""
-    return [*(_listing(Path(t)) for t in trees), *(_identity(Path(i)) for i in inputs)]
+    return [*(_listing(Path(t)) for t in trees), *(Identity.text_of(Path(i)) for i in inputs)]
 
 
 def _listing(folder: Path) -> str | None:
@@ -290,13 +290,6 @@ def _listing(folder: Path) -> str | None:
             target = None
         digest.update(f"{os.path.relpath(link, folder)}\0->{target}\n".encode(errors="surrogateescape"))
     return digest.hexdigest()
-
-
-def _identity(path: Path) -> str | None:
-    try:
-        return str(Identity.of(path))
-    except OSError:
-        return None
 
 
 def _write(path: Path, data: bytes, whole: bool) -> None:

@@ -343,14 +343,7 @@ def _folders_key(location: RunLocation, run: RunData) -> str:
     folder found beside its logs (a save folder a log named): an inputs key does not cover them."""
     keyed = [location.checkpoint_dir] if location.checkpoint_dir else []
     folders = folders_beyond(run.checkpoints["path"].to_list(), keyed, [run.save_folder_named])
-    return "".join(f"\0{folder}\0{_identity(folder)}" for folder in folders)
-
-
-def _identity(path: Path) -> Identity | None:
-    try:
-        return Identity.of(path)
-    except OSError:
-        return None
+    return "".join(f"\0{folder}\0{Identity.text_of(folder)}" for folder in folders)
 
 
 def _not_read(location: RunLocation) -> list[str]:
