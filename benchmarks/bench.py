@@ -432,6 +432,7 @@ def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, se
     finished = time.time() - 6 * 3600
     for name in files:
         os.utime(name, (finished, finished))
+    lo, hi = incident_of(blocks.steps)
     info = {
         "size_gb": size_gb,
         "outputs": str(root / "outputs"),
@@ -439,8 +440,7 @@ def _finish_set(root: Path, blocks: Blocks, size_gb: float, trainer: _Writer, se
         "bytes": {"trainer": trainer.size, "server": server.size, "ray": ray_bytes},
         "steps": blocks.steps * n_blocks,
         "block_steps": blocks.steps,
-        "incident_steps": [blocks.steps * incident + incident_of(blocks.steps)[0],
-                           blocks.steps * incident + incident_of(blocks.steps)[1] - 1],
+        "incident_steps": [blocks.steps * incident + lo, blocks.steps * incident + hi - 1],
         "busier": busier,
         "version": SET_VERSION,
     }
